@@ -1,0 +1,96 @@
+package throttle
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// Outcome is what the transport did with a request.
+type Outcome int
+
+const (
+	// Sent: the request was admitted and handed to the base transport,
+	// after waiting Delay.
+	Sent Outcome = iota
+	// Limited: no slot within the time the request could wait; it was
+	// refused with a *LimitError and nothing was recorded.
+	Limited
+	// Canceled: the context ended while the request waited for its slot;
+	// the slot was given back and the context's error returned.
+	Canceled
+	// Failed: the key, the cost or the store failed; nothing was sent.
+	Failed
+	// FailedOpen: the store failed and the transport is configured to
+	// fail open, so the request was sent without being counted.
+	FailedOpen
+	// Unmatched: no rule and no default rule matched; the request was sent
+	// without a limit.
+	Unmatched
+)
+
+var outcomeNames = [...]string{"sent", "limited", "canceled", "failed", "failed_open", "unmatched"}
+
+func (o Outcome) String() string {
+	if o < 0 || int(o) >= len(outcomeNames) {
+		return "unknown"
+	}
+	return outcomeNames[o]
+}
+
+// Decision describes what the transport decided for one request. It never
+// holds a secret: keys derived from tokens are hashed, and no URL is included.
+type Decision struct {
+	Rule    string
+	Key     string
+	Cost    int
+	Outcome Outcome
+	// Delay is how long the request waited for its slot (Sent, Canceled).
+	Delay time.Duration
+	// RetryAfter is when a request would be admitted (Limited).
+	RetryAfter time.Duration
+	// Limit is the limit that set the delay or the refusal, zero if none did.
+	Limit Limit
+	// Err is the error returned to the caller (Limited, Canceled, Failed) or
+	// the store's error (FailedOpen).
+	Err error
+}
+
+// observe reports d to the hook and the logger, if any.
+func (t *Transport) observe(ctx context.Context, d Decision) {
+	if t.onDecision != nil {
+		t.onDecision(d)
+	}
+	if t.logger == nil {
+		return
+	}
+	level := slog.LevelDebug
+	switch d.Outcome {
+	case Failed, FailedOpen:
+		level = slog.LevelWarn
+	case Limited:
+		level = slog.LevelInfo
+	}
+	if !t.logger.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("rule", d.Rule),
+		slog.String("key", d.Key),
+		slog.String("outcome", d.Outcome.String()),
+		slog.Int("cost", d.Cost),
+	}
+	if d.Delay > 0 {
+		attrs = append(attrs, slog.Duration("delay", d.Delay))
+	}
+	if d.RetryAfter > 0 {
+		attrs = append(attrs, slog.Duration("retry_after", d.RetryAfter))
+	}
+	if d.Limit.N > 0 {
+		attrs = append(attrs, slog.String("limit", d.Limit.String()))
+	}
+	if d.Err != nil {
+		attrs = append(attrs, slog.String("error", d.Err.Error()))
+	}
+	t.logger.LogAttrs(ctx, level, "throttle decision", attrs...)
+}

@@ -1,0 +1,76 @@
+package throttle
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrLimited is matched, with errors.Is, by every refusal to send because of a
+// limit: a *LimitError. It is found through the *url.Error of http.Client.
+var ErrLimited = errors.New("throttle: rate limited")
+
+// ErrNoKey is matched by a *KeyError: the rule's KeyFunc could not derive a
+// rate key from the request, so it was not sent.
+var ErrNoKey = errors.New("throttle: no rate key")
+
+// ErrInvalidCost is matched by the error for a request whose cost function
+// returned a cost below 1 or above one of the rule's limits; it was not sent.
+var ErrInvalidCost = errors.New("throttle: invalid cost")
+
+// ErrInvalidConfig is matched by every *ConfigError.
+var ErrInvalidConfig = errors.New("throttle: invalid configuration")
+
+// LimitError says that a request was not sent because its rule's limits had no
+// free slot within the time it could wait: at once in FailFast mode, within
+// MaxWait and the context's deadline in Wait mode.
+type LimitError struct {
+	Rule string // the rule's name
+	Key  string // the rate key; keys derived from secrets are hashed
+	// Limit is the limit that refused the request, when the store said which.
+	Limit Limit
+	// RetryAfter is when a request of the same cost would have been admitted,
+	// had nobody else reserved meanwhile.
+	RetryAfter time.Duration
+}
+
+func (e *LimitError) Error() string {
+	s := fmt.Sprintf("throttle: rate limited: rule %q, key %q", e.Rule, e.Key)
+	if e.Limit.N > 0 {
+		s += ", limit " + e.Limit.String()
+	}
+	return s + ", retry after " + e.RetryAfter.String()
+}
+
+// Is makes errors.Is(err, ErrLimited) true.
+func (e *LimitError) Is(target error) bool { return target == ErrLimited }
+
+// KeyError says that a request was not sent because no rate key could be
+// derived from it. Reason never contains the value of a secret.
+type KeyError struct {
+	Rule   string
+	Reason string
+}
+
+func (e *KeyError) Error() string {
+	return fmt.Sprintf("throttle: no rate key: rule %q: %s", e.Rule, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrNoKey) true.
+func (e *KeyError) Is(target error) bool { return target == ErrNoKey }
+
+// ConfigError says what is wrong with the configuration given to New.
+type ConfigError struct {
+	Rule   string // the rule's name, empty for options of the transport
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	if e.Rule == "" {
+		return "throttle: invalid configuration: " + e.Reason
+	}
+	return fmt.Sprintf("throttle: invalid configuration: rule %q: %s", e.Rule, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalidConfig) true.
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }

@@ -1,0 +1,127 @@
+package throttle
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net"
+	"net/http"
+	"strings"
+)
+
+// A KeyFunc derives the rate key of a request: the name of the log its sends
+// are counted in. Requests with the same key share their rule's limits, across
+// every process that uses the same store.
+//
+// A KeyFunc must not modify the request. When no key can be derived it returns
+// an error, and the request is refused with a *KeyError carrying that error's
+// text, so the text must never include a secret. Keys longer than MaxKeyLen are
+// hashed by the transport, so a KeyFunc may return any non-empty string.
+type KeyFunc func(*http.Request) (string, error)
+
+// MaxKeyLen is the longest rate key stored as it is; a longer one is replaced
+// by "sha256:" and the hex digest of its first 128 bits.
+const MaxKeyLen = 200
+
+// keyErr is the error of the built-in KeyFuncs: its text is the reason.
+type keyErr string
+
+func (e keyErr) Error() string { return string(e) }
+
+// hashed returns prefix and the first 128 bits of the SHA-256 of secret, in
+// hex: enough to tell tokens apart, and nothing that gives a token back.
+func hashed(prefix, secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return prefix + hex.EncodeToString(sum[:16])
+}
+
+// ByHost keys a request by its host name, lower-cased and without a port:
+// one log per upstream host.
+func ByHost() KeyFunc {
+	return func(r *http.Request) (string, error) {
+		host := r.URL.Host
+		if host == "" {
+			host = r.Host
+		}
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		if host == "" {
+			return "", keyErr("the request has no host")
+		}
+		return "host:" + strings.ToLower(host), nil
+	}
+}
+
+// ByHeader keys a request by the value of a header, hashed: an API key, a
+// tenant. A request without the header, or with an empty value, has no key.
+func ByHeader(name string) KeyFunc {
+	name = http.CanonicalHeaderKey(name)
+	return func(r *http.Request) (string, error) {
+		v := r.Header.Get(name)
+		if v == "" {
+			return "", keyErr("no " + name + " header")
+		}
+		return hashed("header:"+name+":", v), nil
+	}
+}
+
+// ByBearerToken keys a request by the bearer token of its Authorization
+// header, hashed: one log per access token.
+func ByBearerToken() KeyFunc {
+	return func(r *http.Request) (string, error) {
+		v := r.Header.Get("Authorization")
+		if v == "" {
+			return "", keyErr("no Authorization header")
+		}
+		scheme, tok, ok := strings.Cut(v, " ")
+		tok = strings.TrimSpace(tok)
+		if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+			return "", keyErr("the Authorization header is not a bearer token")
+		}
+		return hashed("bearer:", tok), nil
+	}
+}
+
+// ByQuery keys a request by a query parameter, hashed: Instagram's and
+// Facebook's access_token, for example. A request without it has no key.
+func ByQuery(param string) KeyFunc {
+	return func(r *http.Request) (string, error) {
+		v := r.URL.Query().Get(param)
+		if v == "" {
+			return "", keyErr("no " + param + " query parameter")
+		}
+		return hashed("query:"+param+":", v), nil
+	}
+}
+
+// Fixed keys every request by the same name: a payment gateway, whose limit
+// covers all of our calls to it.
+func Fixed(name string) KeyFunc {
+	return func(*http.Request) (string, error) {
+		if name == "" {
+			return "", keyErr("Fixed was given an empty name")
+		}
+		return name, nil
+	}
+}
+
+// FirstOf tries each KeyFunc in turn and returns the first key derived: for
+// example ByBearerToken, then ByHost for requests without a token.
+func FirstOf(fs ...KeyFunc) KeyFunc {
+	return func(r *http.Request) (string, error) {
+		reasons := make([]string, 0, len(fs))
+		for _, f := range fs {
+			k, err := f(r)
+			if err == nil && k != "" {
+				return k, nil
+			}
+			if err != nil {
+				reasons = append(reasons, err.Error())
+			}
+		}
+		if len(reasons) == 0 {
+			return "", keyErr("no key function derived a key")
+		}
+		return "", keyErr(strings.Join(reasons, "; "))
+	}
+}

@@ -1,0 +1,24 @@
+package throttle
+
+import (
+	"time"
+
+	"github.com/throttle-go/throttle/store"
+)
+
+// Limit allows at most N units in any interval of length Per: a sliding
+// window, not a fixed one. PerHour(5000) allows 5000 calls in every hour-long
+// interval, wherever it starts.
+type Limit = store.Limit
+
+// PerSecond returns a limit of n per rolling second.
+func PerSecond(n int) Limit { return Limit{N: n, Per: time.Second} }
+
+// PerMinute returns a limit of n per rolling minute.
+func PerMinute(n int) Limit { return Limit{N: n, Per: time.Minute} }
+
+// PerHour returns a limit of n per rolling hour.
+func PerHour(n int) Limit { return Limit{N: n, Per: time.Hour} }
+
+// Per returns a limit of n per rolling window of length d.
+func Per(n int, d time.Duration) Limit { return Limit{N: n, Per: d} }

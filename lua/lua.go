@@ -1,0 +1,18 @@
+// Package lua holds the Redis scripts of throttle, embedded from the .lua
+// files beside this one so that they can be read, diffed and tested as Lua.
+package lua
+
+import _ "embed"
+
+// Reserve is the source of reserve.lua: one call reserves a send time in a
+// key's sliding log, or refuses without changing it. Its header lists KEYS,
+// ARGV and the reply.
+//
+//go:embed reserve.lua
+var Reserve string
+
+// Cancel is the source of cancel.lua: it removes the entries of one
+// reservation from a key's log.
+//
+//go:embed cancel.lua
+var Cancel string

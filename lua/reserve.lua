@@ -1,0 +1,81 @@
+-- reserve.lua: reserve the earliest send time in a sliding log (the
+-- reservation sliding log of DESIGN.md).
+--
+-- KEYS[1]   the log: a LIST of send times in microseconds, oldest first.
+--           Times at or after "now" are reservations not yet sent.
+-- ARGV[1]   cost: how many units the request takes (integer, 1 <= cost <= every N).
+-- ARGV[2]   max wait in microseconds (integer >= 0): a slot further away is refused.
+-- ARGV[3]   now in microseconds, or "" to read the server clock with TIME.
+-- ARGV[4..] the limits, as pairs: N (integer >= 1), W (window in microseconds >= 1).
+--
+-- Reply: { allowed, wait, slot, limit }
+--   allowed  1 when cost entries were appended at slot, 0 when nothing changed.
+--   wait     microseconds from now until the slot (the delay when allowed,
+--            the time to retry when refused).
+--   slot     the reserved send time in microseconds (0 when refused); Cancel
+--            removes cost entries of this value.
+--   limit    1-based index of the limit that set the slot, 0 when none did.
+--
+-- The slot s is max(now, last entry, max_i(entry[-(N_i - cost + 1)] + W_i)):
+-- never before the last entry, so the log stays ordered and the only window a
+-- new entry can fill is the one ending at s, which then holds exactly N_i.
+
+local key = KEYS[1]
+local cost = tonumber(ARGV[1])
+local max_wait = tonumber(ARGV[2])
+
+local now
+if ARGV[3] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[3])
+end
+
+local max_n, max_w = 0, 0
+for i = 4, #ARGV, 2 do
+  local n, w = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+  if n > max_n then max_n = n end
+  if w > max_w then max_w = w end
+end
+
+-- Entries at or before now - max_w lie outside every window. Drop a bounded
+-- number per call: each call appends cost entries and may drop cost + 2, so
+-- the log of a busy key never keeps more than it must, and no single call
+-- pays for a long idle gap (LTRIM below bounds the length in any case).
+local horizon = now - max_w
+for _ = 1, cost + 2 do
+  local first = redis.call('LINDEX', key, 0)
+  if not first or tonumber(first) > horizon then break end
+  redis.call('LPOP', key)
+end
+
+local len = redis.call('LLEN', key)
+local s, limit = now, 0
+if len > 0 then
+  local last = tonumber(redis.call('LINDEX', key, -1))
+  if last > s then s = last end
+end
+for i = 4, #ARGV, 2 do
+  local k = tonumber(ARGV[i]) - cost + 1
+  if k <= len then
+    local t = tonumber(redis.call('LINDEX', key, -k)) + tonumber(ARGV[i + 1])
+    if t > s then s, limit = t, (i - 2) / 2 end
+  end
+end
+
+local wait = s - now
+if wait > max_wait then
+  return { 0, wait, 0, limit }
+end
+
+local slot = string.format('%.0f', s)
+local add = {}
+for j = 1, cost do add[j] = slot end
+redis.call('RPUSH', key, unpack(add))
+if len + cost > max_n then
+  redis.call('LTRIM', key, -max_n, -1)
+end
+-- Idle keys vanish once their newest entry has left the largest window.
+redis.call('PEXPIRE', key, math.floor((wait + max_w) / 1000) + 1)
+return { 1, wait, s, limit }

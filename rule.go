@@ -1,0 +1,221 @@
+package throttle
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Mode says what a request does when its slot is not free at once.
+type Mode int
+
+const (
+	// Wait blocks until the reserved slot, if it comes within MaxWait and
+	// before the request's context deadline; otherwise the request fails with
+	// a *LimitError at once. It is the default.
+	Wait Mode = iota
+	// FailFast never waits: a request without a free slot now fails at once
+	// with a *LimitError.
+	FailFast
+)
+
+// DefaultMaxWait is a rule's MaxWait when it sets none.
+const DefaultMaxWait = time.Minute
+
+// DefaultMargin is a rule's Margin when it sets none: the fleet test's choice
+// (see the README), covering the time between recording a send and the
+// upstream seeing it.
+const DefaultMargin = 10 * time.Millisecond
+
+// NoMargin, as a Rule's Margin, asks for no safety margin at all.
+const NoMargin time.Duration = -1
+
+// Rule limits the requests it matches. A request is matched by at most one
+// rule: among the rules whose Host, PathPrefix and Method all match, the one
+// with the longest PathPrefix, then the one with a Method, then an exact host
+// over a wildcard, then the first given.
+type Rule struct {
+	// Name names the rule in errors, decisions and logs. Empty: Host,
+	// Method and PathPrefix joined, or "default" for the default rule.
+	Name string
+	// Host matches the request's host, case-insensitively: "api.example.com"
+	// with any port, "api.example.com:8443" with that port only, or
+	// "*.example.com" for every subdomain. Required, except in the default rule.
+	Host string
+	// PathPrefix, if set, must start the request's URL path.
+	PathPrefix string
+	// Method, if set, must equal the request's method.
+	Method string
+
+	// Limits must all admit a request, e.g. PerSecond(10) and PerHour(5000).
+	Limits []Limit
+	// Key derives the rate key. Nil: ByHost().
+	Key KeyFunc
+	// Cost returns the units a request takes, 1 <= cost <= every limit's N.
+	// Nil: every request costs 1.
+	Cost func(*http.Request) int
+
+	// Mode is Wait (the default) or FailFast.
+	Mode Mode
+	// MaxWait bounds the wait of a request in Wait mode. Zero: DefaultMaxWait.
+	MaxWait time.Duration
+	// Margin is added to every window, so that the upstream, which sees a
+	// request a little after it was recorded, still never sees more than N
+	// in any of its windows. Zero: DefaultMargin; NoMargin: none.
+	Margin time.Duration
+}
+
+// rule is a validated Rule, ready to match and reserve.
+type rule struct {
+	Rule
+	host     string // lower case, without a leading "*."
+	wildcard bool
+	port     string        // empty: any port
+	eff      []Limit       // Limits with Margin added to every window
+	maxWait  time.Duration // 0 in FailFast mode
+	minN     int
+}
+
+func (r *Rule) displayName(isDefault bool) string {
+	if r.Name != "" {
+		return r.Name
+	}
+	if isDefault {
+		return "default"
+	}
+	name := r.Host
+	if r.Method != "" {
+		name = r.Method + " " + name
+	}
+	return name + r.PathPrefix
+}
+
+// compile validates r and prepares it.
+func compile(r Rule, isDefault bool) (*rule, error) {
+	r.Name = r.displayName(isDefault)
+	fail := func(format string, args ...any) error {
+		return &ConfigError{Rule: r.Name, Reason: fmt.Sprintf(format, args...)}
+	}
+	c := &rule{Rule: r}
+	if isDefault {
+		if r.Host != "" || r.PathPrefix != "" || r.Method != "" {
+			return nil, fail("the default rule matches every request: it takes no Host, PathPrefix or Method")
+		}
+	} else {
+		if r.Host == "" {
+			return nil, fail("Host is empty (use WithDefault for a rule that matches every host)")
+		}
+		host := strings.ToLower(r.Host)
+		if strings.ContainsAny(host, "/?#@ ") {
+			return nil, fail("Host %q must be a host name, optionally with a port, not a URL", r.Host)
+		}
+		if h, p, err := net.SplitHostPort(host); err == nil {
+			host, c.port = h, p
+		}
+		if rest, ok := strings.CutPrefix(host, "*."); ok {
+			host, c.wildcard = rest, true
+		}
+		if host == "" || strings.Contains(host, "*") {
+			return nil, fail("Host %q: a wildcard must be a leading \"*.\" before a domain", r.Host)
+		}
+		c.host = host
+	}
+	if r.PathPrefix != "" && !strings.HasPrefix(r.PathPrefix, "/") {
+		return nil, fail("PathPrefix %q must start with /", r.PathPrefix)
+	}
+	if len(r.Limits) == 0 {
+		return nil, fail("no Limits")
+	}
+	switch {
+	case r.Margin == 0:
+		r.Margin = DefaultMargin
+	case r.Margin == NoMargin:
+		r.Margin = 0
+	case r.Margin < 0:
+		return nil, fail("negative Margin %s", r.Margin)
+	}
+	for i, l := range r.Limits {
+		if l.N < 1 {
+			return nil, fail("limit %d (%s): N must be at least 1", i, l)
+		}
+		if l.Per < time.Millisecond {
+			return nil, fail("limit %d (%s): Per must be at least 1ms", i, l)
+		}
+		if c.minN == 0 || l.N < c.minN {
+			c.minN = l.N
+		}
+		c.eff = append(c.eff, Limit{N: l.N, Per: l.Per + r.Margin})
+	}
+	switch r.Mode {
+	case Wait:
+		switch {
+		case r.MaxWait == 0:
+			c.maxWait = DefaultMaxWait
+		case r.MaxWait < 0:
+			return nil, fail("negative MaxWait %s", r.MaxWait)
+		default:
+			c.maxWait = r.MaxWait
+		}
+	case FailFast:
+		if r.MaxWait != 0 {
+			return nil, fail("MaxWait is set but Mode is FailFast, which never waits")
+		}
+	default:
+		return nil, fail("unknown Mode %d", r.Mode)
+	}
+	if r.Key == nil {
+		r.Key = ByHost()
+	}
+	c.Rule = r
+	return c, nil
+}
+
+// matches reports whether c applies to req, and how specifically.
+func (c *rule) matches(req *http.Request) (score int, ok bool) {
+	host := req.URL.Host
+	if host == "" {
+		host = req.Host
+	}
+	port := ""
+	if h, p, err := net.SplitHostPort(host); err == nil {
+		host, port = h, p
+	}
+	host = strings.ToLower(host)
+	if c.wildcard {
+		if !strings.HasSuffix(host, "."+c.host) {
+			return 0, false
+		}
+	} else {
+		if host != c.host {
+			return 0, false
+		}
+		score++
+	}
+	if c.port != "" && port != c.port {
+		return 0, false
+	}
+	if c.Method != "" {
+		if req.Method != c.Method && !(c.Method == http.MethodGet && req.Method == "") {
+			return 0, false
+		}
+		score += 2
+	}
+	if !strings.HasPrefix(req.URL.Path, c.PathPrefix) {
+		return 0, false
+	}
+	return score + 4*len(c.PathPrefix), true
+}
+
+// cost returns the request's cost, checked against the limits.
+func (c *rule) cost(req *http.Request) (int, error) {
+	if c.Cost == nil {
+		return 1, nil
+	}
+	n := c.Cost(req)
+	if n < 1 || n > c.minN {
+		return 0, fmt.Errorf("%w: rule %q: cost %d is outside 1..%d", ErrInvalidCost, c.Name, n, c.minN)
+	}
+	return n, nil
+}

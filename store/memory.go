@@ -1,0 +1,162 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// Memory is a Store in the memory of one process, with the semantics of Redis:
+// the same slots, refusals, trimming and expiry. It is safe for concurrent use
+// and starts no goroutine; expired keys are dropped lazily.
+type Memory struct {
+	now func() time.Time
+
+	mu    sync.Mutex
+	logs  map[string]*memLog
+	calls int // Reserve calls since the last sweep of expired keys
+}
+
+// memLog is the log of one key: send times in microseconds, oldest first,
+// live from head on.
+type memLog struct {
+	times   []int64
+	head    int
+	expires int64 // like PEXPIRE: the log is gone at or after this time
+}
+
+// sweepEvery is how many Reserve calls pass between sweeps of expired keys:
+// the sweep costs one pass over the map, so its cost per call stays small
+// while the map never holds more than one sweep's worth of dead keys.
+const sweepEvery = 4096
+
+// MemoryOption configures NewMemory.
+type MemoryOption func(*Memory) error
+
+// WithClock replaces time.Now as the clock of a Memory store, e.g. for tests.
+func WithClock(now func() time.Time) MemoryOption {
+	return func(m *Memory) error {
+		if now == nil {
+			return errors.New("store: WithClock: nil clock")
+		}
+		m.now = now
+		return nil
+	}
+}
+
+// NewMemory returns an empty Memory store.
+func NewMemory(opts ...MemoryOption) (*Memory, error) {
+	m := &Memory{now: time.Now, logs: make(map[string]*memLog)}
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("store: NewMemory: nil option")
+		}
+		if err := o(m); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Reserve implements Store.
+func (m *Memory) Reserve(ctx context.Context, key string, req Request) (Reservation, error) {
+	if err := req.Validate(key); err != nil {
+		return Reservation{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Reservation{}, err
+	}
+	now := m.now().UnixMicro()
+	maxN, maxW := 0, int64(0)
+	for _, l := range req.Limits {
+		maxN = max(maxN, l.N)
+		maxW = max(maxW, micros(l.Per))
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls++
+	if m.calls >= sweepEvery {
+		m.sweep(now)
+	}
+	lg := m.logs[key]
+	if lg != nil && lg.expires <= now {
+		delete(m.logs, key)
+		lg = nil
+	}
+	if lg == nil {
+		lg = &memLog{}
+	}
+	for lg.head < len(lg.times) && lg.times[lg.head] <= now-maxW {
+		lg.head++
+	}
+	live := lg.times[lg.head:]
+
+	s, limit := now, -1
+	if len(live) > 0 {
+		s = max(s, live[len(live)-1])
+	}
+	for i, l := range req.Limits {
+		if k := l.N - req.Cost + 1; k <= len(live) {
+			if t := live[len(live)-k] + micros(l.Per); t > s {
+				s, limit = t, i
+			}
+		}
+	}
+	wait := s - now
+	res := Reservation{Limit: limit, Key: key, Cost: req.Cost}
+	if wait > micros(req.MaxWait) {
+		res.RetryAfter = time.Duration(wait) * time.Microsecond
+		return res, nil
+	}
+	for range req.Cost {
+		lg.times = append(lg.times, s)
+	}
+	if n := len(lg.times) - lg.head; n > maxN {
+		lg.head += n - maxN
+	}
+	if lg.head > 32 && lg.head*2 > len(lg.times) {
+		lg.times = append(lg.times[:0], lg.times[lg.head:]...)
+		lg.head = 0
+	}
+	lg.expires = s + maxW + 1000
+	m.logs[key] = lg
+	res.Allowed, res.Delay, res.Slot = true, time.Duration(wait)*time.Microsecond, s
+	return res, nil
+}
+
+// Cancel implements Store.
+func (m *Memory) Cancel(_ context.Context, res Reservation) error {
+	if !res.Allowed || res.Cost < 1 {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	lg := m.logs[res.Key]
+	if lg == nil {
+		return nil
+	}
+	// The log is ordered, so the entries equal to the slot are one run,
+	// [lo, hi); remove up to Cost of them.
+	hi := len(lg.times)
+	for hi > lg.head && lg.times[hi-1] > res.Slot {
+		hi--
+	}
+	lo := hi
+	for lo > lg.head && lg.times[lo-1] == res.Slot && hi-lo < res.Cost {
+		lo--
+	}
+	lg.times = append(lg.times[:lo], lg.times[hi:]...)
+	return nil
+}
+
+// sweep drops every expired log; m.mu is held.
+func (m *Memory) sweep(now int64) {
+	m.calls = 0
+	for k, lg := range m.logs {
+		if lg.expires <= now {
+			delete(m.logs, k)
+		}
+	}
+}

@@ -1,0 +1,145 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttle-go/throttle/lua"
+)
+
+var (
+	reserveScript = redis.NewScript(lua.Reserve)
+	cancelScript  = redis.NewScript(lua.Cancel)
+)
+
+// DefaultPrefix starts the name of every Redis key the Redis store writes.
+const DefaultPrefix = "throttle:"
+
+// Redis is a Store in Redis, shared by every process that uses the same
+// server or cluster: one script call per Reserve, waiting included. It is safe
+// for concurrent use.
+//
+// Each rate key is one Redis LIST named prefix + "{" + key + "}": the braces
+// make the key its own Cluster hash tag, so any auxiliary key of the same rate
+// key lands in the same slot. Time is read inside the script with TIME, so the
+// clocks of the clients do not matter; only durations travel back.
+type Redis struct {
+	client redis.Scripter
+	prefix string
+	clock  func() time.Time // nil: the server's TIME
+}
+
+// RedisOption configures NewRedis.
+type RedisOption func(*Redis) error
+
+// WithPrefix replaces DefaultPrefix, e.g. to give two applications sharing a
+// Redis their own logs.
+func WithPrefix(prefix string) RedisOption {
+	return func(r *Redis) error { r.prefix = prefix; return nil }
+}
+
+// WithClientTime makes the scripts use the given clock instead of the Redis
+// server's TIME, for managed Redis that forbids TIME in scripts. Every client
+// of a key must then have a synchronised clock: a client that is behind by d
+// may send up to d early.
+func WithClientTime(now func() time.Time) RedisOption {
+	return func(r *Redis) error {
+		if now == nil {
+			return errors.New("store: WithClientTime: nil clock")
+		}
+		r.clock = now
+		return nil
+	}
+}
+
+// NewRedis returns a Redis store on client, which may be a *redis.Client, a
+// *redis.ClusterClient, a *redis.Ring, a Sentinel failover client or any
+// redis.UniversalClient. It does no I/O.
+func NewRedis(client redis.Scripter, opts ...RedisOption) (*Redis, error) {
+	if client == nil {
+		return nil, errors.New("store: NewRedis: nil client")
+	}
+	r := &Redis{client: client, prefix: DefaultPrefix}
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("store: NewRedis: nil option")
+		}
+		if err := o(r); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// RedisKey is the name of the Redis key that holds the log of a rate key.
+func (r *Redis) RedisKey(key string) string { return r.prefix + "{" + key + "}" }
+
+// Reserve implements Store.
+func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservation, error) {
+	if err := req.Validate(key); err != nil {
+		return Reservation{}, err
+	}
+	args := make([]any, 0, 3+2*len(req.Limits))
+	args = append(args, req.Cost, micros(req.MaxWait))
+	if r.clock != nil {
+		args = append(args, r.clock().UnixMicro())
+	} else {
+		args = append(args, "")
+	}
+	for _, l := range req.Limits {
+		args = append(args, l.N, micros(l.Per))
+	}
+	reply, err := reserveScript.Run(ctx, r.client, []string{r.RedisKey(key)}, args...).Slice()
+	if err != nil {
+		return Reservation{}, fmt.Errorf("store: redis reserve: %w", err)
+	}
+	v, err := int64s(reply, 4)
+	if err != nil {
+		return Reservation{}, fmt.Errorf("store: redis reserve: %w", err)
+	}
+	if v[3] < 0 || v[3] > int64(len(req.Limits)) || v[1] < 0 {
+		return Reservation{}, fmt.Errorf("store: redis reserve: unexpected reply %v", v)
+	}
+	res := Reservation{Limit: int(v[3]) - 1, Key: key, Cost: req.Cost}
+	wait := time.Duration(v[1]) * time.Microsecond
+	if v[0] == 1 {
+		res.Allowed, res.Delay, res.Slot = true, wait, v[2]
+	} else {
+		res.RetryAfter = wait
+	}
+	return res, nil
+}
+
+// Cancel implements Store.
+func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
+	if !res.Allowed || res.Cost < 1 {
+		return nil
+	}
+	err := cancelScript.Run(ctx, r.client, []string{r.RedisKey(res.Key)},
+		strconv.FormatInt(res.Slot, 10), res.Cost).Err()
+	if err != nil {
+		return fmt.Errorf("store: redis cancel: %w", err)
+	}
+	return nil
+}
+
+// int64s checks that a script reply is a list of n integers.
+func int64s(reply []any, n int) ([]int64, error) {
+	if len(reply) != n {
+		return nil, fmt.Errorf("unexpected reply of %d elements", len(reply))
+	}
+	out := make([]int64, n)
+	for i, e := range reply {
+		v, ok := e.(int64)
+		if !ok {
+			return nil, fmt.Errorf("unexpected reply element %d of type %T", i, e)
+		}
+		out[i] = v
+	}
+	return out, nil
+}

@@ -1,0 +1,111 @@
+// Package store keeps the shared state behind throttle: for every rate key, a
+// log of send times, and the one atomic step that reserves the next free slot
+// in it.
+//
+// Two implementations share one contract and one conformance suite: Redis, for
+// a fleet of processes, and Memory, for one process and for tests.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Limit allows at most N units in any interval of length Per.
+type Limit struct {
+	N   int
+	Per time.Duration
+}
+
+// String renders the limit as "5000/1h0m0s".
+func (l Limit) String() string { return fmt.Sprintf("%d/%s", l.N, l.Per) }
+
+// Request is what a caller asks of Reserve.
+type Request struct {
+	// Limits must all admit the request. They are checked together, in one
+	// atomic step, against the same log.
+	Limits []Limit
+	// Cost is the number of units the request takes, 1 <= Cost <= every N.
+	Cost int
+	// MaxWait is the longest delay the caller accepts. A slot further away is
+	// refused and nothing is recorded. Zero asks for an immediate slot.
+	MaxWait time.Duration
+}
+
+// ErrInvalidRequest is returned, wrapped, for a Request that no store could
+// ever grant: no limits, a limit or cost below 1, a cost above a limit, a
+// negative MaxWait, or an empty key.
+var ErrInvalidRequest = errors.New("store: invalid request")
+
+// Validate reports whether r is well formed; every store calls it first.
+func (r Request) Validate(key string) error {
+	if key == "" {
+		return fmt.Errorf("%w: empty key", ErrInvalidRequest)
+	}
+	if len(r.Limits) == 0 {
+		return fmt.Errorf("%w: no limits", ErrInvalidRequest)
+	}
+	if r.Cost < 1 {
+		return fmt.Errorf("%w: cost %d is below 1", ErrInvalidRequest, r.Cost)
+	}
+	if r.MaxWait < 0 {
+		return fmt.Errorf("%w: negative max wait %s", ErrInvalidRequest, r.MaxWait)
+	}
+	for _, l := range r.Limits {
+		if l.N < 1 || l.Per < time.Microsecond {
+			return fmt.Errorf("%w: limit %s: N must be >= 1 and Per >= 1µs", ErrInvalidRequest, l)
+		}
+		if r.Cost > l.N {
+			return fmt.Errorf("%w: cost %d exceeds limit %s", ErrInvalidRequest, r.Cost, l)
+		}
+	}
+	return nil
+}
+
+// Reservation is the answer of Reserve.
+//
+// When Allowed, Cost units are recorded at the slot, Delay from now: the caller
+// must not send before Delay has passed, and must Cancel if it will not send.
+// When not Allowed, nothing was recorded and RetryAfter says when a request of
+// the same cost would have been admitted, had nobody else reserved meanwhile.
+type Reservation struct {
+	Allowed    bool
+	Delay      time.Duration
+	RetryAfter time.Duration
+	// Limit is the index in Request.Limits of the limit that set the slot,
+	// or -1 when none did (the slot was free at once, or came from the order
+	// of earlier reservations).
+	Limit int
+
+	// Key, Slot and Cost identify the recorded entries for Cancel. Slot is
+	// the reserved send time in microseconds on the store's clock.
+	Key  string
+	Slot int64
+	Cost int
+}
+
+// Store is the state shared by every transport that limits the same keys.
+// Implementations are safe for concurrent use.
+//
+// A refusal is a Reservation with Allowed false and a nil error; an error means
+// the store itself failed (or ctx ended) and says nothing about the limit.
+type Store interface {
+	// Reserve records Cost units at the earliest time all limits admit them,
+	// if that time is at most MaxWait away.
+	Reserve(ctx context.Context, key string, req Request) (Reservation, error)
+	// Cancel gives back the units of an allowed reservation that will not be
+	// sent. It is best effort: removing entries only loosens every window.
+	Cancel(ctx context.Context, r Reservation) error
+}
+
+// micros converts a duration to whole microseconds, rounding up so that a
+// window or a wait is never shortened.
+func micros(d time.Duration) int64 {
+	us := int64(d / time.Microsecond)
+	if d%time.Microsecond != 0 {
+		us++
+	}
+	return us
+}

@@ -1,0 +1,248 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/throttle-go/throttle/store"
+)
+
+// Transport is an http.RoundTripper that keeps the requests it sends under
+// the limits of its rules, in every process that shares its store. It is safe
+// for concurrent use.
+//
+// For each request it finds the rule that matches, derives the rate key,
+// reserves the next free slot in the key's sliding log, waits for the slot (in
+// Wait mode) and then hands the request, untouched, to the base transport. A
+// request that cannot be sent is refused with an error and its body closed:
+// a *LimitError (errors.Is ErrLimited), a *KeyError (ErrNoKey), an
+// ErrInvalidCost, the context's error, or a store error.
+type Transport struct {
+	base         http.RoundTripper
+	store        store.Store
+	rules        []*rule
+	def          *rule
+	onDecision   func(Decision)
+	logger       *slog.Logger
+	storeFailure StoreFailure
+	now          func() time.Time
+}
+
+var _ http.RoundTripper = (*Transport)(nil)
+
+// StoreFailure says what a request does when the store fails.
+type StoreFailure int
+
+const (
+	// FailClosed refuses the request with the store's error, wrapped;
+	// nothing is sent. It is the default.
+	FailClosed StoreFailure = iota
+	// FailOpen sends the request without counting it.
+	FailOpen
+)
+
+// An Option configures New.
+type Option interface{ apply(*Transport) error }
+
+type optionFunc func(*Transport) error
+
+func (f optionFunc) apply(t *Transport) error { return f(t) }
+
+// WithRule adds a rule. Rules may be given in any order; see Rule for which
+// one a request gets.
+func WithRule(r Rule) Option {
+	return optionFunc(func(t *Transport) error {
+		c, err := compile(r, false)
+		if err != nil {
+			return err
+		}
+		t.rules = append(t.rules, c)
+		return nil
+	})
+}
+
+// WithDefault sets the rule of requests that no other rule matches. Without
+// one, such requests are sent without a limit.
+func WithDefault(r Rule) Option {
+	return optionFunc(func(t *Transport) error {
+		if t.def != nil {
+			return &ConfigError{Reason: "WithDefault given twice"}
+		}
+		c, err := compile(r, true)
+		if err != nil {
+			return err
+		}
+		t.def = c
+		return nil
+	})
+}
+
+// WithOnDecision calls f with every decision the transport makes, on the
+// request's goroutine, before RoundTrip returns or waits: f must be quick and
+// safe for concurrent use.
+func WithOnDecision(f func(Decision)) Option {
+	return optionFunc(func(t *Transport) error {
+		if f == nil {
+			return &ConfigError{Reason: "WithOnDecision: nil function"}
+		}
+		t.onDecision = f
+		return nil
+	})
+}
+
+// WithLogger logs every decision to l: refusals at Info, store failures at
+// Warn, the rest at Debug. The transport logs nothing without it.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(t *Transport) error {
+		if l == nil {
+			return &ConfigError{Reason: "WithLogger: nil logger"}
+		}
+		t.logger = l
+		return nil
+	})
+}
+
+// WithStoreFailure sets what requests do when the store fails: FailClosed
+// (the default) or FailOpen.
+func WithStoreFailure(p StoreFailure) Option {
+	return optionFunc(func(t *Transport) error {
+		if p != FailClosed && p != FailOpen {
+			return &ConfigError{Reason: fmt.Sprintf("unknown StoreFailure %d", p)}
+		}
+		t.storeFailure = p
+		return nil
+	})
+}
+
+// New returns a Transport that sends through base (http.DefaultTransport when
+// nil) and keeps its state in st. It validates every option and does no I/O.
+func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, error) {
+	if st == nil {
+		return nil, &ConfigError{Reason: "nil store"}
+	}
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	t := &Transport{base: base, store: st, now: time.Now}
+	for _, o := range opts {
+		if o == nil {
+			return nil, &ConfigError{Reason: "nil option"}
+		}
+		if err := o.apply(t); err != nil {
+			return nil, err
+		}
+	}
+	if len(t.rules) == 0 && t.def == nil {
+		return nil, &ConfigError{Reason: "no rules: give WithRule or WithDefault"}
+	}
+	return t, nil
+}
+
+// match returns the rule of req, or nil.
+func (t *Transport) match(req *http.Request) *rule {
+	var best *rule
+	bestScore := -1
+	for _, r := range t.rules {
+		if s, ok := r.matches(req); ok && s > bestScore {
+			best, bestScore = r, s
+		}
+	}
+	if best == nil {
+		return t.def
+	}
+	return best
+}
+
+// RoundTrip implements http.RoundTripper. It never modifies req, and closes
+// req.Body on every path where it does not hand req to the base transport.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req == nil || req.URL == nil {
+		closeBody(req)
+		return nil, errors.New("throttle: nil request or URL")
+	}
+	ctx := req.Context()
+	r := t.match(req)
+	if r == nil {
+		t.observe(ctx, Decision{Outcome: Unmatched})
+		return t.base.RoundTrip(req)
+	}
+	d := Decision{Rule: r.Name}
+	fail := func(err error) (*http.Response, error) {
+		closeBody(req)
+		d.Err = err
+		t.observe(ctx, d)
+		return nil, err
+	}
+
+	key, err := r.Key(req)
+	if err == nil && key == "" {
+		err = keyErr("the key function returned an empty key")
+	}
+	if err != nil {
+		d.Outcome = Failed
+		return fail(&KeyError{Rule: r.Name, Reason: err.Error()})
+	}
+	if len(key) > MaxKeyLen {
+		key = hashed("sha256:", key)
+	}
+	d.Key = key
+	if d.Cost, err = r.cost(req); err != nil {
+		d.Outcome = Failed
+		return fail(err)
+	}
+	if err := ctx.Err(); err != nil {
+		d.Outcome = Canceled
+		return fail(err)
+	}
+
+	wait := time.Duration(0)
+	if r.Mode == Wait {
+		wait = maxWait(ctx, t.now(), r.maxWait)
+	}
+	res, err := t.store.Reserve(ctx, key, store.Request{Limits: r.eff, Cost: d.Cost, MaxWait: wait})
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			d.Outcome = Canceled
+			return fail(ctxErr)
+		}
+		err = fmt.Errorf("throttle: rule %q: %w", r.Name, err)
+		if t.storeFailure == FailOpen {
+			d.Outcome, d.Err = FailedOpen, err
+			t.observe(ctx, d)
+			return t.base.RoundTrip(req)
+		}
+		d.Outcome = Failed
+		return fail(err)
+	}
+	if res.Limit >= 0 && res.Limit < len(r.Limits) {
+		d.Limit = r.Limits[res.Limit]
+	}
+	if !res.Allowed {
+		d.Outcome, d.RetryAfter = Limited, res.RetryAfter
+		return fail(&LimitError{Rule: r.Name, Key: key, Limit: d.Limit, RetryAfter: res.RetryAfter})
+	}
+
+	d.Delay = res.Delay
+	if err := sleep(ctx, res.Delay); err != nil {
+		// The slot will not be used: give it back so that others may.
+		// The caller's context is done, so Cancel runs on a detached one.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+		_ = t.store.Cancel(cctx, res)
+		cancel()
+		d.Outcome = Canceled
+		return fail(err)
+	}
+	d.Outcome = Sent
+	t.observe(ctx, d)
+	return t.base.RoundTrip(req)
+}
+
+func closeBody(req *http.Request) {
+	if req != nil && req.Body != nil {
+		_ = req.Body.Close()
+	}
+}

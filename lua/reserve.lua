@@ -32,30 +32,35 @@ else
   now = tonumber(ARGV[3])
 end
 
-local max_n, max_w = 0, 0
-for i = 4, #ARGV, 2 do
-  local n, w = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
-  if n > max_n then max_n = n end
+local max_w = 0
+for i = 5, #ARGV, 2 do
+  local w = tonumber(ARGV[i])
   if w > max_w then max_w = w end
 end
 
--- Entries at or before now - max_w lie outside every window. Drop a bounded
--- number per call: each call appends cost entries and may drop cost + 2, so
--- the log of a busy key never keeps more than it must, and no single call
--- pays for a long idle gap (LTRIM below bounds the length in any case).
-local horizon = now - max_w
-for _ = 1, cost + 2 do
-  local first = redis.call('LINDEX', key, 0)
-  if not first or tonumber(first) > horizon then break end
-  redis.call('LPOP', key)
+-- Trim: entries at or before min(now, last) - max_w lie outside every window
+-- a later call will check, because its slot is at or after its own now and
+-- after the last entry. Against now alone, a caller with an older now could
+-- come next; against last alone, a Cancel could take the last entry away.
+-- A bounded number go per call: each call appends cost entries and may drop
+-- cost + 2, so a busy log keeps no more than it must and no call pays for a
+-- long gap (an idle log expires whole). The log thus holds at most the N of
+-- the longest window plus the units of reservations still waiting.
+local len = redis.call('LLEN', key)
+local last
+if len > 0 then
+  last = tonumber(redis.call('LINDEX', key, -1))
+  local horizon = math.min(now, last) - max_w
+  local dropped = 0
+  while dropped < cost + 2 and dropped < len do
+    if tonumber(redis.call('LINDEX', key, 0)) > horizon then break end
+    redis.call('LPOP', key)
+    dropped = dropped + 1
+  end
+  len = len - dropped
 end
 
-local len = redis.call('LLEN', key)
 local s, limit = now, 0
-if len > 0 then
-  local last = tonumber(redis.call('LINDEX', key, -1))
-  if last > s then s = last end
-end
 for i = 4, #ARGV, 2 do
   local k = tonumber(ARGV[i]) - cost + 1
   if k <= len then
@@ -63,6 +68,9 @@ for i = 4, #ARGV, 2 do
     if t > s then s, limit = t, (i - 2) / 2 end
   end
 end
+-- Never before the last entry: the log stays ordered (FIFO across the fleet)
+-- even if clocks step back.
+if last and last > s then s, limit = last, 0 end
 
 local wait = s - now
 if wait > max_wait then
@@ -73,9 +81,6 @@ local slot = string.format('%.0f', s)
 local add = {}
 for j = 1, cost do add[j] = slot end
 redis.call('RPUSH', key, unpack(add))
-if len + cost > max_n then
-  redis.call('LTRIM', key, -max_n, -1)
-end
 -- Idle keys vanish once their newest entry has left the largest window.
 redis.call('PEXPIRE', key, math.floor((wait + max_w) / 1000) + 1)
 return { 1, wait, s, limit }

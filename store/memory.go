@@ -67,15 +67,15 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (Reservat
 	if err := ctx.Err(); err != nil {
 		return Reservation{}, err
 	}
-	now := m.now().UnixMicro()
-	maxN, maxW := 0, int64(0)
+	maxW := int64(0)
 	for _, l := range req.Limits {
-		maxN = max(maxN, l.N)
 		maxW = max(maxW, micros(l.Per))
 	}
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	// Read under the lock, so that calls see the clock in order.
+	now := m.now().UnixMicro()
 	m.calls++
 	if m.calls >= sweepEvery {
 		m.sweep(now)
@@ -88,21 +88,26 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (Reservat
 	if lg == nil {
 		lg = &memLog{}
 	}
-	for lg.head < len(lg.times) && lg.times[lg.head] <= now-maxW {
-		lg.head++
+	// As in reserve.lua: entries at or before min(now, last) - maxW are
+	// outside every window a later call checks, even after a Cancel.
+	if n := len(lg.times); n > lg.head {
+		horizon := min(now, lg.times[n-1]) - maxW
+		for lg.head < n && lg.times[lg.head] <= horizon {
+			lg.head++
+		}
 	}
 	live := lg.times[lg.head:]
 
 	s, limit := now, -1
-	if len(live) > 0 {
-		s = max(s, live[len(live)-1])
-	}
 	for i, l := range req.Limits {
 		if k := l.N - req.Cost + 1; k <= len(live) {
 			if t := live[len(live)-k] + micros(l.Per); t > s {
 				s, limit = t, i
 			}
 		}
+	}
+	if len(live) > 0 && live[len(live)-1] > s {
+		s, limit = live[len(live)-1], -1
 	}
 	wait := s - now
 	res := Reservation{Limit: limit, Key: key, Cost: req.Cost}
@@ -112,9 +117,6 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (Reservat
 	}
 	for range req.Cost {
 		lg.times = append(lg.times, s)
-	}
-	if n := len(lg.times) - lg.head; n > maxN {
-		lg.head += n - maxN
 	}
 	if lg.head > 32 && lg.head*2 > len(lg.times) {
 		lg.times = append(lg.times[:0], lg.times[lg.head:]...)
@@ -159,4 +161,12 @@ func (m *Memory) sweep(now int64) {
 			delete(m.logs, k)
 		}
 	}
+}
+
+// Len returns the number of keys the store holds, expired ones not yet
+// dropped included.
+func (m *Memory) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.logs)
 }

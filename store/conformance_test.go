@@ -1,0 +1,468 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/throttle-go/throttle/internal/redistest"
+	"github.com/throttle-go/throttle/store"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	redistest.StopShared()
+	os.Exit(code)
+}
+
+// fakeClock is a clock the tests move by hand; both stores can run on it (the
+// Redis store through WithClientTime), so the suite checks exact slots.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{t: time.Unix(1_700_000_000, 0)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// impl is one store under test.
+type impl struct {
+	name string
+	// open returns a store on clock, or on its own real clock when clock is nil.
+	open func(t *testing.T, clock func() time.Time) store.Store
+}
+
+var keySeq atomic.Int64
+
+// uniqueKey gives each test its own keys on the shared Redis.
+func uniqueKey(t *testing.T) string {
+	return fmt.Sprintf("%s-%d-%d", t.Name(), time.Now().UnixNano(), keySeq.Add(1))
+}
+
+func impls(t *testing.T) []impl {
+	memory := impl{"memory", func(t *testing.T, clock func() time.Time) store.Store {
+		var opts []store.MemoryOption
+		if clock != nil {
+			opts = append(opts, store.WithClock(clock))
+		}
+		m, err := store.NewMemory(opts...)
+		require.NoError(t, err)
+		return m
+	}}
+	redisOn := func(srv func(t *testing.T) *redistest.Server) func(t *testing.T, clock func() time.Time) store.Store {
+		return func(t *testing.T, clock func() time.Time) store.Store {
+			var opts []store.RedisOption
+			if clock != nil {
+				opts = append(opts, store.WithClientTime(clock))
+			}
+			r, err := store.NewRedis(srv(t).Client(t), opts...)
+			require.NoError(t, err)
+			return r
+		}
+	}
+	shared := redistest.Shared(t)
+	name := "redis-server"
+	if !shared.Real {
+		name = "redis-fallback-miniredis"
+	}
+	return []impl{
+		memory,
+		{name, redisOn(func(t *testing.T) *redistest.Server { return redistest.Shared(t) })},
+		// The examples run on miniredis: the scripts must behave the same there.
+		{"miniredis", redisOn(func(t *testing.T) *redistest.Server { return redistest.Mini(t) })},
+	}
+}
+
+func req(cost int, maxWait time.Duration, limits ...store.Limit) store.Request {
+	return store.Request{Limits: limits, Cost: cost, MaxWait: maxWait}
+}
+
+func lim(n int, per time.Duration) store.Limit { return store.Limit{N: n, Per: per} }
+
+// TestConformance runs the same cases, with the same expectations, on every
+// store, on a fake clock so that every slot is exact.
+func TestConformance(t *testing.T) {
+	for _, im := range impls(t) {
+		t.Run(im.name, func(t *testing.T) {
+			for _, c := range conformanceCases {
+				t.Run(c.name, func(t *testing.T) {
+					clock := newFakeClock()
+					c.run(t, im.open(t, clock.Now), clock, uniqueKey(t))
+				})
+			}
+		})
+	}
+}
+
+type conformanceCase struct {
+	name string
+	run  func(t *testing.T, s store.Store, clock *fakeClock, key string)
+}
+
+var ctx = context.Background()
+
+func reserve(t *testing.T, s store.Store, key string, r store.Request) store.Reservation {
+	t.Helper()
+	res, err := s.Reserve(ctx, key, r)
+	require.NoError(t, err)
+	return res
+}
+
+var conformanceCases = []conformanceCase{
+	{"N at once, then refused with RetryAfter = W", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		for i := range 3 {
+			res := reserve(t, s, key, req(1, 0, lim(3, time.Second)))
+			require.True(t, res.Allowed, "request %d", i)
+			assert.Equal(t, time.Duration(0), res.Delay)
+			clock.Advance(100 * time.Millisecond)
+		}
+		res := reserve(t, s, key, req(1, 0, lim(3, time.Second)))
+		assert.False(t, res.Allowed)
+		assert.Equal(t, 700*time.Millisecond, res.RetryAfter)
+		assert.Equal(t, 0, res.Limit)
+	}},
+	{"a refusal records nothing", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		r := req(1, 0, lim(2, time.Second))
+		reserve(t, s, key, r)
+		reserve(t, s, key, r)
+		for range 20 {
+			assert.False(t, reserve(t, s, key, r).Allowed)
+		}
+		clock.Advance(time.Second)
+		assert.True(t, reserve(t, s, key, r).Allowed)
+		assert.True(t, reserve(t, s, key, r).Allowed)
+		assert.False(t, reserve(t, s, key, r).Allowed)
+	}},
+	{"waiters queue in order, each a window after its N-th predecessor", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		r := req(1, time.Hour, lim(2, time.Second))
+		var delays []time.Duration
+		for range 7 {
+			res := reserve(t, s, key, r)
+			require.True(t, res.Allowed)
+			delays = append(delays, res.Delay)
+		}
+		assert.Equal(t, []time.Duration{0, 0, time.Second, time.Second, 2 * time.Second, 2 * time.Second, 3 * time.Second}, delays)
+	}},
+	{"a slot beyond MaxWait is refused, within it granted", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		reserve(t, s, key, req(1, 0, lim(1, time.Second)))
+		clock.Advance(200 * time.Millisecond)
+		res := reserve(t, s, key, req(1, 799*time.Millisecond, lim(1, time.Second)))
+		assert.False(t, res.Allowed)
+		assert.Equal(t, 800*time.Millisecond, res.RetryAfter)
+		res = reserve(t, s, key, req(1, 800*time.Millisecond, lim(1, time.Second)))
+		assert.True(t, res.Allowed)
+		assert.Equal(t, 800*time.Millisecond, res.Delay)
+		assert.Equal(t, 0, res.Limit)
+	}},
+	{"the window slides: units come back one window after their send", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		r := req(1, 0, lim(4, time.Second))
+		reserve(t, s, key, r)
+		reserve(t, s, key, r) // two at 0
+		clock.Advance(500 * time.Millisecond)
+		reserve(t, s, key, r)
+		reserve(t, s, key, r) // two at 0.5s
+		clock.Advance(499 * time.Millisecond)
+		assert.False(t, reserve(t, s, key, r).Allowed, "at 0.999s the window holds 4")
+		clock.Advance(time.Millisecond)
+		assert.True(t, reserve(t, s, key, r).Allowed, "at 1s the two sent at 0 have left")
+		assert.True(t, reserve(t, s, key, r).Allowed)
+		res := reserve(t, s, key, r)
+		assert.False(t, res.Allowed, "a fixed window would reset here; a sliding one does not")
+		assert.Equal(t, 500*time.Millisecond, res.RetryAfter)
+	}},
+	{"cost takes that many units", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		assert.True(t, reserve(t, s, key, req(3, 0, lim(5, time.Second))).Allowed)
+		res := reserve(t, s, key, req(3, 0, lim(5, time.Second)))
+		assert.False(t, res.Allowed, "3 + 3 > 5")
+		assert.Equal(t, time.Second, res.RetryAfter)
+		assert.True(t, reserve(t, s, key, req(2, 0, lim(5, time.Second))).Allowed, "3 + 2 = 5")
+		assert.False(t, reserve(t, s, key, req(1, 0, lim(5, time.Second))).Allowed)
+		res = reserve(t, s, key, req(5, time.Hour, lim(5, time.Second)))
+		assert.True(t, res.Allowed)
+		assert.Equal(t, time.Second, res.Delay, "all five units free again one window later")
+	}},
+	{"several limits are checked together and the binding one is named", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		limits := []store.Limit{lim(2, 100*time.Millisecond), lim(3, time.Second)}
+		r := store.Request{Limits: limits, Cost: 1, MaxWait: time.Hour}
+		var got []store.Reservation
+		for range 5 {
+			got = append(got, reserve(t, s, key, r))
+		}
+		delays := []time.Duration{}
+		for _, g := range got {
+			delays = append(delays, g.Delay)
+		}
+		assert.Equal(t, []time.Duration{0, 0, 100 * time.Millisecond, time.Second, time.Second}, delays)
+		assert.Equal(t, []int{-1, -1, 0, 1, 1}, []int{got[0].Limit, got[1].Limit, got[2].Limit, got[3].Limit, got[4].Limit})
+	}},
+	{"cancel gives the slot back to the next request", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		r := req(1, time.Hour, lim(1, time.Second))
+		reserve(t, s, key, r)
+		waiting := reserve(t, s, key, r)
+		require.Equal(t, time.Second, waiting.Delay)
+		require.NoError(t, s.Cancel(ctx, waiting))
+		again := reserve(t, s, key, r)
+		assert.Equal(t, time.Second, again.Delay, "the cancelled slot is free again")
+		assert.Equal(t, 2*time.Second, reserve(t, s, key, r).Delay)
+	}},
+	{"cancel removes only its own units", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		r := req(2, time.Hour, lim(4, time.Second))
+		reserve(t, s, key, r)
+		reserve(t, s, key, r)
+		a := reserve(t, s, key, r) // 2 units at 1s
+		b := reserve(t, s, key, r) // 2 units at 1s
+		require.Equal(t, a.Slot, b.Slot)
+		require.NoError(t, s.Cancel(ctx, a))
+		// Two units at 1s remain: two more fit at 1s, then the next must wait.
+		assert.Equal(t, time.Second, reserve(t, s, key, r).Delay)
+		assert.Equal(t, 2*time.Second, reserve(t, s, key, r).Delay)
+	}},
+	{"cancel of a refusal or of a spent reservation is harmless", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		r := req(1, 0, lim(1, time.Second))
+		first := reserve(t, s, key, r)
+		refused := reserve(t, s, key, r)
+		require.False(t, refused.Allowed)
+		require.NoError(t, s.Cancel(ctx, refused))
+		assert.False(t, reserve(t, s, key, r).Allowed)
+		clock.Advance(5 * time.Second) // the log has expired
+		require.NoError(t, s.Cancel(ctx, first))
+		assert.True(t, reserve(t, s, key, r).Allowed)
+	}},
+	{"a cancel never frees a unit still inside a window", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		r := req(1, time.Hour, lim(1, time.Second))
+		reserve(t, s, key, r) // sent at 0
+		for range 3 {
+			waiting := reserve(t, s, key, r)
+			require.Equal(t, time.Second, waiting.Delay)
+			require.NoError(t, s.Cancel(ctx, waiting))
+		}
+		assert.Equal(t, time.Second, reserve(t, s, key, r).Delay, "the unit sent at 0 still counts")
+	}},
+	{"keys are independent", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		r := req(1, 0, lim(1, time.Second))
+		assert.True(t, reserve(t, s, key+"a", r).Allowed)
+		assert.True(t, reserve(t, s, key+"b", r).Allowed)
+		assert.False(t, reserve(t, s, key+"a", r).Allowed)
+	}},
+	{"order holds when the clock steps back", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		r := req(1, time.Hour, lim(1, time.Second))
+		reserve(t, s, key, r)
+		second := reserve(t, s, key, r)
+		require.Equal(t, time.Second, second.Delay)
+		clock.Advance(-10 * time.Second)
+		third := reserve(t, s, key, r)
+		assert.GreaterOrEqual(t, third.Slot, second.Slot+int64(time.Second/time.Microsecond))
+	}},
+	{"an idle key starts afresh", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		r := req(2, time.Hour, lim(2, time.Second))
+		reserve(t, s, key, r)
+		reserve(t, s, key, r)
+		clock.Advance(3 * time.Second)
+		assert.Equal(t, time.Duration(0), reserve(t, s, key, r).Delay)
+	}},
+	{"invalid requests are refused with ErrInvalidRequest", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		for name, r := range map[string]store.Request{
+			"no limits":      {Cost: 1},
+			"cost 0":         req(0, 0, lim(1, time.Second)),
+			"cost above N":   req(3, 0, lim(5, time.Second), lim(2, time.Second)),
+			"N 0":            req(1, 0, lim(0, time.Second)),
+			"window 0":       req(1, 0, lim(1, 0)),
+			"negative wait":  req(1, -time.Second, lim(1, time.Second)),
+			"negative limit": req(1, 0, lim(-1, time.Second)),
+		} {
+			_, err := s.Reserve(ctx, key, r)
+			assert.ErrorIs(t, err, store.ErrInvalidRequest, name)
+		}
+		_, err := s.Reserve(ctx, "", req(1, 0, lim(1, time.Second)))
+		assert.ErrorIs(t, err, store.ErrInvalidRequest, "empty key")
+	}},
+	{"a cancelled context is an error, not a refusal", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		_, err := s.Reserve(cctx, key, req(1, 0, lim(1, time.Second)))
+		assert.ErrorIs(t, err, context.Canceled)
+	}},
+}
+
+// TestServerClock checks the stores on their own clocks (Redis TIME): the
+// reply is a duration, whatever the client's clock says.
+func TestServerClock(t *testing.T) {
+	for _, im := range impls(t) {
+		t.Run(im.name, func(t *testing.T) {
+			s, key := im.open(t, nil), uniqueKey(t)
+			r := req(1, time.Hour, lim(2, time.Hour))
+			assert.Equal(t, time.Duration(0), reserve(t, s, key, r).Delay)
+			assert.Equal(t, time.Duration(0), reserve(t, s, key, r).Delay)
+			d := reserve(t, s, key, r).Delay
+			assert.Greater(t, d, 59*time.Minute)
+			assert.LessOrEqual(t, d, time.Hour)
+		})
+	}
+}
+
+// TestProperty is the guarantee itself: many goroutines reserve with random
+// costs against random limits, some cancel, and the slots that stay recorded
+// never put more than N units in any window (t-W, t] of any limit.
+func TestProperty(t *testing.T) {
+	for _, im := range impls(t) {
+		t.Run(im.name, func(t *testing.T) {
+			for seed := range uint64(3) {
+				t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+					runProperty(t, im, seed)
+				})
+			}
+		})
+	}
+}
+
+type sent struct {
+	slot int64 // microseconds
+	cost int
+}
+
+func runProperty(t *testing.T, im impl, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 42))
+	limits := make([]store.Limit, 1+rng.IntN(3))
+	maxCost := 3
+	for i := range limits {
+		limits[i] = lim(maxCost+rng.IntN(18), time.Duration(10+rng.IntN(2000))*time.Millisecond)
+	}
+	t.Logf("seed %d limits %v", seed, limits)
+	// Memory runs on a fake clock that moves while the workers reserve; Redis
+	// on its own TIME. (With WithClientTime, callers racing with stale clocks
+	// may be off by their staleness, as its documentation says.)
+	clock := newFakeClock()
+	var s store.Store
+	if im.name == "memory" {
+		s = im.open(t, clock.Now)
+	} else {
+		s = im.open(t, nil)
+	}
+	key := uniqueKey(t)
+
+	var mu sync.Mutex
+	var log []sent
+	var wg sync.WaitGroup
+	const workers, each = 16, 40
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(seed, uint64(w)))
+			for range each {
+				cost := 1 + r.IntN(maxCost)
+				res, err := s.Reserve(ctx, key, req(cost, time.Duration(r.IntN(3000))*time.Millisecond, limits...))
+				if !assert.NoError(t, err) {
+					return
+				}
+				if !res.Allowed {
+					continue
+				}
+				if r.IntN(5) == 0 {
+					assert.NoError(t, s.Cancel(ctx, res))
+					continue
+				}
+				mu.Lock()
+				log = append(log, sent{res.Slot, cost})
+				mu.Unlock()
+			}
+		}()
+	}
+	// The clock moves while the workers reserve.
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r := rand.New(rand.NewPCG(seed, 99))
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				clock.Advance(time.Duration(r.IntN(20_000)) * time.Microsecond)
+				time.Sleep(50 * time.Microsecond)
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	<-done
+	require.NotEmpty(t, log)
+	for _, l := range limits {
+		if n, at := maxInWindow(log, l.Per); n > l.N {
+			t.Fatalf("limit %s: %d units in the window ending at %d", l, n, at)
+		}
+	}
+	// The check has teeth: the same log overfills a window one unit smaller.
+	tight := false
+	for _, l := range limits {
+		if n, _ := maxInWindow(log, l.Per); n == l.N {
+			tight = true
+		}
+	}
+	assert.True(t, tight, "the load never filled a window; the test proves nothing")
+}
+
+// maxInWindow returns the most units in any window (t-W, t] of the log, and
+// the end of such a window.
+func maxInWindow(log []sent, w time.Duration) (most int, at int64) {
+	log = slices.Clone(log)
+	slices.SortFunc(log, func(a, b sent) int { return int(a.slot - b.slot) })
+	wus := int64(w / time.Microsecond)
+	sum, lo := 0, 0
+	for hi := range log {
+		sum += log[hi].cost
+		for log[lo].slot <= log[hi].slot-wus {
+			sum -= log[lo].cost
+			lo++
+		}
+		if sum > most {
+			most, at = sum, log[hi].slot
+		}
+	}
+	return most, at
+}
+
+func TestMaxInWindow(t *testing.T) {
+	log := []sent{{0, 1}, {500, 2}, {1000, 1}, {1000, 1}, {1999, 1}}
+	n, _ := maxInWindow(log, time.Millisecond) // W = 1000µs
+	assert.Equal(t, 4, n, "(0, 1000] holds 2+1+1; (999, 1999] only 1+1+1")
+	n, _ = maxInWindow(log, time.Microsecond)
+	assert.Equal(t, 2, n)
+}
+
+var _ = errors.New
+
+// sharedOrSkip returns the shared server, skipping Redis-only checks (MEMORY
+// USAGE, real TTLs) when it is the miniredis fallback; never the case in CI,
+// where redistest fails instead.
+func sharedOrSkip(t *testing.T) *redistest.Server {
+	srv := redistest.Shared(t)
+	if !srv.Real {
+		t.Skip("needs a real redis-server")
+	}
+	return srv
+}

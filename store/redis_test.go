@@ -1,0 +1,155 @@
+package store_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/throttle-go/throttle/store"
+)
+
+func realRedis(t *testing.T) *redis.Client {
+	srv := sharedOrSkip(t)
+	return srv.Client(t)
+}
+
+// TestRedisMemoryPerEntry measures what one logged request costs in Redis:
+// MEMORY USAGE of a log of 5,000 entries, divided by 5,000. The README quotes
+// the figure this logs.
+func TestRedisMemoryPerEntry(t *testing.T) {
+	c := realRedis(t)
+	s, err := store.NewRedis(c)
+	require.NoError(t, err)
+	key := uniqueKey(t)
+	r := req(100, 0, lim(5000, time.Hour))
+	for range 50 {
+		res := reserve(t, s, key, r)
+		require.True(t, res.Allowed)
+	}
+	rk := s.RedisKey(key)
+	require.EqualValues(t, 5000, c.LLen(ctx, rk).Val())
+	bytes, err := c.MemoryUsage(ctx, rk, 0).Result()
+	require.NoError(t, err)
+	per := float64(bytes) / 5000
+	t.Logf("MEMORY USAGE of a log of 5000 entries: %d bytes, %.2f bytes per logged request", bytes, per)
+	assert.Less(t, per, 16.0, "a LIST entry should cost about 10 bytes")
+}
+
+// TestRedisKeyLayout checks the Cluster-safe names, the TTL on every write
+// and that the log never outgrows the longest window's N plus the waiters.
+func TestRedisKeyLayout(t *testing.T) {
+	c := realRedis(t)
+	s, err := store.NewRedis(c, store.WithPrefix("app1:"))
+	require.NoError(t, err)
+	key := uniqueKey(t)
+	assert.Equal(t, "app1:{"+key+"}", s.RedisKey(key))
+
+	limits := []store.Limit{lim(5, 50*time.Millisecond), lim(20, 300*time.Millisecond)}
+	for range 400 {
+		res, err := s.Reserve(ctx, key, store.Request{Limits: limits, Cost: 1, MaxWait: 0})
+		require.NoError(t, err)
+		if res.Allowed {
+			ttl := c.PTTL(ctx, s.RedisKey(key)).Val()
+			assert.Greater(t, ttl, time.Duration(0))
+			assert.LessOrEqual(t, ttl, 301*time.Millisecond)
+		}
+		assert.LessOrEqual(t, c.LLen(ctx, s.RedisKey(key)).Val(), int64(20+3),
+			"at most the longest window's N, plus entries at its edge still to drop")
+		time.Sleep(time.Millisecond)
+	}
+	keys := c.Keys(ctx, "app1:{"+key+"}*").Val()
+	assert.Equal(t, []string{s.RedisKey(key)}, keys, "one Redis key per rate key")
+}
+
+// TestRedisScriptCacheLoss: after SCRIPT FLUSH (a restart, a failover: Redis 7
+// does not replicate its script cache) the next call loads the script again.
+func TestRedisScriptCacheLoss(t *testing.T) {
+	c := realRedis(t)
+	s, err := store.NewRedis(c)
+	require.NoError(t, err)
+	key := uniqueKey(t)
+	r := req(1, time.Hour, lim(1, time.Second))
+	reserve(t, s, key, r)
+	require.NoError(t, c.ScriptFlush(ctx).Err())
+	res := reserve(t, s, key, r)
+	assert.True(t, res.Allowed)
+	require.NoError(t, c.ScriptFlush(ctx).Err())
+	require.NoError(t, s.Cancel(ctx, res))
+}
+
+// fakeScripter answers every script with a fixed reply or error.
+type fakeScripter struct {
+	redis.Scripter
+	reply any
+	err   error
+}
+
+func (f fakeScripter) cmd(ctx context.Context) *redis.Cmd {
+	c := redis.NewCmd(ctx)
+	if f.err != nil {
+		c.SetErr(f.err)
+	} else {
+		c.SetVal(f.reply)
+	}
+	return c
+}
+
+func (f fakeScripter) EvalSha(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	return f.cmd(ctx)
+}
+
+func (f fakeScripter) Eval(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	return f.cmd(ctx)
+}
+
+// TestRedisOddReplies: a reply of the wrong shape is an error, never a panic.
+func TestRedisOddReplies(t *testing.T) {
+	for name, reply := range map[string]any{
+		"not a list":        int64(1),
+		"too short":         []any{int64(1), int64(0)},
+		"string element":    []any{int64(1), "0", int64(5), int64(0)},
+		"limit out of band": []any{int64(1), int64(0), int64(5), int64(7)},
+		"negative wait":     []any{int64(1), int64(-3), int64(5), int64(0)},
+		"nil element":       []any{int64(1), nil, int64(5), int64(0)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, err := store.NewRedis(fakeScripter{reply: reply})
+			require.NoError(t, err)
+			_, err = s.Reserve(ctx, "k", req(1, 0, lim(1, time.Second)))
+			require.Error(t, err)
+			assert.True(t, strings.HasPrefix(err.Error(), "store: redis reserve:"), err.Error())
+		})
+	}
+}
+
+func TestNewRedisValidates(t *testing.T) {
+	_, err := store.NewRedis(nil)
+	assert.ErrorContains(t, err, "nil client")
+	_, err = store.NewRedis(fakeScripter{}, nil)
+	assert.ErrorContains(t, err, "nil option")
+	_, err = store.NewRedis(fakeScripter{}, store.WithClientTime(nil))
+	assert.ErrorContains(t, err, "nil clock")
+	_, err = store.NewMemory(store.WithClock(nil))
+	assert.ErrorContains(t, err, "nil clock")
+	_, err = store.NewMemory(nil)
+	assert.ErrorContains(t, err, "nil option")
+}
+
+// TestMemoryForgetsIdleKeys: the memory store drops expired logs lazily, so a
+// process that sees many keys once does not keep them all.
+func TestMemoryForgetsIdleKeys(t *testing.T) {
+	clock := newFakeClock()
+	m, err := store.NewMemory(store.WithClock(clock.Now))
+	require.NoError(t, err)
+	r := req(1, 0, lim(1, time.Second))
+	for i := range 10_000 {
+		reserve(t, m, "once-"+strings.Repeat("x", i%7)+string(rune('a'+i%26))+time.Duration(i).String(), r)
+		clock.Advance(time.Millisecond)
+	}
+	assert.LessOrEqual(t, m.Len(), 4096+1000, "keys idle for a window are swept")
+}

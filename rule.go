@@ -34,8 +34,8 @@ const NoMargin time.Duration = -1
 
 // Rule limits the requests it matches. A request is matched by at most one
 // rule: among the rules whose Host, PathPrefix and Method all match, the one
-// with the longest PathPrefix, then the one with a Method, then an exact host
-// over a wildcard, then the first given.
+// with the longest PathPrefix, then the one with a Method, then one with a
+// port, then an exact host over a wildcard, then the first given.
 type Rule struct {
 	// Name names the rule in errors, decisions and logs. Empty: Host,
 	// Method and PathPrefix joined, or "default" for the default rule.
@@ -172,7 +172,8 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 	return c, nil
 }
 
-// matches reports whether c applies to req, and how specifically.
+// matches reports whether c applies to req, and how specifically: a longer
+// PathPrefix first, then a Method, then a port, then an exact host.
 func (c *rule) matches(req *http.Request) (score int, ok bool) {
 	host := req.URL.Host
 	if host == "" {
@@ -193,20 +194,28 @@ func (c *rule) matches(req *http.Request) (score int, ok bool) {
 		}
 		score++
 	}
-	if c.port != "" && port != c.port {
-		return 0, false
+	if c.port != "" {
+		if port == "" {
+			port = defaultPorts[strings.ToLower(req.URL.Scheme)]
+		}
+		if port != c.port {
+			return 0, false
+		}
+		score += 2
 	}
 	if c.Method != "" {
 		if req.Method != c.Method && !(c.Method == http.MethodGet && req.Method == "") {
 			return 0, false
 		}
-		score += 2
+		score += 4
 	}
 	if !strings.HasPrefix(req.URL.Path, c.PathPrefix) {
 		return 0, false
 	}
-	return score + 4*len(c.PathPrefix), true
+	return score + 8*len(c.PathPrefix), true
 }
+
+var defaultPorts = map[string]string{"http": "80", "https": "443"}
 
 // cost returns the request's cost, checked against the limits.
 func (c *rule) cost(req *http.Request) (int, error) {

@@ -81,9 +81,9 @@ func WithDefault(r Rule) Option {
 	})
 }
 
-// WithOnDecision calls f with every decision the transport makes, on the
-// request's goroutine, before RoundTrip returns or waits: f must be quick and
-// safe for concurrent use.
+// WithOnDecision calls f once per request with the transport's decision, on
+// the request's goroutine: after the wait and before the send for Sent, before
+// RoundTrip returns for the rest. f must be quick and safe for concurrent use.
 func WithOnDecision(f func(Decision)) Option {
 	return optionFunc(func(t *Transport) error {
 		if f == nil {

@@ -1,0 +1,25 @@
+// Package throttle keeps a fleet of HTTP clients under a third party's rate
+// limit, so that none of them receives a 429 while the whole quota is used.
+//
+// A Transport wraps any http.RoundTripper. For each request it finds the
+// Rule that matches (by host, path prefix and method, configured in code),
+// derives a rate key with the rule's KeyFunc (a hashed access token, a
+// payment gateway's name, the host), and reserves the next free send slot in
+// that key's sliding log, kept in a store.Store shared by every process:
+// store.Redis for a fleet, store.Memory for one process. In Wait mode the
+// request then sleeps until its slot, bounded by MaxWait and its context;
+// in FailFast mode, or when the slot is too far away, it fails at once with a
+// *LimitError that errors.Is(err, ErrLimited) finds.
+//
+// The guarantee: for every key and every limit of N per W, in any interval
+// of length W the fleet sends at most N units, counted when they are sent.
+// Reserving a slot, waiting included, is one Redis script call.
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+//	st, _ := store.NewRedis(rdb)
+//	tr, err := throttle.New(nil, st, throttle.WithRule(throttle.Rule{
+//		Host: "api.gateway.example", Limits: []throttle.Limit{throttle.PerSecond(100)},
+//		Key: throttle.Fixed("pg1"),
+//	}))
+//	client := &http.Client{Transport: tr}
+package throttle

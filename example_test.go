@@ -1,0 +1,137 @@
+package throttle_test
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/store"
+)
+
+// fakeGateway stands in for the network in the examples: it answers 200.
+var fakeGateway = roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+	return okResponse(r), nil
+})
+
+// A payment gateway allows us 2 calls per second, whichever machine makes
+// them. With FailFast, the third call within the second is refused at once
+// with ErrLimited, and the caller may requeue it.
+func ExampleNew() {
+	st, err := store.NewMemory() // store.NewRedis(client) for a fleet
+	if err != nil {
+		panic(err)
+	}
+	tr, err := throttle.New(fakeGateway, st, throttle.WithRule(throttle.Rule{
+		Name:   "acme-pay",
+		Host:   "pay.acme.example",
+		Limits: []throttle.Limit{throttle.PerSecond(2)},
+		Key:    throttle.Fixed("gateway:acme"),
+		Mode:   throttle.FailFast,
+	}))
+	if err != nil {
+		panic(err)
+	}
+	client := &http.Client{Transport: tr}
+
+	for i := 1; i <= 3; i++ {
+		resp, err := client.Post("https://pay.acme.example/charges", "application/json", nil)
+		if errors.Is(err, throttle.ErrLimited) {
+			fmt.Printf("call %d: limited\n", i)
+			continue
+		}
+		if err != nil {
+			panic(err)
+		}
+		resp.Body.Close()
+		fmt.Printf("call %d: %s\n", i, resp.Status)
+	}
+	// Output:
+	// call 1: 200 OK
+	// call 2: 200 OK
+	// call 3: limited
+}
+
+// A refusal says which rule, key and limit refused the request, and when to
+// retry.
+func ExampleLimitError() {
+	st, err := store.NewMemory()
+	if err != nil {
+		panic(err)
+	}
+	tr, err := throttle.New(fakeGateway, st, throttle.WithRule(throttle.Rule{
+		Name:   "reports",
+		Host:   "api.example.com",
+		Limits: []throttle.Limit{throttle.PerSecond(10), throttle.PerHour(1)},
+		Mode:   throttle.FailFast,
+	}))
+	if err != nil {
+		panic(err)
+	}
+	client := &http.Client{Transport: tr}
+
+	for range 2 {
+		resp, err := client.Get("https://api.example.com/v1/report")
+		var le *throttle.LimitError
+		if errors.As(err, &le) {
+			// Real time passes between the calls: round RetryAfter.
+			fmt.Printf("rule %s, key %s, limit %s, retry after %s\n",
+				le.Rule, le.Key, le.Limit, le.RetryAfter.Round(time.Minute))
+			continue
+		}
+		if err != nil {
+			panic(err)
+		}
+		resp.Body.Close()
+		fmt.Println(resp.Status)
+	}
+	// Output:
+	// 200 OK
+	// rule reports, key host:api.example.com, limit 1/1h0m0s, retry after 1h0m0s
+}
+
+// Access tokens are keys, but never in clear: each token gets its own log,
+// named by a hash of the token.
+func ExampleByBearerToken() {
+	req, err := http.NewRequest(http.MethodGet, "https://graph.example.com/me", nil)
+	if err != nil {
+		panic(err)
+	}
+	req.Header.Set("Authorization", "Bearer abc")
+	key, err := throttle.ByBearerToken()(req)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(key)
+
+	req.Header.Set("Authorization", "Basic abc")
+	_, err = throttle.ByBearerToken()(req)
+	fmt.Println(err)
+	// Output:
+	// bearer:ba7816bf8f01cfea414140de5dae2223
+	// the Authorization header is not a bearer token
+}
+
+// FirstOf keys requests by their token when they carry one, and by their host
+// otherwise.
+func ExampleFirstOf() {
+	key := throttle.FirstOf(throttle.ByQuery("access_token"), throttle.ByHost())
+	for _, u := range []string{
+		"https://graph.example.com/me?access_token=abc",
+		"https://graph.example.com/public",
+	} {
+		req, err := http.NewRequest(http.MethodGet, u, nil)
+		if err != nil {
+			panic(err)
+		}
+		k, err := key(req)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(k)
+	}
+	// Output:
+	// query:access_token:ba7816bf8f01cfea414140de5dae2223
+	// host:graph.example.com
+}

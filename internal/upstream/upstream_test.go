@@ -1,0 +1,166 @@
+package upstream
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeClock is a settable clock, safe for concurrent use.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func byHeader(r *http.Request) string { return r.Header.Get("X-Key") }
+
+// hit sends n requests for key from the given number of goroutines and
+// returns how many got 200 and 429.
+func hit(t *testing.T, url, key string, goroutines, n int) (ok, tooMany int) {
+	t.Helper()
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	jobs := make(chan struct{}, n)
+	for range n {
+		jobs <- struct{}{}
+	}
+	close(jobs)
+	for range goroutines {
+		wg.Go(func() {
+			for range jobs {
+				req, err := http.NewRequest(http.MethodGet, url, nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				req.Header.Set("X-Key", key)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				resp.Body.Close()
+				mu.Lock()
+				switch resp.StatusCode {
+				case http.StatusOK:
+					ok++
+				case http.StatusTooManyRequests:
+					tooMany++
+				default:
+					t.Errorf("unexpected status %d", resp.StatusCode)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return ok, tooMany
+}
+
+func TestRejectsExactlyTheExcessPerKey(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	u, err := New(Config{N: 10, Window: time.Second, Key: byHeader, Now: clock.Now})
+	require.NoError(t, err)
+	srv := httptest.NewServer(u)
+	defer srv.Close()
+	defer http.DefaultClient.CloseIdleConnections()
+
+	for _, key := range []string{"a", "b"} {
+		ok, tooMany := hit(t, srv.URL, key, 8, 25)
+		require.Equal(t, 10, ok, "key %s", key)
+		require.Equal(t, 15, tooMany, "key %s", key)
+	}
+
+	st := u.Stats()
+	require.Equal(t, 20, st.Total.Accepted)
+	require.Equal(t, 30, st.Total.Rejected)
+	require.Len(t, st.Total.Arrivals, 20)
+	for _, key := range []string{"a", "b"} {
+		ks := st.Keys[key]
+		require.Equal(t, 10, ks.Accepted)
+		require.Equal(t, 15, ks.Rejected)
+		require.Equal(t, clock.Now(), ks.FirstAccepted)
+	}
+}
+
+func TestSlidingWindowOnArrival(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	u, err := New(Config{N: 2, Window: time.Second, Now: clock.Now})
+	require.NoError(t, err)
+
+	// Each step: how far the clock moves, then the status of one request.
+	steps := []struct {
+		name    string
+		advance time.Duration
+		want    int
+	}{
+		{"first at 0", 0, http.StatusOK},
+		{"second at 0.4s", 400 * time.Millisecond, http.StatusOK},
+		{"third at 0.9s: two in (-0.1s, 0.9s]", 500 * time.Millisecond, http.StatusTooManyRequests},
+		{"at exactly 1s the first has left (0s, 1s]", 100 * time.Millisecond, http.StatusOK},
+		{"at 1.3s: 0.4s and 1s in (0.3s, 1.3s]", 300 * time.Millisecond, http.StatusTooManyRequests},
+		{"at 1.4s: 0.4s has left", 100 * time.Millisecond, http.StatusOK},
+		{"at 1.5s: 1s and 1.4s", 100 * time.Millisecond, http.StatusTooManyRequests},
+	}
+	for _, s := range steps {
+		clock.Add(s.advance)
+		rec := httptest.NewRecorder()
+		u.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		require.Equal(t, s.want, rec.Code, s.name)
+		if s.want == http.StatusTooManyRequests {
+			require.NotEmpty(t, rec.Header().Get("Retry-After"), s.name)
+		}
+	}
+	st := u.Stats()
+	require.Equal(t, 4, st.Total.Accepted)
+	require.Equal(t, 3, st.Total.Rejected)
+	base := time.Unix(1000, 0)
+	want := []time.Time{base, base.Add(400 * time.Millisecond), base.Add(time.Second), base.Add(1400 * time.Millisecond)}
+	require.Equal(t, want, st.Keys[""].Arrivals)
+}
+
+func TestTransitStillExact(t *testing.T) {
+	// With transit delay, arrivals are reordered but the count is exact:
+	// the window is long enough that nothing leaves it during the test.
+	u, err := New(Config{N: 7, Window: time.Hour, Transit: 2 * time.Millisecond})
+	require.NoError(t, err)
+	srv := httptest.NewServer(u)
+	defer srv.Close()
+	defer http.DefaultClient.CloseIdleConnections()
+	ok, tooMany := hit(t, srv.URL, "", 6, 20)
+	require.Equal(t, 7, ok)
+	require.Equal(t, 13, tooMany)
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	for i, c := range []Config{
+		{N: 0, Window: time.Second},
+		{N: 1, Window: 0},
+		{N: 1, Window: time.Second, Transit: -1},
+	} {
+		_, err := New(c)
+		require.Error(t, err, fmt.Sprint(i))
+	}
+}

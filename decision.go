@@ -16,8 +16,9 @@ const (
 	// Limited: no slot within the time the request could wait; it was
 	// refused with a *LimitError and nothing was recorded.
 	Limited
-	// Canceled: the context ended while the request waited for its slot;
-	// the slot was given back and the context's error returned.
+	// Canceled: the context ended before or while the request waited for
+	// its slot; the context's error is returned and the slot given back
+	// (best effort, in the background).
 	Canceled
 	// Failed: the key, the cost or the store failed; nothing was sent.
 	Failed

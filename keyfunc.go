@@ -3,8 +3,8 @@ package throttle
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"net"
 	"net/http"
+	"net/url"
 	"strings"
 )
 
@@ -34,21 +34,32 @@ func hashed(prefix, secret string) string {
 	return prefix + hex.EncodeToString(sum[:16])
 }
 
+// requestHost returns the host name of req, lower-cased, without brackets
+// (IPv6) or a trailing dot, and its port, empty when the URL has none. It
+// reads URL.Host, or Host when URL.Host is empty.
+func requestHost(req *http.Request) (host, port string) {
+	h := req.URL.Host
+	if h == "" {
+		h = req.Host
+	}
+	return splitHost(h)
+}
+
+// splitHost splits "host", "host:port", "[v6]" or "[v6]:port".
+func splitHost(hostport string) (host, port string) {
+	u := url.URL{Host: hostport}
+	return strings.TrimSuffix(strings.ToLower(u.Hostname()), "."), u.Port()
+}
+
 // ByHost keys a request by its host name, lower-cased and without a port:
 // one log per upstream host.
 func ByHost() KeyFunc {
 	return func(r *http.Request) (string, error) {
-		host := r.URL.Host
-		if host == "" {
-			host = r.Host
-		}
-		if h, _, err := net.SplitHostPort(host); err == nil {
-			host = h
-		}
+		host, _ := requestHost(r)
 		if host == "" {
 			return "", keyErr("the request has no host")
 		}
-		return "host:" + strings.ToLower(host), nil
+		return "host:" + host, nil
 	}
 }
 

@@ -2,8 +2,8 @@ package throttle
 
 import (
 	"fmt"
-	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
@@ -33,6 +33,13 @@ const DefaultMargin = 20 * time.Millisecond
 
 // NoMargin, as a Rule's Margin, asks for no safety margin at all.
 const NoMargin time.Duration = -1
+
+// MaxPer is the longest window a Limit may have: a year, which keeps every
+// time the scripts handle exact in Lua's numbers.
+const MaxPer = 366 * 24 * time.Hour
+
+// maxMargin bounds Margin: more than a minute is a mistake, not a margin.
+const maxMargin = time.Minute
 
 // Rule limits the requests it matches. A request is matched by at most one
 // rule: among the rules whose Host, PathPrefix and Method all match, the one
@@ -76,6 +83,7 @@ type rule struct {
 	wildcard bool
 	port     string        // empty: any port
 	eff      []Limit       // Limits with Margin added to every window
+	scope    string        // prefix of the store keys: the rule's own logs
 	maxWait  time.Duration // 0 in FailFast mode
 	minN     int
 }
@@ -109,13 +117,11 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 		if r.Host == "" {
 			return nil, fail("Host is empty (use WithDefault for a rule that matches every host)")
 		}
-		host := strings.ToLower(r.Host)
-		if strings.ContainsAny(host, "/?#@ ") {
+		if strings.ContainsAny(r.Host, "/?#@ ") {
 			return nil, fail("Host %q must be a host name, optionally with a port, not a URL", r.Host)
 		}
-		if h, p, err := net.SplitHostPort(host); err == nil {
-			host, c.port = h, p
-		}
+		host, port := splitHost(r.Host)
+		c.port = port
 		if rest, ok := strings.CutPrefix(host, "*."); ok {
 			host, c.wildcard = rest, true
 		}
@@ -127,9 +133,11 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 	if r.PathPrefix != "" && !strings.HasPrefix(r.PathPrefix, "/") {
 		return nil, fail("PathPrefix %q must start with /", r.PathPrefix)
 	}
+	r.Method = strings.ToUpper(r.Method)
 	if len(r.Limits) == 0 {
 		return nil, fail("no Limits")
 	}
+	r.Limits = slices.Clone(r.Limits) // the caller may reuse its slice
 	switch {
 	case r.Margin == 0:
 		r.Margin = DefaultMargin
@@ -137,13 +145,15 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 		r.Margin = 0
 	case r.Margin < 0:
 		return nil, fail("negative Margin %s", r.Margin)
+	case r.Margin > maxMargin:
+		return nil, fail("Margin %s is above %s", r.Margin, maxMargin)
 	}
 	for i, l := range r.Limits {
 		if l.N < 1 {
 			return nil, fail("limit %d (%s): N must be at least 1", i, l)
 		}
-		if l.Per < time.Millisecond {
-			return nil, fail("limit %d (%s): Per must be at least 1ms", i, l)
+		if l.Per < time.Millisecond || l.Per > MaxPer {
+			return nil, fail("limit %d (%s): Per must be from 1ms to %s", i, l, MaxPer)
 		}
 		if c.minN == 0 || l.N < c.minN {
 			c.minN = l.N
@@ -171,21 +181,14 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 		r.Key = ByHost()
 	}
 	c.Rule = r
+	c.scope = r.Name + ":"
 	return c, nil
 }
 
 // matches reports whether c applies to req, and how specifically: a longer
 // PathPrefix first, then a Method, then a port, then an exact host.
 func (c *rule) matches(req *http.Request) (score int, ok bool) {
-	host := req.URL.Host
-	if host == "" {
-		host = req.Host
-	}
-	port := ""
-	if h, p, err := net.SplitHostPort(host); err == nil {
-		host, port = h, p
-	}
-	host = strings.ToLower(host)
+	host, port := requestHost(req)
 	if c.wildcard {
 		if !strings.HasSuffix(host, "."+c.host) {
 			return 0, false

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/throttle-go/throttle/store"
@@ -14,6 +15,8 @@ import (
 // Transport is an http.RoundTripper that keeps the requests it sends under
 // the limits of its rules, in every process that shares its store. It is safe
 // for concurrent use.
+//
+// Create one with New; the zero Transport is not usable.
 //
 // For each request it finds the rule that matches, derives the rate key,
 // reserves the next free slot in the key's sliding log, waits for the slot (in
@@ -139,6 +142,17 @@ func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, er
 	if len(t.rules) == 0 && t.def == nil {
 		return nil, &ConfigError{Reason: "no rules: give WithRule or WithDefault"}
 	}
+	// Rules of the same name share their logs, so they must count alike.
+	byName := map[string]*rule{}
+	for _, r := range append(slices.Clone(t.rules), t.def) {
+		if r == nil {
+			continue
+		}
+		if o, ok := byName[r.Name]; ok && !slices.Equal(o.eff, r.eff) {
+			return nil, &ConfigError{Rule: r.Name, Reason: "rules of the same name share their logs and must have the same Limits and Margin"}
+		}
+		byName[r.Name] = r
+	}
 	return t, nil
 }
 
@@ -203,7 +217,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if r.Mode == Wait {
 		wait = maxWait(ctx, t.now(), r.maxWait)
 	}
-	res, err := t.store.Reserve(ctx, key, store.Request{Limits: r.eff, Cost: d.Cost, MaxWait: wait})
+	// Each rule has its own logs: rules whose KeyFuncs derive the same key
+	// (ByHost on two paths of one host) must not count against each other,
+	// nor trim each other's entries with their shorter windows.
+	res, err := t.store.Reserve(ctx, r.scope+key, store.Request{Limits: r.eff, Cost: d.Cost, MaxWait: wait})
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			d.Outcome = Canceled
@@ -228,11 +245,16 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 	d.Delay = res.Delay
 	if err := sleep(ctx, res.Delay); err != nil {
-		// The slot will not be used: give it back so that others may.
-		// The caller's context is done, so Cancel runs on a detached one.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
-		_ = t.store.Cancel(cctx, res)
-		cancel()
+		// The slot will not be used: give it back so that others may. The
+		// caller's context is done and the caller must not wait for Redis,
+		// so Cancel runs on its own goroutine and a detached context that
+		// ends within cancelTimeout. It is best effort: a failed Cancel
+		// only leaves the slot unused.
+		go func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+			defer cancel()
+			_ = t.store.Cancel(cctx, res)
+		}()
 		d.Outcome = Canceled
 		return fail(err)
 	}

@@ -870,8 +870,19 @@ func TestConfigValidation(t *testing.T) {
 		{name: "N negative", opts: []throttle.Option{with(func(r *throttle.Rule) {
 			r.Limits = []throttle.Limit{throttle.PerSecond(5), throttle.PerHour(-1)}
 		})}, want: "limit 1 (-1/1h0m0s): N must be at least 1"},
-		{name: "Per below 1ms", opts: []throttle.Option{with(func(r *throttle.Rule) { r.Limits = []throttle.Limit{throttle.Per(1, 999*time.Microsecond)} })}, want: "Per must be at least 1ms"},
-		{name: "Per zero", opts: []throttle.Option{with(func(r *throttle.Rule) { r.Limits = []throttle.Limit{{N: 1}} })}, want: "Per must be at least 1ms"},
+		{name: "Per below 1ms", opts: []throttle.Option{with(func(r *throttle.Rule) { r.Limits = []throttle.Limit{throttle.Per(1, 999*time.Microsecond)} })}, want: "Per must be from 1ms"},
+		{name: "Per zero", opts: []throttle.Option{with(func(r *throttle.Rule) { r.Limits = []throttle.Limit{{N: 1}} })}, want: "Per must be from 1ms"},
+		{name: "Per above MaxPer", opts: []throttle.Option{with(func(r *throttle.Rule) { r.Limits = []throttle.Limit{throttle.Per(1, throttle.MaxPer+1)} })}, want: "Per must be from 1ms"},
+		{name: "valid Per MaxPer", opts: []throttle.Option{with(func(r *throttle.Rule) { r.Limits = []throttle.Limit{throttle.Per(1, throttle.MaxPer)} })}},
+		{name: "Margin above a minute", opts: []throttle.Option{with(func(r *throttle.Rule) { r.Margin = time.Hour })}, want: "Margin 1h0m0s is above"},
+		{name: "same name, other limits", opts: []throttle.Option{
+			throttle.WithRule(throttle.Rule{Name: "gw", Host: "a.example", Limits: lim}),
+			throttle.WithRule(throttle.Rule{Name: "gw", Host: "b.example", Limits: []throttle.Limit{throttle.PerSecond(11)}}),
+		}, want: "must have the same Limits"},
+		{name: "valid same name, same limits", opts: []throttle.Option{
+			throttle.WithRule(throttle.Rule{Name: "gw", Host: "a.example", Limits: lim}),
+			throttle.WithRule(throttle.Rule{Name: "gw", Host: "b.example", Limits: lim}),
+		}},
 		{name: "negative MaxWait", opts: []throttle.Option{with(func(r *throttle.Rule) { r.MaxWait = -time.Second })}, want: "negative MaxWait"},
 		{name: "MaxWait with FailFast", opts: []throttle.Option{with(func(r *throttle.Rule) {
 			r.Mode, r.MaxWait = throttle.FailFast, time.Second
@@ -1365,4 +1376,67 @@ func TestPropertyNoWindowOverfilled(t *testing.T) {
 			assert.NotEmpty(t, bad, "limits %v: N+1 sends went unnoticed", p.limits)
 		})
 	}
+}
+
+// TestRulesKeepTheirOwnLogs: two rules whose KeyFuncs derive the same key (the
+// default ByHost on two paths of one host) count separately, and the short
+// window of one never trims the long window of the other; rules of the same
+// name share one log on purpose.
+func TestRulesKeepTheirOwnLogs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var sent sendLog
+		tr := newTransport(t, sent.base(), nil,
+			throttle.WithRule(throttle.Rule{Host: "api.example.com", Limits: []throttle.Limit{throttle.PerHour(3)}, Mode: throttle.FailFast}),
+			throttle.WithRule(throttle.Rule{Host: "api.example.com", PathPrefix: "/search", Limits: []throttle.Limit{throttle.PerSecond(1)}, Mode: throttle.FailFast}),
+			throttle.WithRule(throttle.Rule{Name: "shared", Host: "a.example", Key: throttle.Fixed("acct"), Limits: []throttle.Limit{throttle.PerHour(1)}, Mode: throttle.FailFast}),
+			throttle.WithRule(throttle.Rule{Name: "shared", Host: "b.example", Key: throttle.Fixed("acct"), Limits: []throttle.Limit{throttle.PerHour(1)}, Mode: throttle.FailFast}),
+		)
+		get := func(url string) error {
+			req, err := http.NewRequest(http.MethodGet, url, nil)
+			require.NoError(t, err)
+			resp, err := tr.RoundTrip(req)
+			if err == nil {
+				resp.Body.Close()
+			}
+			return err
+		}
+		for i := range 10 {
+			assert.NoError(t, get("https://api.example.com/search?q=1"), "search %d", i)
+			if i < 3 {
+				assert.NoError(t, get("https://api.example.com/items"), "items %d", i)
+			}
+			time.Sleep(time.Second + throttle.DefaultMargin)
+		}
+		assert.ErrorIs(t, get("https://api.example.com/items"), throttle.ErrLimited,
+			"the hourly rule's log outlives the secondly rule's traffic on the same host")
+		assert.NoError(t, get("https://a.example/x"))
+		assert.ErrorIs(t, get("https://b.example/x"), throttle.ErrLimited, "rules named alike share one log")
+	})
+}
+
+// TestIPv6Hosts: a literal IPv6 host is one key with or without its port, and
+// a rule for it matches either way.
+func TestIPv6Hosts(t *testing.T) {
+	kf := throttle.ByHost()
+	for _, u := range []string{"https://[2001:DB8::1]/x", "https://[2001:db8::1]:443/x", "http://[2001:db8::1]:8080/"} {
+		req, err := http.NewRequest(http.MethodGet, u, nil)
+		require.NoError(t, err)
+		k, err := kf(req)
+		require.NoError(t, err)
+		assert.Equal(t, "host:2001:db8::1", k, u)
+	}
+	var sent sendLog
+	tr := newTransport(t, sent.base(), nil, throttle.WithRule(throttle.Rule{
+		Host: "[2001:db8::1]", Limits: []throttle.Limit{throttle.PerHour(1)}, Mode: throttle.FailFast}))
+	var errs []error
+	for _, u := range []string{"https://[2001:db8::1]/x", "https://[2001:db8::1]:443/x", "https://[2001:db8::1]/y"} {
+		req, err := http.NewRequest(http.MethodGet, u, nil)
+		require.NoError(t, err)
+		_, err = tr.RoundTrip(req)
+		errs = append(errs, err)
+	}
+	assert.NoError(t, errs[0])
+	assert.ErrorIs(t, errs[1], throttle.ErrLimited)
+	assert.ErrorIs(t, errs[2], throttle.ErrLimited)
+	assert.Equal(t, 1, sent.count())
 }

@@ -6,7 +6,7 @@ import (
 )
 
 // cancelTimeout bounds the Cancel sent after a waiter's context ended: it runs
-// on a context detached from the caller's, which is already done.
+// in the background on a context detached from the caller's, which is done.
 const cancelTimeout = time.Second
 
 // sleep blocks for d, or until ctx ends, whichever is first, and returns

@@ -5,7 +5,7 @@ package lua
 import _ "embed"
 
 // Reserve is the source of reserve.lua: one call reserves a send time in a
-// key's sliding log, or refuses without changing it. Its header lists KEYS,
+// key's sliding log, or refuses without recording anything. Its header lists KEYS,
 // ARGV and the reply.
 //
 //go:embed reserve.lua

@@ -9,7 +9,8 @@
 -- ARGV[4..] the limits, as pairs: N (integer >= 1), W (window in microseconds >= 1).
 --
 -- Reply: { allowed, wait, slot, limit }
---   allowed  1 when cost entries were appended at slot, 0 when nothing changed.
+--   allowed  1 when cost entries were appended at slot, 0 when nothing was
+--            recorded (old entries may still have been trimmed).
 --   wait     microseconds from now until the slot (the delay when allowed,
 --            the time to retry when refused).
 --   slot     the reserved send time in microseconds (0 when refused); Cancel
@@ -44,8 +45,9 @@ end
 -- come next; against last alone, a Cancel could take the last entry away.
 -- A bounded number go per call: each call appends cost entries and may drop
 -- cost + 2, so a busy log keeps no more than it must and no call pays for a
--- long gap (an idle log expires whole). The log thus holds at most the N of
--- the longest window plus the units of reservations still waiting.
+-- long gap (an idle log expires whole). The log thus holds about the N of the
+-- longest window, plus the units of reservations still waiting, plus old
+-- entries not trimmed yet.
 local len = redis.call('LLEN', key)
 local last
 if len > 0 then
@@ -78,9 +80,21 @@ if wait > max_wait then
 end
 
 local slot = string.format('%.0f', s)
-local add = {}
-for j = 1, cost do add[j] = slot end
-redis.call('RPUSH', key, unpack(add))
+-- RPUSH in chunks: unpack of a large table overflows the Lua stack.
+local chunk = {}
+for j = 1, math.min(cost, 1000) do chunk[j] = slot end
+local left = cost
+while left > 0 do
+  if left < #chunk then
+    for j = left + 1, #chunk do chunk[j] = nil end
+  end
+  redis.call('RPUSH', key, unpack(chunk))
+  left = left - #chunk
+end
 -- Idle keys vanish once their newest entry has left the largest window.
-redis.call('PEXPIRE', key, math.floor((wait + max_w) / 1000) + 1)
+-- A TTL is never shortened: another caller's longer window may need it.
+local ttl = math.floor((wait + max_w) / 1000) + 1
+if redis.call('PTTL', key) < ttl then
+  redis.call('PEXPIRE', key, string.format('%.0f', ttl))
+end
 return { 1, wait, s, limit }

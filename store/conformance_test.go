@@ -261,6 +261,17 @@ var conformanceCases = []conformanceCase{
 		}
 		assert.Equal(t, time.Second, reserve(t, s, key, r).Delay, "the unit sent at 0 still counts")
 	}},
+	{"a large cost is one reservation", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		r := req(9000, time.Hour, lim(10_000, time.Second))
+		assert.True(t, reserve(t, s, key, r).Allowed)
+		res := reserve(t, s, key, r)
+		assert.True(t, res.Allowed)
+		assert.Equal(t, time.Second, res.Delay)
+		require.NoError(t, s.Cancel(ctx, res))
+		assert.Equal(t, time.Duration(0), reserve(t, s, key, req(1000, time.Hour, lim(10_000, time.Second))).Delay,
+			"1000 fit beside the first 9000 at once: the cancelled 9000 are gone")
+		assert.Equal(t, time.Second, reserve(t, s, key, req(1, time.Hour, lim(10_000, time.Second))).Delay)
+	}},
 	{"keys are independent", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		r := req(1, 0, lim(1, time.Second))
 		assert.True(t, reserve(t, s, key+"a", r).Allowed)

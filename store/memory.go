@@ -8,7 +8,8 @@ import (
 )
 
 // Memory is a Store in the memory of one process, with the semantics of Redis:
-// the same slots, refusals, trimming and expiry. It is safe for concurrent use
+// the same slots and refusals (it trims old entries eagerly where the script
+// trims a bounded number per call; that changes memory, not answers). It is safe for concurrent use
 // and starts no goroutine; expired keys are dropped lazily.
 type Memory struct {
 	now func() time.Time
@@ -16,6 +17,7 @@ type Memory struct {
 	mu    sync.Mutex
 	logs  map[string]*memLog
 	calls int // Reserve calls since the last sweep of expired keys
+	kept  int // keys left by the last sweep
 }
 
 // memLog is the log of one key: send times in microseconds, oldest first,
@@ -77,7 +79,10 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (Reservat
 	// Read under the lock, so that calls see the clock in order.
 	now := m.now().UnixMicro()
 	m.calls++
-	if m.calls >= sweepEvery {
+	// Sweeping costs a pass over the map: doing it once per max(sweepEvery,
+	// keys kept last time) calls keeps its cost per call constant however
+	// many keys there are, and the map within twice that plus the live keys.
+	if m.calls >= max(sweepEvery, m.kept) {
 		m.sweep(now)
 	}
 	lg := m.logs[key]
@@ -111,7 +116,7 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (Reservat
 	}
 	wait := s - now
 	res := Reservation{Limit: limit, Key: key, Cost: req.Cost}
-	if wait > micros(req.MaxWait) {
+	if wait > microsDown(req.MaxWait) {
 		res.RetryAfter = time.Duration(wait) * time.Microsecond
 		return res, nil
 	}
@@ -122,7 +127,8 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (Reservat
 		lg.times = append(lg.times[:0], lg.times[lg.head:]...)
 		lg.head = 0
 	}
-	lg.expires = s + maxW + 1000
+	// Like the script's PEXPIRE, never shortened.
+	lg.expires = max(lg.expires, s+maxW+1000)
 	m.logs[key] = lg
 	res.Allowed, res.Delay, res.Slot = true, time.Duration(wait)*time.Microsecond, s
 	return res, nil
@@ -161,6 +167,7 @@ func (m *Memory) sweep(now int64) {
 			delete(m.logs, k)
 		}
 	}
+	m.kept = len(m.logs)
 }
 
 // Len returns the number of keys the store holds, expired ones not yet

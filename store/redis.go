@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,15 +39,23 @@ type Redis struct {
 type RedisOption func(*Redis) error
 
 // WithPrefix replaces DefaultPrefix, e.g. to give two applications sharing a
-// Redis their own logs.
+// Redis their own logs. It may not contain braces, which would move the
+// Cluster hash tag.
 func WithPrefix(prefix string) RedisOption {
-	return func(r *Redis) error { r.prefix = prefix; return nil }
+	return func(r *Redis) error {
+		if strings.ContainsAny(prefix, "{}") {
+			return fmt.Errorf("store: WithPrefix(%q): braces would change the Cluster hash tag", prefix)
+		}
+		r.prefix = prefix
+		return nil
+	}
 }
 
 // WithClientTime makes the scripts use the given clock instead of the Redis
 // server's TIME, for managed Redis that forbids TIME in scripts. Every client
 // of a key must then have a synchronised clock: a client that is behind by d
-// may send up to d early.
+// may send up to d early, and one that is ahead by d holds every other client
+// of the key back by up to d (slots never go before the last entry).
 func WithClientTime(now func() time.Time) RedisOption {
 	return func(r *Redis) error {
 		if now == nil {
@@ -85,7 +94,7 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 		return Reservation{}, err
 	}
 	args := make([]any, 0, 3+2*len(req.Limits))
-	args = append(args, req.Cost, micros(req.MaxWait))
+	args = append(args, req.Cost, microsDown(req.MaxWait))
 	if r.clock != nil {
 		args = append(args, r.clock().UnixMicro())
 	} else {
@@ -98,11 +107,12 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 	if err != nil {
 		return Reservation{}, fmt.Errorf("store: redis reserve: %w", err)
 	}
-	v, err := int64s(reply, 4)
+	v, err := int64s(reply)
 	if err != nil {
 		return Reservation{}, fmt.Errorf("store: redis reserve: %w", err)
 	}
-	if v[3] < 0 || v[3] > int64(len(req.Limits)) || v[1] < 0 {
+	if v[0] != 0 && v[0] != 1 || v[1] < 0 || v[0] == 1 && v[2] <= 0 ||
+		v[3] < 0 || v[3] > int64(len(req.Limits)) {
 		return Reservation{}, fmt.Errorf("store: redis reserve: unexpected reply %v", v)
 	}
 	res := Reservation{Limit: int(v[3]) - 1, Key: key, Cost: req.Cost}
@@ -128,16 +138,15 @@ func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
 	return nil
 }
 
-// int64s checks that a script reply is a list of n integers.
-func int64s(reply []any, n int) ([]int64, error) {
-	if len(reply) != n {
-		return nil, fmt.Errorf("unexpected reply of %d elements", len(reply))
+// int64s checks that a script reply is a list of four integers.
+func int64s(reply []any) (out [4]int64, err error) {
+	if len(reply) != len(out) {
+		return out, fmt.Errorf("unexpected reply of %d elements", len(reply))
 	}
-	out := make([]int64, n)
 	for i, e := range reply {
 		v, ok := e.(int64)
 		if !ok {
-			return nil, fmt.Errorf("unexpected reply element %d of type %T", i, e)
+			return out, fmt.Errorf("unexpected reply element %d of type %T", i, e)
 		}
 		out[i] = v
 	}

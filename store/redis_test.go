@@ -134,6 +134,8 @@ func TestNewRedisValidates(t *testing.T) {
 	assert.ErrorContains(t, err, "nil option")
 	_, err = store.NewRedis(fakeScripter{}, store.WithClientTime(nil))
 	assert.ErrorContains(t, err, "nil clock")
+	_, err = store.NewRedis(fakeScripter{}, store.WithPrefix("app{1}:"))
+	assert.ErrorContains(t, err, "braces")
 	_, err = store.NewMemory(store.WithClock(nil))
 	assert.ErrorContains(t, err, "nil clock")
 	_, err = store.NewMemory(nil)

@@ -34,6 +34,11 @@ type Request struct {
 	MaxWait time.Duration
 }
 
+// A key should always be reserved with the same limits: a log is trimmed
+// against the longest window of the call at hand, so a call with shorter
+// windows may drop entries that a longer window on the same key still needs.
+// The throttle Transport keys its logs by rule for this reason.
+
 // ErrInvalidRequest is returned, wrapped, for a Request that no store could
 // ever grant: no limits, a limit or cost below 1, a cost above a limit, a
 // negative MaxWait, or an empty key.
@@ -100,8 +105,8 @@ type Store interface {
 	Cancel(ctx context.Context, r Reservation) error
 }
 
-// micros converts a duration to whole microseconds, rounding up so that a
-// window or a wait is never shortened.
+// micros converts a window to whole microseconds, rounding up so that a window
+// is never shortened.
 func micros(d time.Duration) int64 {
 	us := int64(d / time.Microsecond)
 	if d%time.Microsecond != 0 {
@@ -109,3 +114,7 @@ func micros(d time.Duration) int64 {
 	}
 	return us
 }
+
+// microsDown converts a wait cap to whole microseconds, rounding down so that
+// a wait never passes the cap.
+func microsDown(d time.Duration) int64 { return int64(d / time.Microsecond) }

@@ -48,6 +48,10 @@ type Decision struct {
 	Outcome Outcome
 	// Delay is how long the request waited for its slot (Sent, Canceled).
 	Delay time.Duration
+	// Retaken counts the slots the request gave back because it woke more
+	// than half the rule's Margin after them (a stalled process), taking
+	// the next free one instead; at most 2.
+	Retaken int
 	// RetryAfter is when a request would be admitted (Limited).
 	RetryAfter time.Duration
 	// Limit is the limit that set the delay or the refusal, zero if none did.

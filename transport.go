@@ -33,6 +33,7 @@ type Transport struct {
 	logger       *slog.Logger
 	storeFailure StoreFailure
 	now          func() time.Time
+	sleep        func(context.Context, time.Duration) error // sleep, or a test's
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -130,7 +131,7 @@ func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, er
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	t := &Transport{base: base, store: st, now: time.Now}
+	t := &Transport{base: base, store: st, now: time.Now, sleep: sleep}
 	for _, o := range opts {
 		if o == nil {
 			return nil, &ConfigError{Reason: "nil option"}
@@ -213,55 +214,74 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return fail(err)
 	}
 
-	wait := time.Duration(0)
-	if r.Mode == Wait {
-		wait = maxWait(ctx, t.now(), r.maxWait)
-	}
 	// Each rule has its own logs: rules whose KeyFuncs derive the same key
 	// (ByHost on two paths of one host) must not count against each other,
 	// nor trim each other's entries with their shorter windows.
-	res, err := t.store.Reserve(ctx, r.scope+key, store.Request{Limits: r.eff, Cost: d.Cost, MaxWait: wait})
-	if err != nil {
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			d.Outcome = Canceled
-			return fail(ctxErr)
+	skey := r.scope + key
+	for {
+		wait := time.Duration(0)
+		if r.Mode == Wait {
+			wait = maxWait(ctx, t.now(), r.maxWait)
 		}
-		err = fmt.Errorf("throttle: rule %q: %w", r.Name, err)
-		if t.storeFailure == FailOpen {
-			d.Outcome, d.Err = FailedOpen, err
-			t.observe(ctx, d)
-			return t.base.RoundTrip(req)
+		res, err := t.store.Reserve(ctx, skey, store.Request{Limits: r.eff, Cost: d.Cost, MaxWait: wait})
+		if err != nil {
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				d.Outcome = Canceled
+				return fail(ctxErr)
+			}
+			err = fmt.Errorf("throttle: rule %q: %w", r.Name, err)
+			if t.storeFailure == FailOpen {
+				d.Outcome, d.Err = FailedOpen, err
+				t.observe(ctx, d)
+				return t.base.RoundTrip(req)
+			}
+			d.Outcome = Failed
+			return fail(err)
 		}
-		d.Outcome = Failed
-		return fail(err)
-	}
-	if res.Limit >= 0 && res.Limit < len(r.Limits) {
-		d.Limit = r.Limits[res.Limit]
-	}
-	if !res.Allowed {
-		d.Outcome, d.RetryAfter = Limited, res.RetryAfter
-		return fail(&LimitError{Rule: r.Name, Key: key, Limit: d.Limit, RetryAfter: res.RetryAfter})
-	}
+		if res.Limit >= 0 && res.Limit < len(r.Limits) {
+			d.Limit = r.Limits[res.Limit]
+		}
+		if !res.Allowed {
+			d.Outcome, d.RetryAfter = Limited, res.RetryAfter
+			return fail(&LimitError{Rule: r.Name, Key: key, Limit: d.Limit, RetryAfter: res.RetryAfter})
+		}
 
-	d.Delay = res.Delay
-	if err := sleep(ctx, res.Delay); err != nil {
-		// The slot will not be used: give it back so that others may. The
-		// caller's context is done and the caller must not wait for Redis,
-		// so Cancel runs on its own goroutine and a detached context that
-		// ends within cancelTimeout. It is best effort: a failed Cancel
-		// only leaves the slot unused.
-		go func() {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
-			defer cancel()
-			_ = t.store.Cancel(cctx, res)
-		}()
-		d.Outcome = Canceled
-		return fail(err)
+		got := t.now()
+		d.Delay += res.Delay
+		if err := t.sleep(ctx, res.Delay); err != nil {
+			// The slot will not be used: give it back so that others
+			// may. The caller's context is done and the caller must not
+			// wait for Redis, so Cancel runs on its own goroutine and a
+			// detached context that ends within cancelTimeout. It is best
+			// effort: a failed Cancel only leaves the slot unused.
+			go func() {
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+				defer cancel()
+				_ = t.store.Cancel(cctx, res)
+			}()
+			d.Outcome = Canceled
+			return fail(err)
+		}
+		// A request that wakes later than half the margin after its slot
+		// (a stalled or starved process) would send into the headroom the
+		// margin keeps for the upstream's view of the next window. It
+		// gives the slot back and takes the next free one instead.
+		late := t.now().Sub(got) - res.Delay
+		if r.Margin == 0 || late <= r.Margin/2 || d.Retaken == maxRetakes {
+			break
+		}
+		if err := t.store.Cancel(ctx, res); err != nil && ctx.Err() == nil {
+			break // the old slot stands; sending now is no worse than not retaking
+		}
+		d.Retaken++
 	}
 	d.Outcome = Sent
 	t.observe(ctx, d)
 	return t.base.RoundTrip(req)
 }
+
+// maxRetakes bounds how often one request retakes a slot it woke too late for.
+const maxRetakes = 2
 
 func closeBody(req *http.Request) {
 	if req != nil && req.Body != nil {

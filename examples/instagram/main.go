@@ -123,7 +123,7 @@ func run() int {
 
 	// The throttle: every request to the API's host counts against the log
 	// of its access token. ByQuery hashes the token: Redis sees
-	// "throttle:{query:access_token:<hex>}", never the token.
+	// "throttle:{instagram:query:access_token:<hex>}", never the token.
 	rule := throttle.Rule{
 		Name:   "instagram",
 		Host:   apiURL.Host,

@@ -17,12 +17,13 @@
 package examples_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,8 +86,8 @@ func buildExamples(t *testing.T) string {
 		require.NoError(t, err, "the go command is needed to build the examples")
 	}
 	dir := t.TempDir()
-	for _, name := range []string{"payments", "instagram"} {
-		cmd := exec.Command(goBin, "build", "-o", filepath.Join(dir, name), "./"+name)
+	for name, pkg := range map[string]string{"payments": "./payments", "instagram": "./instagram", "strictapi": "../internal/upstream/strictapi"} {
+		cmd := exec.Command(goBin, "build", "-o", filepath.Join(dir, name), pkg)
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "go build ./%s:\n%s", name, out)
 	}
@@ -115,7 +116,12 @@ type fleet struct {
 	urlFlag  string   // "-gateway" or "-api"
 	procs    int
 	duration time.Duration
+	// upstream configures the strict upstream, which runs as its own
+	// process (internal/upstream/strictapi, built without -race) so that
+	// arrivals are timed by an ordinary program, not by this test binary.
+	// Its Key must be nil: keyQuery names the query parameter to key by.
 	upstream upstream.Config
+	keyQuery string
 	// during, if set, runs in the test while the processes run, halfway.
 	during func()
 }
@@ -138,10 +144,8 @@ func runFleet(t *testing.T, rdb *redis.Client, f fleet) result {
 	t.Helper()
 	ctx := context.Background()
 	require.NoError(t, rdb.FlushAll(ctx).Err())
-	u, err := upstream.New(f.upstream)
-	require.NoError(t, err)
-	srv := httptest.NewServer(u)
-	defer srv.Close()
+	require.Nil(t, f.upstream.Key, "the upstream process keys by keyQuery")
+	baseURL, stats := startUpstream(t, filepath.Join(filepath.Dir(f.bin), "strictapi"), f.upstream, f.keyQuery)
 
 	callsBefore := scriptCalls(t, rdb)
 	runCtx, cancel := context.WithTimeout(ctx, f.duration+30*time.Second)
@@ -150,7 +154,7 @@ func runFleet(t *testing.T, rdb *redis.Client, f fleet) result {
 	outs := make([]*bytes.Buffer, f.procs)
 	errs := make([]*bytes.Buffer, f.procs)
 	for i := range cmds {
-		args := append([]string{f.urlFlag, srv.URL, "-duration", f.duration.String()}, f.args...)
+		args := append([]string{f.urlFlag, baseURL, "-duration", f.duration.String()}, f.args...)
 		cmds[i] = exec.CommandContext(runCtx, f.bin, args...)
 		outs[i], errs[i] = new(bytes.Buffer), new(bytes.Buffer)
 		cmds[i].Stdout, cmds[i].Stderr = outs[i], errs[i]
@@ -174,7 +178,7 @@ func runFleet(t *testing.T, rdb *redis.Client, f fleet) result {
 	res.end = time.Now()
 	wg.Wait()
 	res.calls = scriptCalls(t, rdb) - callsBefore
-	res.stats = u.Stats()
+	res.stats = stats()
 
 	var all strings.Builder
 	for i := range cmds {
@@ -186,6 +190,38 @@ func runFleet(t *testing.T, rdb *redis.Client, f fleet) result {
 		res.summaries = append(res.summaries, parseSummary(t, outs[i].String()))
 	}
 	return res
+}
+
+// startUpstream starts the strict upstream process and returns its base URL
+// and a function that fetches what it saw. The process ends with the test.
+func startUpstream(t *testing.T, bin string, cfg upstream.Config, keyQuery string) (string, func() upstream.Stats) {
+	t.Helper()
+	cmd := exec.Command(bin, "-n", strconv.Itoa(cfg.N), "-per", cfg.Window.String(),
+		"-key-query", keyQuery, "-transit", cfg.Transit.String())
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = os.Stderr // its complaints, if any, go to the test's output
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = stdin.Close() // it exits when its standard input closes
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("strictapi: %v", err)
+		}
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err, "strictapi did not print its URL")
+	base := strings.TrimSpace(line)
+	return base, func() upstream.Stats {
+		resp, err := http.Get(base + "/_stats")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		var st upstream.Stats
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&st))
+		return st
+	}
 }
 
 // scriptCalls returns the calls of EVALSHA and EVAL counted by the server.
@@ -386,10 +422,9 @@ func TestFleet(t *testing.T) {
 			},
 			procs:    procs,
 			duration: id,
-			upstream: upstream.Config{N: n, Window: w, Key: func(r *http.Request) string {
-				return r.URL.Query().Get("access_token")
-			}},
-			during: func() { midKeys = assertNoTokens(t, rdb, tokens) },
+			upstream: upstream.Config{N: n, Window: w},
+			keyQuery: "access_token",
+			during:   func() { midKeys = assertNoTokens(t, rdb, tokens) },
 		}
 		res := runFleet(t, rdb, f)
 		tot := logSummaries(t, res)

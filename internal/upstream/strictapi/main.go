@@ -1,0 +1,62 @@
+// Command strictapi serves the strict fake upstream of package upstream in a
+// process of its own, so that a fleet test measures arrivals in an ordinary
+// program rather than in its own race-instrumented test binary.
+//
+//	strictapi -n 200 -per 1s [-key-query access_token] [-transit 5ms]
+//
+// It listens on a free loopback port, prints its base URL on the first line
+// of standard output, answers every path as the upstream does except
+// GET /_stats, which returns upstream.Stats as JSON, and exits when its
+// standard input is closed.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/throttle-go/throttle/internal/upstream"
+)
+
+func main() {
+	n := flag.Int("n", 100, "requests allowed per key per window")
+	per := flag.Duration("per", time.Second, "the window")
+	keyQuery := flag.String("key-query", "", "query parameter naming the key (empty: one key for all)")
+	transit := flag.Duration("transit", 0, "max random delay before a request arrives")
+	flag.Parse()
+
+	cfg := upstream.Config{N: *n, Window: *per, Transit: *transit}
+	if q := *keyQuery; q != "" {
+		cfg.Key = func(r *http.Request) string { return r.URL.Query().Get(q) }
+	}
+	u, err := upstream.New(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "strictapi:", err)
+		os.Exit(2)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "strictapi:", err)
+		os.Exit(1)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /_stats", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(u.Stats())
+	})
+	mux.Handle("/", u)
+	fmt.Printf("http://%s\n", l.Addr())
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
+	}()
+	if err := http.Serve(l, mux); err != nil {
+		fmt.Fprintln(os.Stderr, "strictapi:", err)
+		os.Exit(1)
+	}
+}

@@ -27,7 +27,7 @@ const DefaultMaxWait = time.Minute
 // DefaultMargin is a rule's Margin when it sets none. It covers the spread of
 // the time between a request's slot and the upstream seeing it (timer wake-up,
 // scheduling, network). It was chosen with the fleet test (see the README):
-// the smallest margin clean in every condition measured there. It costs at
+// the smallest margin clean in every run there but one during a cold build. It costs at
 // most Margin/W of the steady rate: 2% of a 1s window, nothing of an hour's.
 const DefaultMargin = 20 * time.Millisecond
 

@@ -22,6 +22,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	redistest.StopShared()
+	redistest.StopSharedCluster()
 	os.Exit(code)
 }
 
@@ -93,6 +94,17 @@ func impls(t *testing.T) []impl {
 		{name, redisOn(func(t *testing.T) *redistest.Server { return redistest.Shared(t) })},
 		// The examples run on miniredis: the scripts must behave the same there.
 		{"miniredis", redisOn(func(t *testing.T) *redistest.Server { return redistest.Mini(t) })},
+		// A real Redis Cluster (3 masters, 3 replicas) through a ClusterClient:
+		// a script touching a key outside its declared key's slot fails there.
+		{"redis-cluster", func(t *testing.T, clock func() time.Time) store.Store {
+			var opts []store.RedisOption
+			if clock != nil {
+				opts = append(opts, store.WithClientTime(clock))
+			}
+			r, err := store.NewRedis(redistest.SharedCluster(t).Client(t), opts...)
+			require.NoError(t, err)
+			return r
+		}},
 	}
 }
 

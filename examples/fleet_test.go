@@ -1,5 +1,5 @@
 // The fleet test runs the examples as a fleet: several OS processes of each,
-// sharing one real redis-server, against one strict upstream in the test
+// sharing one real redis-server (and, once, a real Redis Cluster), against one strict upstream in the test
 // process (internal/upstream) that answers 429 to any excess. It lives next
 // to the examples because it tests them as built programs, flags and output
 // included, through nothing but their command line.
@@ -140,10 +140,12 @@ type summary struct {
 	p50, p99                           time.Duration
 }
 
-func runFleet(t *testing.T, rdb *redis.Client, f fleet) result {
+func runFleet(t *testing.T, rdb redis.UniversalClient, f fleet) result {
 	t.Helper()
 	ctx := context.Background()
-	require.NoError(t, rdb.FlushAll(ctx).Err())
+	require.NoError(t, forEachMaster(ctx, rdb, func(ctx context.Context, c *redis.Client) error {
+		return c.FlushAll(ctx).Err()
+	}))
 	require.Nil(t, f.upstream.Key, "the upstream process keys by keyQuery")
 	baseURL, stats := startUpstream(t, filepath.Join(filepath.Dir(f.bin), "strictapi"), f.upstream, f.keyQuery)
 
@@ -224,13 +226,34 @@ func startUpstream(t *testing.T, bin string, cfg upstream.Config, keyQuery strin
 	}
 }
 
-// scriptCalls returns the calls of EVALSHA and EVAL counted by the server.
-func scriptCalls(t *testing.T, rdb *redis.Client) int64 {
+// forEachMaster runs fn on the server of a *redis.Client, or on every master
+// of a *redis.ClusterClient.
+func forEachMaster(ctx context.Context, rdb redis.UniversalClient, fn func(context.Context, *redis.Client) error) error {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return fn(ctx, c)
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, fn)
+	default:
+		return fmt.Errorf("unexpected client %T", rdb)
+	}
+}
+
+// scriptCalls returns the calls of EVALSHA and EVAL counted by the server, or
+// by every master of a cluster.
+func scriptCalls(t *testing.T, rdb redis.UniversalClient) int64 {
 	t.Helper()
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
-	require.NoError(t, err)
+	var mu sync.Mutex
+	var infos []string
+	require.NoError(t, forEachMaster(context.Background(), rdb, func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "commandstats").Result()
+		mu.Lock()
+		infos = append(infos, info)
+		mu.Unlock()
+		return err
+	}))
 	var n int64
-	for line := range strings.SplitSeq(info, "\n") {
+	for line := range strings.SplitSeq(strings.Join(infos, "\n"), "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
 		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
 			continue
@@ -382,9 +405,8 @@ func TestFleet(t *testing.T) {
 	dir := buildExamples(t)
 	srv, rdb := startRedis(t)
 
-	payments := func(t *testing.T, transit time.Duration) {
-		// Passing -redis with one address: the processes use redis.NewClient.
-		f := paymentsFleet(dir, rate, d, procs, transit, "-redis", srv.Addr)
+	payments := func(t *testing.T, rdb redis.UniversalClient, addrs string, transit time.Duration) result {
+		f := paymentsFleet(dir, rate, d, procs, transit, "-redis", addrs)
 		res := runFleet(t, rdb, f)
 		tot := logSummaries(t, res)
 		st := res.stats.Total
@@ -402,9 +424,36 @@ func TestFleet(t *testing.T) {
 		require.Zero(t, tot.errors, res.output)
 		require.GreaterOrEqual(t, share, 0.99, "accepted %d of an optimum of %d", st.Accepted, opt)
 		require.LessOrEqual(t, perReq, 1.05, "script calls per request")
+		return res
 	}
-	t.Run("payments", func(t *testing.T) { payments(t, 0) })
-	t.Run("payments_transit_5ms", func(t *testing.T) { payments(t, 5*time.Millisecond) })
+	// Passing -redis with one address: the processes use redis.NewClient.
+	t.Run("payments", func(t *testing.T) { payments(t, rdb, srv.Addr, 0) })
+	t.Run("payments_transit_5ms", func(t *testing.T) { payments(t, rdb, srv.Addr, 5*time.Millisecond) })
+	// Passing -redis with the six nodes of a real Redis Cluster: the
+	// processes use redis.NewClusterClient, as they print.
+	t.Run("payments_cluster", func(t *testing.T) {
+		c := redistest.StartCluster(t)
+		cc := c.Client(t)
+		res := payments(t, cc, strings.Join(c.Addrs(), ","), 0)
+		require.Contains(t, res.output, "Redis Cluster at ", "the processes did not use a cluster client")
+		// The log of pg1 lives on the master of its slot, and only there.
+		var (
+			mu   sync.Mutex
+			held []string
+			ctx  = context.Background()
+		)
+		require.NoError(t, cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			n, err := m.DBSize(ctx).Result()
+			if n > 0 {
+				mu.Lock()
+				held = append(held, m.Options().Addr)
+				mu.Unlock()
+			}
+			return err
+		}))
+		t.Logf("the payments log is on %v", held)
+		require.Len(t, held, 1, "one rate key, one master")
+	})
 
 	t.Run("instagram", func(t *testing.T) {
 		const n, w = 40, 2 * time.Second

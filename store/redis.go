@@ -33,6 +33,8 @@ type Redis struct {
 	client redis.Scripter
 	prefix string
 	clock  func() time.Time // nil: the server's TIME
+	// reloader is the client when it is a Cluster client (see failed).
+	reloader interface{ ReloadState(context.Context) }
 }
 
 // RedisOption configures NewRedis.
@@ -74,6 +76,9 @@ func NewRedis(client redis.Scripter, opts ...RedisOption) (*Redis, error) {
 		return nil, errors.New("store: NewRedis: nil client")
 	}
 	r := &Redis{client: client, prefix: DefaultPrefix}
+	if rl, ok := client.(interface{ ReloadState(context.Context) }); ok {
+		r.reloader = rl
+	}
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("store: NewRedis: nil option")
@@ -105,6 +110,7 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 	}
 	reply, err := reserveScript.Run(ctx, r.client, []string{r.RedisKey(key)}, args...).Slice()
 	if err != nil {
+		r.failed(err)
 		return Reservation{}, fmt.Errorf("store: redis reserve: %w", err)
 	}
 	v, err := int64s(reply)
@@ -133,9 +139,28 @@ func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
 	err := cancelScript.Run(ctx, r.client, []string{r.RedisKey(res.Key)},
 		strconv.FormatInt(res.Slot, 10), res.Cost).Err()
 	if err != nil {
+		r.failed(err)
 		return fmt.Errorf("store: redis cancel: %w", err)
 	}
 	return nil
+}
+
+// failed asks a Cluster client to reload its map of slots after a failure
+// that was not an answer from Redis (a refused connection, a timeout). A
+// go-redis ClusterClient follows MOVED replies by itself, but a master that
+// died answers nothing: without a reload the client keeps sending the key's
+// commands to it until ClusterStateReloadInterval (60 s by default) has
+// passed, long after its replica took over. The reload runs in the
+// background, at most one at a time with a pause of 200 ms between.
+func (r *Redis) failed(err error) {
+	if r.reloader == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return
+	}
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		return
+	}
+	r.reloader.ReloadState(context.Background())
 }
 
 // int64s checks that a script reply is a list of four integers.

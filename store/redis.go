@@ -35,6 +35,48 @@ type Redis struct {
 	clock  func() time.Time // nil: the server's TIME
 	// reloader is the client when it is a Cluster client (see failed).
 	reloader interface{ ReloadState(context.Context) }
+	// ackReplicas > 0 makes Reserve wait for that many replicas (see
+	// WithReplicaAck).
+	ackReplicas int
+	ackTimeout  time.Duration
+}
+
+// ErrReplicaAck is matched, with errors.Is, by the error of a reservation
+// that fewer replicas acknowledged than WithReplicaAck asked for.
+var ErrReplicaAck = errors.New("store: too few replicas acknowledged the reservation")
+
+// WithReplicaAck makes every reservation wait until at least replicas
+// replicas of the key's master have acknowledged it (Redis WAIT), for at
+// most timeout. Redis replicates asynchronously: without it, a master that
+// crashes may lose its newest log entries, and a replica that takes over
+// then admits up to that many extra requests once. With it, a reservation
+// the caller was told about is on replicas+1 servers (in their memory: WAIT
+// says nothing of disks).
+//
+// When fewer replicas acknowledge within timeout, Reserve returns an error
+// matching ErrReplicaAck: to the Transport a store failure, handled by its
+// failure policy (FailClosed by default: the request is not sent). The
+// entries stay recorded on the master, so they count against the limit
+// while the master lives, whether or not the request is sent.
+//
+// The script and WAIT must run on the connection of the key's master, so
+// this option needs a *redis.Client (a single server, or a Sentinel failover
+// client) or a *redis.ClusterClient; NewRedis refuses any other client.
+// Cancel does not wait: removing entries only loosens the limit. Keep
+// timeout below the client's ReadTimeout (3 s by default), which bounds the
+// pipeline's reply.
+func WithReplicaAck(replicas int, timeout time.Duration) RedisOption {
+	return func(r *Redis) error {
+		if replicas < 1 {
+			return fmt.Errorf("store: WithReplicaAck: %d replicas: must be at least 1", replicas)
+		}
+		if timeout < time.Millisecond {
+			// WAIT counts in milliseconds, and 0 would block for ever.
+			return fmt.Errorf("store: WithReplicaAck: timeout %s: must be at least 1ms", timeout)
+		}
+		r.ackReplicas, r.ackTimeout = replicas, timeout
+		return nil
+	}
 }
 
 // RedisOption configures NewRedis.
@@ -87,6 +129,13 @@ func NewRedis(client redis.Scripter, opts ...RedisOption) (*Redis, error) {
 			return nil, err
 		}
 	}
+	if r.ackReplicas > 0 {
+		switch client.(type) {
+		case *redis.Client, *redis.ClusterClient:
+		default:
+			return nil, fmt.Errorf("store: WithReplicaAck needs a *redis.Client or *redis.ClusterClient, not %T", client)
+		}
+	}
 	return r, nil
 }
 
@@ -108,7 +157,13 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 	for _, l := range req.Limits {
 		args = append(args, l.N, micros(l.Per))
 	}
-	reply, err := reserveScript.Run(ctx, r.client, []string{r.RedisKey(key)}, args...).Slice()
+	var reply []any
+	var err error
+	if r.ackReplicas > 0 {
+		reply, err = r.reserveAcked(ctx, r.RedisKey(key), args)
+	} else {
+		reply, err = reserveScript.Run(ctx, r.client, []string{r.RedisKey(key)}, args...).Slice()
+	}
 	if err != nil {
 		r.failed(err)
 		return Reservation{}, fmt.Errorf("store: redis reserve: %w", err)
@@ -143,6 +198,64 @@ func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
 		return fmt.Errorf("store: redis cancel: %w", err)
 	}
 	return nil
+}
+
+// reserveAcked runs the reserve script and WAIT in one pipeline on the
+// connection of the key's master, so that WAIT counts the replicas that have
+// the script's writes. A script missing from the cache (NOSCRIPT) ran
+// nothing, so the pipeline is sent again with EVAL.
+func (r *Redis) reserveAcked(ctx context.Context, rk string, args []any) ([]any, error) {
+	var node *redis.Client
+	switch c := r.client.(type) {
+	case *redis.Client:
+		node = c
+	case *redis.ClusterClient:
+		var err error
+		if node, err = c.MasterForKey(ctx, rk); err != nil {
+			return nil, err
+		}
+	}
+	keys := []string{rk}
+	ms := int64((r.ackTimeout + time.Millisecond - 1) / time.Millisecond)
+	run := func(eval bool) (*redis.Cmd, *redis.Cmd, error) {
+		pipe := node.Pipeline()
+		var script *redis.Cmd
+		if eval {
+			script = pipe.Eval(ctx, lua.Reserve, keys, args...)
+		} else {
+			script = pipe.EvalSha(ctx, reserveScript.Hash(), keys, args...)
+		}
+		wait := pipe.Do(ctx, "wait", r.ackReplicas, ms)
+		_, err := pipe.Exec(ctx)
+		return script, wait, err
+	}
+	script, wait, err := run(false)
+	if err != nil && redis.HasErrorPrefix(script.Err(), "NOSCRIPT") {
+		script, wait, err = run(true)
+	}
+	if err := script.Err(); err != nil {
+		// A MOVED reply: the cached slot map is stale (a failover or a
+		// resharding). The Cluster client reloads it; this call fails.
+		if r.reloader != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")) {
+			r.reloader.ReloadState(ctx)
+		}
+		return nil, err
+	}
+	if err != nil {
+		return nil, err
+	}
+	reply, err := script.Slice()
+	if err != nil {
+		return nil, err
+	}
+	acked, err := wait.Int64()
+	if err != nil {
+		return nil, fmt.Errorf("WAIT: %w", err)
+	}
+	if acked < int64(r.ackReplicas) {
+		return nil, fmt.Errorf("%w: %d of %d within %s", ErrReplicaAck, acked, r.ackReplicas, r.ackTimeout)
+	}
+	return reply, nil
 }
 
 // failed asks a Cluster client to reload its map of slots after a failure

@@ -146,6 +146,7 @@ func (c *Cluster) start(n *clusterNode) error {
 		// A replica may take over however long it was cut off: the tests
 		// kill masters on purpose and want the failover.
 		"--cluster-replica-validity-factor", "0",
+		"--repl-diskless-sync-delay", "0",
 		"--logfile", filepath.Join(n.dir, "redis.log"))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

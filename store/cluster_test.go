@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -191,4 +193,29 @@ func parseMonitor(line string) (cmd string, args []string, fromScript bool) {
 		return "", nil, fromScript
 	}
 	return strings.ToUpper(fields[0]), fields[1:], fromScript
+}
+
+// TestClusterScriptFlush: after SCRIPT FLUSH on every master, reservations
+// and cancels go on, through EVAL, on every master.
+func TestClusterScriptFlush(t *testing.T) {
+	cc := redistest.SharedCluster(t).Client(t)
+	s, err := store.NewRedis(cc)
+	require.NoError(t, err)
+	base := uniqueKey(t)
+	r := req(1, time.Hour, lim(1, time.Hour))
+	for round := range 2 {
+		require.NoError(t, cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			return m.ScriptFlush(ctx).Err()
+		}))
+		for i := range 30 {
+			key := fmt.Sprintf("%s-%d", base, i)
+			res := reserve(t, s, key, r)
+			require.True(t, res.Allowed)
+			if round == 0 {
+				assert.Equal(t, time.Duration(0), res.Delay)
+			} else {
+				assert.Greater(t, res.Delay, 59*time.Minute, "the log survived the flush")
+			}
+		}
+	}
 }

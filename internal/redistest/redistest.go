@@ -28,6 +28,7 @@ type Server struct {
 	cmd  *exec.Cmd
 	mini *miniredis.Miniredis
 	dir  string
+	args []string // redis-server's arguments, for Restart
 }
 
 // Close stops the server. It is safe to call more than once.
@@ -92,7 +93,7 @@ func StartServer(extraArgs ...string) (*Server, error) {
 			_ = os.RemoveAll(dir)
 			return nil, err
 		}
-		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Real: true, cmd: cmd, dir: dir}
+		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Real: true, cmd: cmd, dir: dir, args: args}
 		if lastErr = waitReady(s.Addr, 5*time.Second); lastErr == nil {
 			return s, nil
 		}

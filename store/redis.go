@@ -191,8 +191,14 @@ func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
 	if !res.Allowed || res.Cost < 1 {
 		return nil
 	}
-	err := cancelScript.Run(ctx, r.client, []string{r.RedisKey(res.Key)},
-		strconv.FormatInt(res.Slot, 10), res.Cost).Err()
+	keys := []string{r.RedisKey(res.Key)}
+	args := []any{strconv.FormatInt(res.Slot, 10), res.Cost}
+	var err error
+	if p, ok := r.client.(processor); ok {
+		err = runOnce(ctx, p, cancelScript, lua.Cancel, keys, args)
+	} else {
+		err = cancelScript.Run(ctx, r.client, keys, args...).Err()
+	}
 	if err != nil {
 		r.failed(err)
 		return fmt.Errorf("store: redis cancel: %w", err)
@@ -274,6 +280,43 @@ func (r *Redis) failed(err error) {
 		return
 	}
 	r.reloader.ReloadState(context.Background())
+}
+
+// processor is what go-redis clients (Client, ClusterClient, Ring) have to
+// run a command they are given.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// onceCmd is a script call that go-redis must not send again after it may
+// have reached the server: its client retries a command after a read
+// timeout or a broken connection by default, and a Cancel run twice removes
+// the entries of another reservation at the same slot (see Cancel). A
+// command that surely never left the client is still retried.
+type onceCmd struct{ *redis.Cmd }
+
+// NoRetry implements redis.Cmder.
+func (onceCmd) NoRetry() bool { return true }
+
+// runOnce runs a script with EVALSHA, then EVAL when the server's script
+// cache has lost it (NOSCRIPT: nothing ran), each sent at most once.
+func runOnce(ctx context.Context, p processor, script *redis.Script, src string, keys []string, args []any) error {
+	call := func(name, body string) error {
+		a := make([]any, 0, 3+len(keys)+len(args))
+		a = append(a, name, body, len(keys))
+		for _, k := range keys {
+			a = append(a, k)
+		}
+		a = append(a, args...)
+		cmd := onceCmd{redis.NewCmd(ctx, a...)}
+		_ = p.Process(ctx, cmd)
+		return cmd.Err()
+	}
+	err := call("evalsha", script.Hash())
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		err = call("eval", src)
+	}
+	return err
 }
 
 // int64s checks that a script reply is a list of four integers.

@@ -186,7 +186,12 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 	return res, nil
 }
 
-// Cancel implements Store.
+// Cancel implements Store. The script call is sent at most once: go-redis
+// re-sends a command after a read timeout or a broken connection, and a
+// Cancel that ran but whose reply was lost would then run again and could
+// remove the entries of another reservation at the same slot, which would be
+// sent uncounted. A Cancel whose reply is lost returns an error; its entries
+// may or may not be gone.
 func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
 	if !res.Allowed || res.Cost < 1 {
 		return nil

@@ -102,6 +102,10 @@ type Store interface {
 	Reserve(ctx context.Context, key string, req Request) (Reservation, error)
 	// Cancel gives back the units of an allowed reservation that will not be
 	// sent. It is best effort: removing entries only loosens every window.
+	// Call it at most once per reservation: reservations of the same cost
+	// at the same slot are alike, so a second Cancel may remove another's
+	// units. (The Redis store never re-sends a Cancel on its own; see
+	// Redis.Cancel.)
 	Cancel(ctx context.Context, r Reservation) error
 }
 

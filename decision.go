@@ -56,8 +56,12 @@ type Decision struct {
 	RetryAfter time.Duration
 	// Limit is the limit that set the delay or the refusal, zero if none did.
 	Limit Limit
-	// Err is the error returned to the caller (Limited, Canceled, Failed) or
-	// the store's error (FailedOpen).
+	// Local is true when the shared store failed or is marked down and the
+	// transport's in-process limiter decided instead (FailLocal).
+	Local bool
+	// Err is the error returned to the caller (Limited, Canceled, Failed),
+	// or the *StoreError that made the transport send uncounted
+	// (FailedOpen) or count locally (Sent with Local).
 	Err error
 }
 
@@ -73,6 +77,10 @@ func (t *Transport) observe(ctx context.Context, d Decision) {
 	switch d.Outcome {
 	case Failed, FailedOpen:
 		level = slog.LevelWarn
+	case Sent:
+		if d.Local {
+			level = slog.LevelWarn
+		}
 	case Limited:
 		level = slog.LevelInfo
 	}
@@ -84,6 +92,9 @@ func (t *Transport) observe(ctx context.Context, d Decision) {
 		slog.String("key", d.Key),
 		slog.String("outcome", d.Outcome.String()),
 		slog.Int("cost", d.Cost),
+	}
+	if d.Local {
+		attrs = append(attrs, slog.Bool("local", true))
 	}
 	if d.Delay > 0 {
 		attrs = append(attrs, slog.Duration("delay", d.Delay))

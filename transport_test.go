@@ -965,6 +965,11 @@ func TestStoreFailure(t *testing.T) {
 		req, _ = newRequest(t, context.Background(), http.MethodGet, testURL)
 		_, err = (&http.Client{Transport: tr}).Do(req)
 		assert.ErrorIs(t, err, errBoom)
+		assert.ErrorIs(t, err, throttle.ErrStoreUnavailable)
+		var se *throttle.StoreError
+		require.ErrorAs(t, err, &se)
+		assert.Equal(t, "r", se.Rule)
+		assert.True(t, se.NotTried, "the store was marked down by the first request")
 	})
 
 	t.Run("fail open", func(t *testing.T) {

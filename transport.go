@@ -25,15 +25,15 @@ import (
 // a *LimitError (errors.Is ErrLimited), a *KeyError (ErrNoKey), an
 // ErrInvalidCost, the context's error, or a store error.
 type Transport struct {
-	base         http.RoundTripper
-	store        store.Store
-	rules        []*rule
-	def          *rule
-	onDecision   func(Decision)
-	logger       *slog.Logger
-	failure      failure // the store failure policy and its state: failure.go
-	now          func() time.Time
-	sleep        func(context.Context, time.Duration) error // sleep, or a test's
+	base       http.RoundTripper
+	store      store.Store
+	rules      []*rule
+	def        *rule
+	onDecision func(Decision)
+	logger     *slog.Logger
+	failure    failure // the store failure policy and its state: failure.go
+	now        func() time.Time
+	sleep      func(context.Context, time.Duration) error // sleep, or a test's
 }
 
 var _ http.RoundTripper = (*Transport)(nil)

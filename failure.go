@@ -55,7 +55,7 @@ func WithStoreFailure(p StoreFailure) Option {
 		if p < FailClosed || p > FailLocal {
 			return &ConfigError{Reason: fmt.Sprintf("unknown StoreFailure %d", int(p))}
 		}
-		t.failure.policy = p
+		t.storeFailure.policy = p
 		return nil
 	})
 }
@@ -71,7 +71,7 @@ func WithLocalShare(share float64) Option {
 		if math.IsNaN(share) || share <= 0 || share > 1 {
 			return &ConfigError{Reason: fmt.Sprintf("WithLocalShare(%v): the share must be above 0 and at most 1", share)}
 		}
-		t.failure.share = share
+		t.storeFailure.share = share
 		return nil
 	})
 }
@@ -137,7 +137,7 @@ func (f *failure) setup(t *Transport) error {
 // ended, that *StoreError when the policy is not FailLocal, and the local
 // limiter's refusal or failure otherwise.
 func (t *Transport) reserve(ctx context.Context, r *rule, key string, req store.Request) (res store.Reservation, st store.Store, down *StoreError, err error) {
-	h := &t.failure.health
+	h := &t.storeFailure.health
 	var cause error
 	try := h.begin(t.now())
 	if try != skip {
@@ -157,17 +157,17 @@ func (t *Transport) reserve(ctx context.Context, r *rule, key string, req store.
 		cause = h.lastError()
 	}
 	down = &StoreError{Rule: r.Name, Err: cause, NotTried: try == skip}
-	if t.failure.policy != FailLocal {
+	if t.storeFailure.policy != FailLocal {
 		return res, nil, down, down
 	}
 	if req.Cost > r.localMinN {
 		return res, nil, down, fmt.Errorf("%w (and cost %d is above the local share of a limit, %d)", down, req.Cost, r.localMinN)
 	}
 	req.Limits = r.local
-	if res, err = t.failure.local.Reserve(ctx, key, req); err != nil {
+	if res, err = t.storeFailure.local.Reserve(ctx, key, req); err != nil {
 		return res, nil, down, err
 	}
-	return res, t.failure.local, down, nil
+	return res, t.storeFailure.local, down, nil
 }
 
 // attempt says how a request may use the shared store.

@@ -25,15 +25,15 @@ import (
 // a *LimitError (errors.Is ErrLimited), a *KeyError (ErrNoKey), an
 // ErrInvalidCost, the context's error, or a store error.
 type Transport struct {
-	base       http.RoundTripper
-	store      store.Store
-	rules      []*rule
-	def        *rule
-	onDecision func(Decision)
-	logger     *slog.Logger
-	failure    failure // the store failure policy and its state: failure.go
-	now        func() time.Time
-	sleep      func(context.Context, time.Duration) error // sleep, or a test's
+	base         http.RoundTripper
+	store        store.Store
+	rules        []*rule
+	def          *rule
+	onDecision   func(Decision)
+	logger       *slog.Logger
+	storeFailure failure // the policy and its state: failure.go
+	now          func() time.Time
+	sleep        func(context.Context, time.Duration) error // sleep, or a test's
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -131,7 +131,7 @@ func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, er
 		}
 		byName[r.Name] = r
 	}
-	if err := t.failure.setup(t); err != nil {
+	if err := t.storeFailure.setup(t); err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -206,7 +206,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// reserve (failure.go) applies the store failure policy: st holds
 		// the reservation; down says why the shared store did not decide.
 		res, st, down, err := t.reserve(ctx, r, skey, store.Request{Limits: r.eff, Cost: d.Cost, MaxWait: wait})
-		d.Local = down != nil && t.failure.policy == FailLocal
+		d.Local = down != nil && t.storeFailure.policy == FailLocal
 		d.Err = nil
 		if d.Local {
 			d.Err = down
@@ -216,7 +216,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				d.Outcome = Canceled
 				return fail(ctxErr)
 			}
-			if t.failure.policy == FailOpen && down != nil {
+			if t.storeFailure.policy == FailOpen && down != nil {
 				d.Outcome, d.Err = FailedOpen, err
 				t.observe(ctx, d)
 				return t.base.RoundTrip(req)

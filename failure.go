@@ -48,7 +48,7 @@ func (p StoreFailure) String() string {
 // not call it and take the policy's path at once, so a dead Redis costs one
 // request a connect timeout, not every request. While it is down, one request
 // at a time is let through to the store as a probe, after a backoff that
-// starts at 50ms and grows to at most 1s; the first probe that succeeds marks
+// starts at 50ms and doubles up to at most 600ms; the first probe that succeeds marks
 // the store up again, and its answer is used.
 func WithStoreFailure(p StoreFailure) Option {
 	return optionFunc(func(t *Transport) error {
@@ -76,28 +76,64 @@ func WithLocalShare(share float64) Option {
 	})
 }
 
+// DefaultStoreTimeout bounds each call a request makes to the shared store
+// when WithStoreTimeout sets no other bound.
+const DefaultStoreTimeout = time.Second
+
+// WithStoreTimeout bounds each Reserve call to the shared store (default
+// DefaultStoreTimeout). A call that takes longer, while the request's own
+// context is still live, is a store failure: it marks the store down like
+// any other. Without the bound, a client that retries its dials (go-redis
+// tries 5 dials per attempt and 4 attempts by default, about 2s against a
+// closed port) would make the request's context end first, which says
+// nothing about the store, and every request would pay it.
+func WithStoreTimeout(d time.Duration) Option {
+	return optionFunc(func(t *Transport) error {
+		if d <= 0 {
+			return &ConfigError{Reason: fmt.Sprintf("WithStoreTimeout(%s): the timeout must be positive", d)}
+		}
+		t.storeFailure.timeout = d
+		return nil
+	})
+}
+
+// errStoreTimeout is the cause of a StoreError for a call cut by the timeout.
+type errStoreTimeout struct {
+	d   time.Duration
+	err error
+}
+
+func (e *errStoreTimeout) Error() string {
+	return fmt.Sprintf("no answer within %s (WithStoreTimeout): %v", e.d, e.err)
+}
+func (e *errStoreTimeout) Unwrap() error { return e.err }
+
 // Backoff between probes of a store marked down. The randomisation keeps the
 // probes of a fleet apart; the largest wait is probeMaxInterval ×
-// (1 + probeRandomization) = 1s, so requests use the store again within about
-// a second of its return (plus the probe's own round trip).
+// (1 + probeRandomization) = 600ms, so that requests use the store again
+// within about a second of its return, the probe's own round trip included.
 const (
 	probeInitialInterval = 50 * time.Millisecond
-	probeMaxInterval     = 800 * time.Millisecond
-	probeRandomization   = 0.25
+	probeMaxInterval     = 500 * time.Millisecond
+	probeRandomization   = 0.2
 	probeMultiplier      = 2
 )
 
 // failure is a transport's store failure policy and the state behind it.
 type failure struct {
-	policy StoreFailure
-	share  float64       // FailLocal: the share of each limit
-	local  *store.Memory // FailLocal: the in-process limiter
-	health health
+	policy  StoreFailure
+	timeout time.Duration // bound of each store call; 0: DefaultStoreTimeout
+	share   float64       // FailLocal: the share of each limit
+	local   *store.Memory // FailLocal: the in-process limiter
+	health  health
 }
 
 // setup validates the policy once every option is applied and, for
 // FailLocal, prepares the local limiter and every rule's local limits.
 func (f *failure) setup(t *Transport) error {
+	if f.timeout == 0 {
+		f.timeout = DefaultStoreTimeout
+	}
 	if f.policy != FailLocal {
 		if f.share != 0 {
 			return &ConfigError{Reason: "WithLocalShare needs WithStoreFailure(FailLocal)"}
@@ -141,7 +177,9 @@ func (t *Transport) reserve(ctx context.Context, r *rule, key string, req store.
 	var cause error
 	try := h.begin(t.now())
 	if try != skip {
-		res, err := t.store.Reserve(ctx, key, req)
+		sctx, cancel := context.WithTimeout(ctx, t.storeFailure.timeout)
+		res, err := t.store.Reserve(sctx, key, req)
+		cancel()
 		switch {
 		case err == nil:
 			h.succeeded()
@@ -150,6 +188,8 @@ func (t *Transport) reserve(ctx context.Context, r *rule, key string, req store.
 			// The caller gave up; that says nothing about the store.
 			h.abandoned(try)
 			return res, nil, nil, err
+		case sctx.Err() != nil:
+			err = &errStoreTimeout{t.storeFailure.timeout, err}
 		}
 		h.failed(try, t.now(), err)
 		cause = err

@@ -15,6 +15,9 @@ import (
 	"github.com/throttle-go/throttle/store"
 )
 
+// maxProbeGap is the longest wait between probes.
+var maxProbeGap = time.Duration(float64(probeMaxInterval) * (1 + probeRandomization))
+
 var errDown = errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
 
 // flakyStore is a memory store that can be taken down: then every call fails
@@ -121,19 +124,21 @@ var outageRule = Rule{Name: "r", Host: "api.example.com", Key: Fixed("k"), Limit
 
 // TestDownStoreIsNotCalled: after one failure, requests do not call the store
 // (and do not pay its connect timeout) until a probe succeeds; probes come
-// one at a time, after a growing backoff of at most a second.
+// one at a time, after a growing backoff of at most maxProbeGap.
 func TestDownStoreIsNotCalled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newOutageRig(t, outageRule)
 		g.st.dialTime = 3 * time.Second // a connect timeout
 		g.st.set(true)
 
-		// The first request pays the timeout and marks the store down.
+		// The first request pays the store timeout (not the 3s) and marks
+		// the store down.
 		start := time.Now()
 		d, err := g.do(t)
-		assert.Equal(t, 3*time.Second, time.Since(start))
+		assert.Equal(t, DefaultStoreTimeout, time.Since(start))
 		require.ErrorIs(t, err, ErrStoreUnavailable)
-		require.ErrorIs(t, err, errDown)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Contains(t, err.Error(), "no answer within 1s (WithStoreTimeout)")
 		var se *StoreError
 		require.ErrorAs(t, err, &se)
 		assert.False(t, se.NotTried)
@@ -166,21 +171,21 @@ func TestDownStoreIsNotCalled(t *testing.T) {
 		calls, maxInflight, times := g.st.stats()
 		assert.Equal(t, 1, maxInflight, "one probe at a time")
 		assert.Equal(t, calls-1, tried)
-		// Probes: the first after about 50ms, then growing, capped at 1s
-		// plus the 3s the probe itself takes.
+		// Probes: the first after about 50ms, then growing, capped at
+		// maxProbeGap, plus the store timeout the probe itself takes.
 		t.Logf("%d requests refused at once, %d probes in 20s", notTried, tried)
 		assert.Greater(t, notTried, 100*tried)
-		assert.LessOrEqual(t, tried, 10)
+		assert.LessOrEqual(t, tried, 20)
 		for i := 2; i < len(times); i++ {
-			gap := times[i].Sub(times[i-1]) - 3*time.Second
-			assert.LessOrEqual(t, gap, time.Second+5*time.Millisecond, "probe %d", i)
+			gap := times[i].Sub(times[i-1]) - DefaultStoreTimeout
+			assert.LessOrEqual(t, gap, maxProbeGap+5*time.Millisecond, "probe %d", i)
 			assert.GreaterOrEqual(t, gap, time.Duration(float64(probeInitialInterval)*(1-probeRandomization)), "probe %d", i)
 		}
 	})
 }
 
 // TestRecoveryWithinASecond: once the store is back, requests use it again
-// within the largest backoff interval (1s) plus the gap between requests.
+// within the largest backoff interval plus the gap between requests.
 func TestRecoveryWithinASecond(t *testing.T) {
 	for _, outage := range []time.Duration{10 * time.Millisecond, time.Second, 30 * time.Second} {
 		t.Run(outage.String(), func(t *testing.T) {
@@ -198,7 +203,7 @@ func TestRecoveryWithinASecond(t *testing.T) {
 				}
 				took := recovered.Sub(back)
 				t.Logf("outage %s: recovered %s after the store came back", outage, took)
-				assert.LessOrEqual(t, took, time.Second+time.Millisecond)
+				assert.LessOrEqual(t, took, maxProbeGap+time.Millisecond)
 				d, err := g.do(t)
 				require.NoError(t, err)
 				assert.Equal(t, Sent, d.Outcome)

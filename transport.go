@@ -31,6 +31,7 @@ type Transport struct {
 	def          *rule
 	onDecision   func(Decision)
 	logger       *slog.Logger
+	keySecret    []byte  // WithKeySecret; nil: none
 	storeFailure failure // the policy and its state: failure.go
 	now          func() time.Time
 	sleep        func(context.Context, time.Duration) error // sleep, or a test's
@@ -102,11 +103,13 @@ func WithLogger(l *slog.Logger) Option {
 // New returns a Transport that sends through base (http.DefaultTransport when
 // nil) and keeps its state in st. It validates every option and does no I/O.
 func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, error) {
-	if st == nil {
+	if st == nil || isNilPointer(st) {
 		return nil, &ConfigError{Reason: "nil store"}
 	}
 	if base == nil {
 		base = http.DefaultTransport
+	} else if isNilPointer(base) {
+		return nil, &ConfigError{Reason: fmt.Sprintf("base is a nil %T (pass nil itself for http.DefaultTransport)", base)}
 	}
 	t := &Transport{base: base, store: st, now: time.Now, sleep: sleep}
 	for _, o := range opts {
@@ -181,9 +184,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		d.Outcome = Failed
 		return fail(&KeyError{Rule: r.Name, Reason: err.Error()})
 	}
-	if len(key) > MaxKeyLen {
-		key = hashed("sha256:", key)
-	}
+	key = t.storeKey(key) // keysecret.go: HMAC with a secret, else long keys hashed
 	d.Key = key
 	if d.Cost, err = r.cost(req); err != nil {
 		d.Outcome = Failed

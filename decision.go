@@ -20,10 +20,13 @@ const (
 	// its slot; the context's error is returned and the slot given back
 	// (best effort, in the background).
 	Canceled
-	// Failed: the key, the cost or the store failed; nothing was sent.
+	// Failed: the key, the cost or the store failed (FailClosed, with a
+	// *StoreError); nothing was sent.
 	Failed
-	// FailedOpen: the store failed and the transport is configured to
-	// fail open, so the request was sent without being counted.
+	// FailedOpen: the store failed or is marked down and the transport is
+	// configured to fail open, so the request was sent without being
+	// counted. Under FailLocal, such requests are Sent, Limited or
+	// Canceled with Decision.Local set instead.
 	FailedOpen
 	// Unmatched: no rule and no default rule matched; the request was sent
 	// without a limit.

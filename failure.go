@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -134,6 +135,7 @@ func (f *failure) setup(t *Transport) error {
 	if f.timeout == 0 {
 		f.timeout = DefaultStoreTimeout
 	}
+	f.health.now = func() time.Time { return t.now() }
 	if f.policy != FailLocal {
 		if f.share != 0 {
 			return &ConfigError{Reason: "WithLocalShare needs WithStoreFailure(FailLocal)"}
@@ -230,6 +232,11 @@ const (
 // succeed after; a failure then does not advance the backoff (only probes
 // do), and a success marks the store up, which it evidently is.
 type health struct {
+	now func() time.Time // the transport's clock, for the backoff
+
+	// isDown mirrors down for the lock-free fast path of a healthy store.
+	isDown atomic.Bool
+
 	mu      sync.Mutex
 	down    bool
 	probing bool
@@ -239,6 +246,9 @@ type health struct {
 }
 
 func (h *health) begin(now time.Time) attempt {
+	if !h.isDown.Load() {
+		return use
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
@@ -253,9 +263,13 @@ func (h *health) begin(now time.Time) attempt {
 }
 
 func (h *health) succeeded() {
+	if !h.isDown.Load() {
+		return // the common case: no lock
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.down, h.probing, h.bo, h.last = false, false, nil, nil
+	h.isDown.Store(false)
 }
 
 func (h *health) abandoned(a attempt) {
@@ -273,7 +287,9 @@ func (h *health) failed(a attempt, now time.Time, err error) {
 	switch {
 	case !h.down:
 		h.down, h.last = true, err
+		h.isDown.Store(true)
 		h.bo = backoff.NewExponentialBackOff(
+			backoff.WithClockProvider(clockFunc(h.now)),
 			backoff.WithInitialInterval(probeInitialInterval),
 			backoff.WithMaxInterval(probeMaxInterval),
 			backoff.WithRandomizationFactor(probeRandomization),
@@ -286,6 +302,11 @@ func (h *health) failed(a attempt, now time.Time, err error) {
 		h.next = now.Add(h.bo.NextBackOff())
 	}
 }
+
+// clockFunc makes the transport's clock a backoff.Clock.
+type clockFunc func() time.Time
+
+func (c clockFunc) Now() time.Time { return c() }
 
 func (h *health) lastError() error {
 	h.mu.Lock()

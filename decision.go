@@ -20,10 +20,13 @@ const (
 	// its slot; the context's error is returned and the slot given back
 	// (best effort, in the background).
 	Canceled
-	// Failed: the key, the cost or the store failed; nothing was sent.
+	// Failed: the key, the cost or the store failed (FailClosed, with a
+	// *StoreError); nothing was sent.
 	Failed
-	// FailedOpen: the store failed and the transport is configured to
-	// fail open, so the request was sent without being counted.
+	// FailedOpen: the store failed or is marked down and the transport is
+	// configured to fail open, so the request was sent without being
+	// counted. Under FailLocal, such requests are Sent, Limited or
+	// Canceled with Decision.Local set instead.
 	FailedOpen
 	// Unmatched: no rule and no default rule matched; the request was sent
 	// without a limit.
@@ -56,8 +59,12 @@ type Decision struct {
 	RetryAfter time.Duration
 	// Limit is the limit that set the delay or the refusal, zero if none did.
 	Limit Limit
-	// Err is the error returned to the caller (Limited, Canceled, Failed) or
-	// the store's error (FailedOpen).
+	// Local is true when the shared store failed or is marked down and the
+	// transport's in-process limiter decided instead (FailLocal).
+	Local bool
+	// Err is the error returned to the caller (Limited, Canceled, Failed),
+	// or the *StoreError that made the transport send uncounted
+	// (FailedOpen) or count locally (Sent with Local).
 	Err error
 }
 
@@ -73,6 +80,10 @@ func (t *Transport) observe(ctx context.Context, d Decision) {
 	switch d.Outcome {
 	case Failed, FailedOpen:
 		level = slog.LevelWarn
+	case Sent:
+		if d.Local {
+			level = slog.LevelWarn
+		}
 	case Limited:
 		level = slog.LevelInfo
 	}
@@ -84,6 +95,9 @@ func (t *Transport) observe(ctx context.Context, d Decision) {
 		slog.String("key", d.Key),
 		slog.String("outcome", d.Outcome.String()),
 		slog.Int("cost", d.Cost),
+	}
+	if d.Local {
+		attrs = append(attrs, slog.Bool("local", true))
 	}
 	if d.Delay > 0 {
 		attrs = append(attrs, slog.Duration("delay", d.Delay))

@@ -15,6 +15,13 @@
 // of length W the fleet sends at most N units, counted when they are sent.
 // Reserving a slot, waiting included, is one Redis script call.
 //
+// When the store fails, WithStoreFailure decides: FailClosed (the default)
+// refuses with a *StoreError, FailOpen sends uncounted, FailLocal counts in
+// the process with the share of each limit WithLocalShare gives. A failed
+// store is marked down and probed with backoff, one request at a time, so a
+// dead Redis does not cost every request a timeout. WithKeySecret keys the
+// hashing of rate keys with a secret.
+//
 //	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 //	st, _ := store.NewRedis(rdb)
 //	tr, err := throttle.New(nil, st, throttle.WithRule(throttle.Rule{

@@ -74,3 +74,38 @@ func (e *ConfigError) Error() string {
 
 // Is makes errors.Is(err, ErrInvalidConfig) true.
 func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// ErrStoreUnavailable is matched by every *StoreError: the shared store
+// failed, or is marked down after a failure, so the request was refused
+// (FailClosed), sent uncounted (FailOpen) or counted locally (FailLocal).
+var ErrStoreUnavailable = errors.New("throttle: store unavailable")
+
+// StoreError says that the shared store could not decide for a request. It
+// matches ErrStoreUnavailable with errors.Is, and unwraps to the store's own
+// error, through the *url.Error of http.Client too.
+type StoreError struct {
+	Rule string // the rule's name
+	// Err is the store's error: the one this request met or, when NotTried,
+	// the failure that marked the store down (or its latest failed probe).
+	Err error
+	// NotTried is true when the request did not call the store because it
+	// is marked down and another request probes it.
+	NotTried bool
+}
+
+func (e *StoreError) Error() string {
+	s := fmt.Sprintf("throttle: rule %q: store unavailable", e.Rule)
+	if e.NotTried {
+		s += " (not tried: marked down until a probe succeeds)"
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Is makes errors.Is(err, ErrStoreUnavailable) true.
+func (e *StoreError) Is(target error) bool { return target == ErrStoreUnavailable }
+
+// Unwrap returns the store's error.
+func (e *StoreError) Unwrap() error { return e.Err }

@@ -3,6 +3,7 @@ package throttle
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -118,7 +119,17 @@ func Fixed(name string) KeyFunc {
 
 // FirstOf tries each KeyFunc in turn and returns the first key derived: for
 // example ByBearerToken, then ByHost for requests without a token.
+//
+// A nil KeyFunc among fs refuses every request with a *KeyError saying so
+// (a KeyFunc cannot return a configuration error).
 func FirstOf(fs ...KeyFunc) KeyFunc {
+	for i, f := range fs {
+		if f == nil {
+			return func(*http.Request) (string, error) {
+				return "", keyErr(fmt.Sprintf("FirstOf: key function %d of %d is nil", i+1, len(fs)))
+			}
+		}
+	}
 	return func(r *http.Request) (string, error) {
 		reasons := make([]string, 0, len(fs))
 		for _, f := range fs {

@@ -236,3 +236,19 @@ func TestLongKeysShareALog(t *testing.T) {
 	assert.NoError(t, do("b"))
 	assert.Equal(t, 2, sent.count())
 }
+
+// TestFirstOfNil: a nil KeyFunc inside FirstOf refuses requests with a
+// KeyError saying so, rather than panicking at request time.
+func TestFirstOfNil(t *testing.T) {
+	var decisions decisionLog
+	var sent sendLog
+	tr := newTransport(t, sent.base(), nil, decisions.option(), throttle.WithRule(throttle.Rule{
+		Name: "r", Host: "api.example.com", Limits: []throttle.Limit{throttle.PerSecond(10)},
+		Key: throttle.FirstOf(throttle.ByBearerToken(), nil),
+	}))
+	var err error
+	require.NotPanics(t, func() { _, err = tr.RoundTrip(keyReq(t, "https://api.example.com/x")) })
+	require.ErrorIs(t, err, throttle.ErrNoKey)
+	assert.EqualError(t, err, `throttle: no rate key: rule "r": FirstOf: key function 2 of 2 is nil`)
+	assert.Zero(t, sent.count())
+}

@@ -86,6 +86,10 @@ type rule struct {
 	scope    string        // prefix of the store keys: the rule's own logs
 	maxWait  time.Duration // 0 in FailFast mode
 	minN     int
+	// FailLocal only: eff with every N cut to the local share, and the
+	// least of them.
+	local     []Limit
+	localMinN int
 }
 
 func (r *Rule) displayName(isDefault bool) string {

@@ -31,23 +31,13 @@ type Transport struct {
 	def          *rule
 	onDecision   func(Decision)
 	logger       *slog.Logger
-	storeFailure StoreFailure
+	keySecret    []byte  // WithKeySecret; nil: none
+	storeFailure failure // the policy and its state: failure.go
 	now          func() time.Time
 	sleep        func(context.Context, time.Duration) error // sleep, or a test's
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
-
-// StoreFailure says what a request does when the store fails.
-type StoreFailure int
-
-const (
-	// FailClosed refuses the request with the store's error, wrapped;
-	// nothing is sent. It is the default.
-	FailClosed StoreFailure = iota
-	// FailOpen sends the request without counting it.
-	FailOpen
-)
 
 // An Option configures New.
 type Option interface{ apply(*Transport) error }
@@ -110,26 +100,16 @@ func WithLogger(l *slog.Logger) Option {
 	})
 }
 
-// WithStoreFailure sets what requests do when the store fails: FailClosed
-// (the default) or FailOpen.
-func WithStoreFailure(p StoreFailure) Option {
-	return optionFunc(func(t *Transport) error {
-		if p != FailClosed && p != FailOpen {
-			return &ConfigError{Reason: fmt.Sprintf("unknown StoreFailure %d", p)}
-		}
-		t.storeFailure = p
-		return nil
-	})
-}
-
 // New returns a Transport that sends through base (http.DefaultTransport when
 // nil) and keeps its state in st. It validates every option and does no I/O.
 func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, error) {
-	if st == nil {
+	if st == nil || isNilPointer(st) {
 		return nil, &ConfigError{Reason: "nil store"}
 	}
 	if base == nil {
 		base = http.DefaultTransport
+	} else if isNilPointer(base) {
+		return nil, &ConfigError{Reason: fmt.Sprintf("base is a nil %T (pass nil itself for http.DefaultTransport)", base)}
 	}
 	t := &Transport{base: base, store: st, now: time.Now, sleep: sleep}
 	for _, o := range opts {
@@ -153,6 +133,9 @@ func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, er
 			return nil, &ConfigError{Rule: r.Name, Reason: "rules of the same name share their logs and must have the same Limits and Margin"}
 		}
 		byName[r.Name] = r
+	}
+	if err := t.storeFailure.setup(t); err != nil {
+		return nil, err
 	}
 	return t, nil
 }
@@ -201,9 +184,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		d.Outcome = Failed
 		return fail(&KeyError{Rule: r.Name, Reason: err.Error()})
 	}
-	if len(key) > MaxKeyLen {
-		key = hashed("sha256:", key)
-	}
+	key = t.storeKey(key) // keysecret.go: HMAC with a secret, else long keys hashed
 	d.Key = key
 	if d.Cost, err = r.cost(req); err != nil {
 		d.Outcome = Failed
@@ -223,17 +204,26 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if r.Mode == Wait {
 			wait = maxWait(ctx, t.now(), r.maxWait)
 		}
-		res, err := t.store.Reserve(ctx, skey, store.Request{Limits: r.eff, Cost: d.Cost, MaxWait: wait})
+		// reserve (failure.go) applies the store failure policy: st holds
+		// the reservation; down says why the shared store did not decide.
+		res, st, down, err := t.reserve(ctx, r, skey, store.Request{Limits: r.eff, Cost: d.Cost, MaxWait: wait})
+		d.Local = down != nil && t.storeFailure.policy == FailLocal
+		d.Err = nil
+		if d.Local {
+			d.Err = down
+		}
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
 				d.Outcome = Canceled
 				return fail(ctxErr)
 			}
-			err = fmt.Errorf("throttle: rule %q: %w", r.Name, err)
-			if t.storeFailure == FailOpen {
+			if t.storeFailure.policy == FailOpen && down != nil {
 				d.Outcome, d.Err = FailedOpen, err
 				t.observe(ctx, d)
 				return t.base.RoundTrip(req)
+			}
+			if !errors.Is(err, ErrStoreUnavailable) && !errors.Is(err, ErrLimited) {
+				err = fmt.Errorf("throttle: rule %q: %w", r.Name, err)
 			}
 			d.Outcome = Failed
 			return fail(err)
@@ -257,7 +247,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			go func() {
 				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
 				defer cancel()
-				_ = t.store.Cancel(cctx, res)
+				_ = st.Cancel(cctx, res)
 			}()
 			d.Outcome = Canceled
 			return fail(err)
@@ -270,7 +260,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if r.Margin == 0 || late <= r.Margin/2 || d.Retaken == maxRetakes {
 			break
 		}
-		if err := t.store.Cancel(ctx, res); err != nil && ctx.Err() == nil {
+		if err := st.Cancel(ctx, res); err != nil && ctx.Err() == nil {
 			break // the old slot stands; sending now is no worse than not retaking
 		}
 		d.Retaken++

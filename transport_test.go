@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -840,6 +841,7 @@ func TestConfigValidation(t *testing.T) {
 	tests := []struct {
 		name string
 		st   store.Store // nil: mem
+		base http.RoundTripper
 		opts []throttle.Option
 		// nilStore passes a nil store.
 		nilStore bool
@@ -894,14 +896,44 @@ func TestConfigValidation(t *testing.T) {
 		{name: "nil hook", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithOnDecision(nil)}, want: "WithOnDecision: nil function"},
 		{name: "nil logger", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithLogger(nil)}, want: "WithLogger: nil logger"},
 		{name: "unknown StoreFailure", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreFailure(throttle.StoreFailure(9))}, want: "unknown StoreFailure 9"},
+		{name: "negative StoreFailure", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreFailure(throttle.StoreFailure(-1))}, want: "unknown StoreFailure -1"},
+		{name: "typed nil store", st: (*store.Memory)(nil), opts: []throttle.Option{throttle.WithRule(ok)}, want: "nil store"},
+		{name: "typed nil Redis store", st: (*store.Redis)(nil), opts: []throttle.Option{throttle.WithRule(ok)}, want: "nil store"},
+		{name: "typed nil base", base: (*http.Transport)(nil), opts: []throttle.Option{throttle.WithRule(ok)}, want: "base is a nil *http.Transport"},
+		{name: "nil func base", base: roundTripperFunc(nil), opts: []throttle.Option{throttle.WithRule(ok)}, want: "base is a nil throttle_test.roundTripperFunc"},
+		{name: "valid FailOpen", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreFailure(throttle.FailOpen)}},
+		{name: "valid FailLocal", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreFailure(throttle.FailLocal), throttle.WithLocalShare(0.25)}},
+		{name: "valid FailLocal share 1, given first", opts: []throttle.Option{throttle.WithLocalShare(1), throttle.WithStoreFailure(throttle.FailLocal), throttle.WithRule(ok)}},
+		{name: "FailLocal without share", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreFailure(throttle.FailLocal)}, want: "FailLocal needs WithLocalShare"},
+		{name: "share without FailLocal", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithLocalShare(0.5)}, want: "WithLocalShare needs WithStoreFailure(FailLocal)"},
+		{name: "share with FailOpen", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreFailure(throttle.FailOpen), throttle.WithLocalShare(0.5)}, want: "WithLocalShare needs WithStoreFailure(FailLocal)"},
+		{name: "share zero", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreFailure(throttle.FailLocal), throttle.WithLocalShare(0)}, want: "WithLocalShare(0): the share must be above 0 and at most 1"},
+		{name: "share negative", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreFailure(throttle.FailLocal), throttle.WithLocalShare(-0.5)}, want: "WithLocalShare(-0.5)"},
+		{name: "share above 1", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreFailure(throttle.FailLocal), throttle.WithLocalShare(1.5)}, want: "WithLocalShare(1.5)"},
+		{name: "share NaN", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreFailure(throttle.FailLocal), throttle.WithLocalShare(math.NaN())}, want: "WithLocalShare(NaN)"},
+		{name: "share infinite", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreFailure(throttle.FailLocal), throttle.WithLocalShare(math.Inf(1))}, want: "WithLocalShare(+Inf)"},
+		{name: "valid store timeout", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreTimeout(50 * time.Millisecond)}},
+		{name: "zero store timeout", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreTimeout(0)}, want: "WithStoreTimeout(0s): the timeout must be positive"},
+		{name: "negative store timeout", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreTimeout(-time.Second)}, want: "WithStoreTimeout(-1s)"},
+		{name: "valid key secret", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithKeySecret(make([]byte, throttle.MinKeySecretLen))}},
+		{name: "nil key secret", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithKeySecret(nil)}, want: "WithKeySecret: the secret has 0 bytes; it needs at least 16"},
+		{name: "empty key secret", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithKeySecret([]byte{})}, want: "the secret has 0 bytes"},
+		{name: "short key secret", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithKeySecret([]byte("hunter2"))}, want: "the secret has 7 bytes"},
+		{name: "only a nil option", opts: []throttle.Option{nil}, want: "nil option"},
+		{name: "default rule without limits", opts: []throttle.Option{throttle.WithDefault(throttle.Rule{})}, want: `rule "default": no Limits`},
+		{name: "second of two rules invalid", opts: []throttle.Option{throttle.WithRule(ok),
+			throttle.WithRule(throttle.Rule{Name: "b", Host: "b.example", Limits: []throttle.Limit{throttle.PerSecond(-3)}})}, want: `rule "b": limit 0 (-3/1s): N must be at least 1`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var st store.Store = mem
+			if tc.st != nil {
+				st = tc.st
+			}
 			if tc.nilStore {
 				st = nil
 			}
-			tr, err := throttle.New(nil, st, tc.opts...)
+			tr, err := throttle.New(tc.base, st, tc.opts...)
 			if tc.want == "" {
 				require.NoError(t, err)
 				assert.NotNil(t, tr)
@@ -965,6 +997,11 @@ func TestStoreFailure(t *testing.T) {
 		req, _ = newRequest(t, context.Background(), http.MethodGet, testURL)
 		_, err = (&http.Client{Transport: tr}).Do(req)
 		assert.ErrorIs(t, err, errBoom)
+		assert.ErrorIs(t, err, throttle.ErrStoreUnavailable)
+		var se *throttle.StoreError
+		require.ErrorAs(t, err, &se)
+		assert.Equal(t, "r", se.Rule)
+		assert.True(t, se.NotTried, "the store was marked down by the first request")
 	})
 
 	t.Run("fail open", func(t *testing.T) {

@@ -1,0 +1,325 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/throttle-go/throttle/store"
+)
+
+// maxProbeGap is the longest wait between probes.
+var maxProbeGap = time.Duration(float64(probeMaxInterval) * (1 + probeRandomization))
+
+var errDown = errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+
+// flakyStore is a memory store that can be taken down: then every call fails
+// with errDown after dialTime (a connect timeout, on the synctest clock). It
+// counts calls and the most that were in flight at once.
+type flakyStore struct {
+	inner *store.Memory
+
+	mu          sync.Mutex
+	down        bool
+	dialTime    time.Duration
+	calls       int
+	inflight    int
+	maxInflight int
+	callTimes   []time.Time
+}
+
+func newFlaky(t *testing.T) *flakyStore {
+	m, err := store.NewMemory()
+	require.NoError(t, err)
+	return &flakyStore{inner: m}
+}
+
+func (f *flakyStore) set(down bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down = down
+}
+
+func (f *flakyStore) stats() (calls, maxInflight int, times []time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls, f.maxInflight, append([]time.Time(nil), f.callTimes...)
+}
+
+func (f *flakyStore) Reserve(ctx context.Context, key string, req store.Request) (store.Reservation, error) {
+	f.mu.Lock()
+	f.calls++
+	f.callTimes = append(f.callTimes, time.Now())
+	f.inflight++
+	f.maxInflight = max(f.maxInflight, f.inflight)
+	down, dial := f.down, f.dialTime
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.inflight--
+		f.mu.Unlock()
+	}()
+	if down {
+		if err := sleep(ctx, dial); err != nil {
+			return store.Reservation{}, err
+		}
+		return store.Reservation{}, errDown
+	}
+	return f.inner.Reserve(ctx, key, req)
+}
+
+func (f *flakyStore) Cancel(ctx context.Context, r store.Reservation) error {
+	return f.inner.Cancel(ctx, r)
+}
+
+// outageRig is a transport on a flakyStore with a recording base and hook.
+type outageRig struct {
+	st *flakyStore
+	tr *Transport
+
+	mu        sync.Mutex
+	sent      []time.Time
+	decisions []Decision
+}
+
+func newOutageRig(t *testing.T, rule Rule, opts ...Option) *outageRig {
+	g := &outageRig{st: newFlaky(t)}
+	base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.sent = append(g.sent, time.Now())
+		return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
+	})
+	opts = append([]Option{WithRule(rule), WithOnDecision(func(d Decision) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.decisions = append(g.decisions, d)
+	})}, opts...)
+	tr, err := New(base, g.st, opts...)
+	require.NoError(t, err)
+	g.tr = tr
+	return g
+}
+
+func (g *outageRig) do(t *testing.T) (Decision, error) {
+	req, err := http.NewRequest(http.MethodGet, "https://api.example.com/x", nil)
+	require.NoError(t, err)
+	resp, err := g.tr.RoundTrip(req)
+	if err == nil {
+		resp.Body.Close()
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.decisions[len(g.decisions)-1], err
+}
+
+var outageRule = Rule{Name: "r", Host: "api.example.com", Key: Fixed("k"), Limits: []Limit{PerSecond(1000)}}
+
+// TestDownStoreIsNotCalled: after one failure, requests do not call the store
+// (and do not pay its connect timeout) until a probe succeeds; probes come
+// one at a time, after a growing backoff of at most maxProbeGap.
+func TestDownStoreIsNotCalled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newOutageRig(t, outageRule)
+		g.st.dialTime = 3 * time.Second // a connect timeout
+		g.st.set(true)
+
+		// The first request pays the store timeout (not the 3s) and marks
+		// the store down.
+		start := time.Now()
+		d, err := g.do(t)
+		assert.Equal(t, DefaultStoreTimeout, time.Since(start))
+		require.ErrorIs(t, err, ErrStoreUnavailable)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Contains(t, err.Error(), "no answer within 1s (WithStoreTimeout)")
+		var se *StoreError
+		require.ErrorAs(t, err, &se)
+		assert.False(t, se.NotTried)
+		assert.Equal(t, Failed, d.Outcome)
+
+		// 20 seconds of requests from 8 goroutines, each every 5ms: they
+		// fail at once, except the probes, which pay the timeout.
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		notTried, tried := 0, 0
+		for range 8 {
+			wg.Go(func() {
+				for end := time.Now().Add(20 * time.Second); time.Now().Before(end); {
+					_, err := g.do(t)
+					require.ErrorIs(t, err, ErrStoreUnavailable)
+					var se *StoreError
+					require.ErrorAs(t, err, &se)
+					mu.Lock()
+					if se.NotTried {
+						notTried++
+					} else {
+						tried++
+					}
+					mu.Unlock()
+					time.Sleep(5 * time.Millisecond)
+				}
+			})
+		}
+		wg.Wait()
+		calls, maxInflight, times := g.st.stats()
+		assert.Equal(t, 1, maxInflight, "one probe at a time")
+		assert.Equal(t, calls-1, tried)
+		// Probes: the first after about 50ms, then growing, capped at
+		// maxProbeGap, plus the store timeout the probe itself takes.
+		t.Logf("%d requests refused at once, %d probes in 20s", notTried, tried)
+		assert.Greater(t, notTried, 100*tried)
+		assert.LessOrEqual(t, tried, 20)
+		for i := 2; i < len(times); i++ {
+			gap := times[i].Sub(times[i-1]) - DefaultStoreTimeout
+			assert.LessOrEqual(t, gap, maxProbeGap+5*time.Millisecond, "probe %d", i)
+			assert.GreaterOrEqual(t, gap, time.Duration(float64(probeInitialInterval)*(1-probeRandomization)), "probe %d", i)
+		}
+	})
+}
+
+// TestRecoveryWithinASecond: once the store is back, requests use it again
+// within the largest backoff interval plus the gap between requests.
+func TestRecoveryWithinASecond(t *testing.T) {
+	for _, outage := range []time.Duration{10 * time.Millisecond, time.Second, 30 * time.Second} {
+		t.Run(outage.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := newOutageRig(t, outageRule)
+				g.st.set(true)
+				back := time.Now().Add(outage)
+				time.AfterFunc(outage, func() { g.st.set(false) })
+				var recovered time.Time
+				for recovered.IsZero() {
+					if _, err := g.do(t); err == nil {
+						recovered = time.Now()
+					}
+					time.Sleep(time.Millisecond)
+				}
+				took := recovered.Sub(back)
+				t.Logf("outage %s: recovered %s after the store came back", outage, took)
+				assert.LessOrEqual(t, took, maxProbeGap+time.Millisecond)
+				d, err := g.do(t)
+				require.NoError(t, err)
+				assert.Equal(t, Sent, d.Outcome)
+				assert.False(t, d.Local)
+				assert.NoError(t, d.Err)
+			})
+		})
+	}
+}
+
+// TestContextErrorDoesNotMarkDown: a request whose context ends during the
+// store call is Canceled and leaves the store up.
+func TestContextErrorDoesNotMarkDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newOutageRig(t, outageRule)
+		g.st.dialTime = time.Second
+		g.st.set(true)
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://api.example.com/x", nil)
+		require.NoError(t, err)
+		_, err = g.tr.RoundTrip(req)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.NotErrorIs(t, err, ErrStoreUnavailable)
+		g.st.set(false)
+		_, err = g.do(t)
+		require.NoError(t, err)
+		calls, _, _ := g.st.stats()
+		assert.Equal(t, 2, calls, "the second request called the store: it was not marked down")
+	})
+}
+
+// TestFailOpenWhileDown: skipped requests are sent uncounted, with the
+// StoreError in the decision.
+func TestFailOpenWhileDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newOutageRig(t, outageRule, WithStoreFailure(FailOpen))
+		g.st.set(true)
+		for range 50 {
+			d, err := g.do(t)
+			require.NoError(t, err)
+			assert.Equal(t, FailedOpen, d.Outcome)
+			assert.ErrorIs(t, d.Err, ErrStoreUnavailable)
+		}
+		calls, _, _ := g.st.stats()
+		assert.Equal(t, 1, calls, "no probe is due yet")
+		assert.Len(t, g.sent, 50)
+	})
+}
+
+// TestFailLocal: while the store is down, the local limiter admits the stated
+// share of each limit, waiting as the rule says; afterwards the store decides
+// again.
+func TestFailLocal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rule := Rule{Name: "r", Host: "api.example.com", Key: Fixed("k"), Limits: []Limit{PerSecond(8)}, Margin: NoMargin}
+		g := newOutageRig(t, rule, WithStoreFailure(FailLocal), WithLocalShare(0.25))
+		g.st.set(true)
+		start := time.Now()
+		for i := range 6 {
+			d, err := g.do(t)
+			require.NoError(t, err, i)
+			assert.Equal(t, Sent, d.Outcome)
+			assert.True(t, d.Local)
+			assert.ErrorIs(t, d.Err, ErrStoreUnavailable)
+		}
+		// 2 per second locally: sends at 0, 0, 1s, 1s, 2s, 2s.
+		assert.Equal(t, 2*time.Second, time.Since(start))
+		for i, at := range g.sent {
+			assert.Equal(t, time.Duration(i/2)*time.Second, at.Sub(start), "send %d", i)
+		}
+
+		// FailFast locally: a LimitError, with Local set.
+		ff := newOutageRig(t, Rule{Name: "ff", Host: "api.example.com", Key: Fixed("k"), Limits: []Limit{PerSecond(4)}, Mode: FailFast},
+			WithStoreFailure(FailLocal), WithLocalShare(0.5))
+		ff.st.set(true)
+		for range 2 {
+			_, err := ff.do(t)
+			require.NoError(t, err)
+		}
+		d, err := ff.do(t)
+		require.ErrorIs(t, err, ErrLimited)
+		assert.Equal(t, Limited, d.Outcome)
+		assert.True(t, d.Local)
+
+		// A cost above the local share is refused with the store's error.
+		big := newOutageRig(t, Rule{Name: "big", Host: "api.example.com", Key: Fixed("k"), Limits: []Limit{PerSecond(4)},
+			Cost: func(*http.Request) int { return 3 }}, WithStoreFailure(FailLocal), WithLocalShare(0.5))
+		big.st.set(true)
+		d, err = big.do(t)
+		require.ErrorIs(t, err, ErrStoreUnavailable)
+		assert.Contains(t, err.Error(), "cost 3 is above the local share of a limit, 2")
+		assert.Equal(t, Failed, d.Outcome)
+
+		// Back: the store decides again.
+		g.st.set(false)
+		time.Sleep(time.Second)
+		d, err = g.do(t)
+		require.NoError(t, err)
+		assert.False(t, d.Local)
+		assert.NoError(t, d.Err)
+	})
+}
+
+// TestLocalShares checks the local limits derived from each share.
+func TestLocalShares(t *testing.T) {
+	for _, tc := range []struct {
+		n     int
+		share float64
+		want  int
+	}{
+		{300, 1.0 / 3, 100}, {200, 0.25, 50}, {10, 0.01, 1}, {7, 0.5, 3}, {5, 1, 5},
+	} {
+		tr, err := New(nil, newFlaky(t).inner, WithRule(Rule{Host: "a.example", Limits: []Limit{Per(tc.n, time.Second)}, Margin: NoMargin}),
+			WithStoreFailure(FailLocal), WithLocalShare(tc.share))
+		require.NoError(t, err)
+		assert.Equal(t, []Limit{Per(tc.want, time.Second)}, tr.rules[0].local, "%d × %v", tc.n, tc.share)
+	}
+}

@@ -14,12 +14,12 @@ import (
 type Memory struct {
 	now func() time.Time
 
-	mu    sync.Mutex
-	logs  map[string]*memLog
+	mu   sync.Mutex
+	logs map[string]*memLog
 	// feedback holds what the upstream said, per key (feedback_memory.go).
 	feedback map[string]*memFeedback
-	calls int // Reserve calls since the last sweep of expired keys
-	kept  int // keys left by the last sweep
+	calls    int // Reserve calls since the last sweep of expired keys
+	kept     int // keys left by the last sweep
 }
 
 // memLog is the log of one key: send times in microseconds, oldest first,

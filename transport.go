@@ -30,6 +30,8 @@ type Transport struct {
 	rules        []*rule
 	def          *rule
 	onDecision   func(Decision)
+	onFeedback   func(Feedback) // feedback.go
+	fb           feedbackState
 	logger       *slog.Logger
 	storeFailure StoreFailure
 	now          func() time.Time
@@ -185,7 +187,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.observe(ctx, Decision{Outcome: Unmatched})
 		return t.base.RoundTrip(req)
 	}
-	d := Decision{Rule: r.Name}
+	d := Decision{Rule: r.Name, Attempt: attemptOf(ctx)}
 	fail := func(err error) (*http.Response, error) {
 		closeBody(req)
 		d.Err = err
@@ -223,7 +225,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if r.Mode == Wait {
 			wait = maxWait(ctx, t.now(), r.maxWait)
 		}
-		res, err := t.store.Reserve(ctx, skey, store.Request{Limits: r.eff, Cost: d.Cost, MaxWait: wait})
+		res, err := t.store.Reserve(ctx, skey, store.Request{Limits: r.eff, Cost: d.Cost, MaxWait: wait, MaxServerWait: r.maxServerWait})
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
 				d.Outcome = Canceled
@@ -242,8 +244,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			d.Limit = r.Limits[res.Limit]
 		}
 		if !res.Allowed {
-			d.Outcome, d.RetryAfter = Limited, res.RetryAfter
-			return fail(&LimitError{Rule: r.Name, Key: key, Limit: d.Limit, RetryAfter: res.RetryAfter})
+			d.Outcome, d.RetryAfter, d.Upstream = Limited, res.RetryAfter, res.Upstream
+			return fail(&LimitError{Rule: r.Name, Key: key, Limit: d.Limit, RetryAfter: res.RetryAfter, Upstream: res.Upstream})
 		}
 
 		got := t.now()
@@ -277,7 +279,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	d.Outcome = Sent
 	t.observe(ctx, d)
-	return t.base.RoundTrip(req)
+	return t.send(ctx, r, key, skey, req) // retry.go
 }
 
 // maxRetakes bounds how often one request retakes a slot it woke too late for.

@@ -209,9 +209,12 @@ func (r *rule) learn(sig signals, throttled bool) store.Learned {
 	}
 
 	// A budget: remaining 0 is a pause until the reset. Resets come in
-	// whole seconds, so one within ResetSlack is below the headers'
-	// resolution and is left to Retry-After and the learned limit.
-	if sig.hasBudget && sig.reset >= store.ResetSlack {
+	// whole seconds, and an epoch reset is read against a Date truncated
+	// to the second, so a reset may be up to 2s late: one of ResetSlack
+	// (2s) or less is below the headers' resolution (it would double the
+	// wait of a one-second window) and is left to Retry-After and the
+	// learned limit.
+	if sig.hasBudget && sig.reset > store.ResetSlack {
 		switch {
 		case sig.remaining == 0:
 			l.Pause = sig.reset

@@ -220,3 +220,23 @@ func TestFeedbackKeyExpires(t *testing.T) {
 	require.NoError(t, err)
 	assert.Greater(t, ttl, 9*time.Second, "never shortened")
 }
+
+// TestFeedbackMemory logs what a key's feedback hash costs on redis-server,
+// with every field set: go test -run TestFeedbackMemory -v ./store/
+func TestFeedbackMemory(t *testing.T) {
+	srv := sharedOrSkip(t)
+	rdb := srv.Client(t)
+	st, err := store.NewRedis(rdb)
+	require.NoError(t, err)
+	key := uniqueKey(t)
+	require.NoError(t, st.Learn(ctx, key, store.Learned{
+		Pause: time.Minute, Limit: lim(40, time.Second), LimitTTL: time.Hour, Remaining: 4999, Reset: time.Hour,
+	}))
+	n, err := rdb.MemoryUsage(ctx, st.FeedbackKey(key)).Result()
+	require.NoError(t, err)
+	fields, err := rdb.HLen(ctx, st.FeedbackKey(key)).Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(6), fields)
+	assert.Less(t, n, int64(512), "a small listpack")
+	t.Logf("feedback hash with all %d fields: %d bytes (MEMORY USAGE)", fields, n)
+}

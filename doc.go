@@ -15,6 +15,14 @@
 // of length W the fleet sends at most N units, counted when they are sent.
 // Reserving a slot, waiting included, is one Redis script call.
 //
+// The transport also listens to the upstream: a 429, or a 503 with
+// Retry-After, pauses the key for the whole fleet, and rate-limit headers
+// (X-RateLimit-*, the IETF RateLimit and RateLimit-Policy fields, Meta's
+// X-App-Usage) tighten its limit, never loosen it, through the same store
+// (store.Feedback). A pause longer than the rule's MaxServerWait fails at
+// once with a *LimitError matching ErrUpstreamLimited; throttled idempotent
+// requests may be retried (Rule.Retries).
+//
 //	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 //	st, _ := store.NewRedis(rdb)
 //	tr, err := throttle.New(nil, st, throttle.WithRule(throttle.Rule{

@@ -123,8 +123,9 @@ func throttledStatus(resp *http.Response) bool {
 }
 
 // listen reads resp, sent under rule r for key (skey in the store), records
-// what it says, and returns the pause it asked for (zero if none).
-func (t *Transport) listen(ctx context.Context, r *rule, key, skey string, resp *http.Response) time.Duration {
+// what it says, and returns the pause it asks for (zero if none) and whether
+// the store now holds it.
+func (t *Transport) listen(ctx context.Context, r *rule, key, skey string, resp *http.Response) (pause time.Duration, held bool) {
 	throttled := throttledStatus(resp)
 	switch resp.StatusCode {
 	case http.StatusTooManyRequests:
@@ -134,17 +135,19 @@ func (t *Transport) listen(ctx context.Context, r *rule, key, skey string, resp 
 			t.fb.unavailable.Add(1)
 		}
 	}
+	now := t.now()
 	if r.IgnoreUpstream {
 		if throttled {
 			t.report(ctx, Feedback{Rule: r.Name, Key: key, Status: resp.StatusCode, Throttled: true})
+			// Not recorded, but a retry still waits for it.
+			return r.learn(parseSignals(resp.Header, now), true).Pause, false
 		}
-		return 0
+		return 0, false
 	}
-	now := t.now()
 	sig := parseSignals(resp.Header, now)
 	l := r.learn(sig, throttled)
 	if !throttled && l.Pause == 0 && !t.fb.news(skey, l, now) {
-		return 0
+		return 0, false
 	}
 	fb := Feedback{Rule: r.Name, Key: key, Status: resp.StatusCode, Throttled: throttled,
 		Pause: l.Pause, Limit: l.Limit, Remaining: l.Remaining, Reset: l.Reset}
@@ -155,6 +158,7 @@ func (t *Transport) listen(ctx context.Context, r *rule, key, skey string, resp 
 		if fb.Err == nil {
 			if l.Pause > 0 {
 				t.fb.pauses.Add(1)
+				held = true
 			}
 			if l.Limit.N > 0 || l.Reset > 0 {
 				t.fb.tightenings.Add(1)
@@ -162,7 +166,7 @@ func (t *Transport) listen(ctx context.Context, r *rule, key, skey string, resp 
 		}
 	}
 	t.report(ctx, fb)
-	return l.Pause
+	return l.Pause, held
 }
 
 // news reports whether l tells the store anything it was not told lately by

@@ -57,9 +57,16 @@ type policy struct {
 // client's clock skew does not matter.
 func parseSignals(h http.Header, now time.Time) signals {
 	var s signals
-	ref := now
-	if d, err := http.ParseTime(h.Get("Date")); err == nil {
-		ref = d
+	// The Date header is parsed only when a date or an epoch needs it.
+	var refTime time.Time
+	ref := func() time.Time {
+		if refTime.IsZero() {
+			refTime = now
+			if d, err := http.ParseTime(h.Get("Date")); err == nil {
+				refTime = d
+			}
+		}
+		return refTime
 	}
 	if v := h.Get("Retry-After"); v != "" {
 		s.retryAfter, s.hasRetryAfter = parseRetryAfter(v, ref)
@@ -100,7 +107,7 @@ func parseSignals(h http.Header, now time.Time) signals {
 // some APIs send them), or an HTTP date taken relative to ref (the response's
 // Date, else the local clock). A date in the past is 0; more than
 // MaxServerPause is capped to it.
-func parseRetryAfter(v string, ref time.Time) (time.Duration, bool) {
+func parseRetryAfter(v string, ref func() time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0, false
@@ -112,7 +119,7 @@ func parseRetryAfter(v string, ref time.Time) (time.Duration, bool) {
 	if err != nil {
 		return 0, false
 	}
-	return capPause(t.Sub(ref)), true
+	return capPause(t.Sub(ref())), true
 }
 
 // parseSeconds reads a non-negative number of seconds, with an optional
@@ -164,13 +171,13 @@ func parseCount(v string) (int, bool) {
 // least epochThreshold (taken relative to ref, the response's Date), else
 // seconds from now. A reset in the past is 0, one beyond MaxServerPause is
 // capped to it.
-func parseReset(v string, ref time.Time, epochOK bool) (time.Duration, bool) {
+func parseReset(v string, ref func() time.Time, epochOK bool) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0, false
 	}
 	if n, ok := parseCount(v); ok && epochOK && n >= epochThreshold {
-		return capPause(time.Unix(int64(n), 0).Sub(ref)), true
+		return capPause(time.Unix(int64(n), 0).Sub(ref())), true
 	}
 	return parseSeconds(v)
 }

@@ -41,7 +41,7 @@ func TestParseRetryAfter(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := parseRetryAfter(tc.v, refTime)
+			got, ok := parseRetryAfter(tc.v, func() time.Time { return refTime })
 			assert.Equal(t, tc.ok, ok)
 			assert.Equal(t, tc.want, got)
 		})
@@ -142,7 +142,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		d, ok := parseRetryAfter(v, refTime)
+		d, ok := parseRetryAfter(v, func() time.Time { return refTime })
 		if d < 0 || d > MaxServerPause || !ok && d != 0 {
 			t.Fatalf("parseRetryAfter(%q) = %s, %v", v, d, ok)
 		}

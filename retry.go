@@ -37,11 +37,11 @@ func (t *Transport) send(ctx context.Context, r *rule, key, skey string, req *ht
 	if err != nil || resp == nil {
 		return resp, err
 	}
-	pause := t.listen(ctx, r, key, skey, resp)
+	pause, held := t.listen(ctx, r, key, skey, resp)
 	if r.Retries == 0 || attemptOf(ctx) > 0 || !throttledStatus(resp) || !replayable(req) {
 		return resp, nil
 	}
-	return t.retry(ctx, r, req, resp, pause)
+	return t.retry(ctx, r, req, resp, pause, held)
 }
 
 // replayable reports whether req may be sent again: an idempotent method, or
@@ -63,13 +63,12 @@ func replayable(req *http.Request) bool {
 // RoundTrip, so it reserves its own slot (and waits for the fleet-wide pause
 // there). Bounded by the context, MaxServerWait and Retries; the discarded
 // responses' bodies are closed.
-func (t *Transport) retry(ctx context.Context, r *rule, req *http.Request, resp *http.Response, pause time.Duration) (*http.Response, error) {
+func (t *Transport) retry(ctx context.Context, r *rule, req *http.Request, resp *http.Response, pause time.Duration, held bool) (*http.Response, error) {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = 100 * time.Millisecond
 	b.MaxInterval = r.maxServerWait
 	b.MaxElapsedTime = 0 // bounded by Retries, MaxServerWait and ctx instead
 	b.Reset()
-	_, feedback := t.store.(store.Feedback)
 	for attempt := 1; attempt <= r.Retries; attempt++ {
 		wait := max(b.NextBackOff(), pause)
 		if wait > r.maxServerWait || !fitsDeadline(ctx, t.now(), wait) {
@@ -79,10 +78,11 @@ func (t *Transport) retry(ctx context.Context, r *rule, req *http.Request, resp 
 		if !ok {
 			return resp, nil
 		}
-		// The store holds the fleet-wide pause: the attempt's reservation
-		// waits for it. Sleep only what the backoff asks beyond it.
+		// When the store holds the fleet-wide pause, the attempt's
+		// reservation waits for it: sleep only what the backoff asks
+		// beyond it.
 		sleepFor := wait
-		if feedback && !r.IgnoreUpstream {
+		if held {
 			sleepFor = wait - pause
 		}
 		if err := t.sleep(ctx, sleepFor); err != nil {
@@ -107,18 +107,13 @@ func (t *Transport) retry(ctx context.Context, r *rule, req *http.Request, resp 
 		if !throttledStatus(resp) {
 			return resp, nil
 		}
-		pause = 0
-		if !r.IgnoreUpstream {
-			pause = t.lastPause(resp, r)
-		}
+		// The inner RoundTrip listened to it already; what it recorded
+		// is in the store, so only the pause it asked for matters here.
+		pause = r.learn(parseSignals(resp.Header, t.now()), true).Pause
+		_, canHold := t.store.(store.Feedback)
+		held = canHold && !r.IgnoreUpstream
 	}
 	return resp, nil
-}
-
-// lastPause is the pause a throttled retry's response asked for, as listen
-// computed it (it has already been recorded by the inner RoundTrip).
-func (t *Transport) lastPause(resp *http.Response, r *rule) time.Duration {
-	return r.learn(parseSignals(resp.Header, t.now()), true).Pause
 }
 
 // fitsDeadline reports whether a wait of d ends before ctx's deadline.

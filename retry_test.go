@@ -155,6 +155,18 @@ func TestRetryBounded(t *testing.T) {
 			assert.Equal(t, 1, up.closed[0].n())
 		})
 	})
+	t.Run("with IgnoreUpstream the retry still waits for Retry-After", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			up := &scripted{answers: []func(*http.Request) *http.Response{answer(429, "", "Retry-After", "3"), ok200}}
+			tr := newTransport(t, up, nil, retrying(1, func(r *throttle.Rule) { r.IgnoreUpstream = true }))
+			var resp *http.Response
+			var err error
+			assert.Equal(t, 3*time.Second, elapsed(func() { resp, err = do(t, tr, context.Background()) }))
+			require.NoError(t, err)
+			assert.Equal(t, http.StatusOK, resp.StatusCode)
+			assert.Zero(t, tr.FeedbackStats().Pauses, "nothing recorded")
+		})
+	})
 	t.Run("without the store's pause the retry sleeps the wait itself", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			up := &scripted{answers: []func(*http.Request) *http.Response{answer(429, "", "Retry-After", "2"), ok200}}

@@ -57,6 +57,12 @@ type Decision struct {
 	Retaken int
 	// RetryAfter is when a request would be admitted (Limited).
 	RetryAfter time.Duration
+	// Upstream is set when the refusal came from a wait the upstream
+	// imposed (see LimitError.Upstream).
+	Upstream bool
+	// Attempt numbers the sends of one RoundTrip when the rule retries
+	// throttled responses: 0 for the first, 1 for the first retry, ...
+	Attempt int
 	// Limit is the limit that set the delay or the refusal, zero if none did.
 	Limit Limit
 	// Local is true when the shared store failed or is marked down and the

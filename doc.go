@@ -22,6 +22,14 @@
 // dead Redis does not cost every request a timeout. WithKeySecret keys the
 // hashing of rate keys with a secret.
 //
+// The transport also listens to the upstream: a 429, or a 503 with
+// Retry-After, pauses the key for the whole fleet, and rate-limit headers
+// (X-RateLimit-*, the IETF RateLimit and RateLimit-Policy fields, Meta's
+// X-App-Usage) tighten its limit, never loosen it, through the same store
+// (store.Feedback). A pause longer than the rule's MaxServerWait fails at
+// once with a *LimitError matching ErrUpstreamLimited; throttled idempotent
+// requests may be retried (Rule.Retries).
+//
 //	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 //	st, _ := store.NewRedis(rdb)
 //	tr, err := throttle.New(nil, st, throttle.WithRule(throttle.Rule{

@@ -32,6 +32,12 @@ type LimitError struct {
 	// RetryAfter is when a request of the same cost would have been admitted,
 	// had nobody else reserved meanwhile.
 	RetryAfter time.Duration
+	// Upstream is set when the wait was imposed by the upstream (a pause
+	// after a 429 or a 503 with Retry-After, or a budget of remaining
+	// requests that ran out) rather than by the rule's limits; such an
+	// error also matches ErrUpstreamLimited. A job queue reschedules the
+	// work after RetryAfter.
+	Upstream bool
 }
 
 func (e *LimitError) Error() string {
@@ -39,11 +45,17 @@ func (e *LimitError) Error() string {
 	if e.Limit.N > 0 {
 		s += ", limit " + e.Limit.String()
 	}
+	if e.Upstream {
+		s += ", paused by the upstream"
+	}
 	return s + ", retry after " + e.RetryAfter.String()
 }
 
-// Is makes errors.Is(err, ErrLimited) true.
-func (e *LimitError) Is(target error) bool { return target == ErrLimited }
+// Is makes errors.Is(err, ErrLimited) true, and errors.Is(err,
+// ErrUpstreamLimited) true when Upstream is set.
+func (e *LimitError) Is(target error) bool {
+	return target == ErrLimited || e.Upstream && target == ErrUpstreamLimited
+}
 
 // KeyError says that a request was not sent because no rate key could be
 // derived from it. Reason never contains the value of a secret.

@@ -74,18 +74,36 @@ type Rule struct {
 	// request a little after it was recorded, still never sees more than N
 	// in any of its windows. Zero: DefaultMargin; NoMargin: none.
 	Margin time.Duration
+
+	// MaxServerWait bounds a wait the upstream imposes (a pause after a
+	// 429 or a 503 with Retry-After, an exhausted budget): a request that
+	// would wait longer fails at once with a *LimitError whose Upstream is
+	// set, carrying RetryAfter, rather than sleep. It applies within
+	// MaxWait. Zero: DefaultMaxServerWait.
+	MaxServerWait time.Duration
+	// IgnoreUpstream turns off the feedback: the rule's responses are
+	// counted (FeedbackStats, WithOnFeedback) but 429s, Retry-After and
+	// rate-limit headers change nothing.
+	IgnoreUpstream bool
+	// Retries, if positive, retries a throttled response (429, or 503 with
+	// Retry-After) up to that many times, for idempotent requests only
+	// (GET, HEAD, OPTIONS, PUT, DELETE, or any request with an
+	// Idempotency-Key header) whose body, if any, can be replayed through
+	// GetBody. At most MaxRetries. Zero: no retry.
+	Retries int
 }
 
 // rule is a validated Rule, ready to match and reserve.
 type rule struct {
 	Rule
-	host     string // lower case, without a leading "*."
-	wildcard bool
-	port     string        // empty: any port
-	eff      []Limit       // Limits with Margin added to every window
-	scope    string        // prefix of the store keys: the rule's own logs
-	maxWait  time.Duration // 0 in FailFast mode
-	minN     int
+	host          string // lower case, without a leading "*."
+	wildcard      bool
+	port          string        // empty: any port
+	eff           []Limit       // Limits with Margin added to every window
+	scope         string        // prefix of the store keys: the rule's own logs
+	maxWait       time.Duration // 0 in FailFast mode
+	maxServerWait time.Duration
+	minN          int
 	// FailLocal only: eff with every N cut to the local share, and the
 	// least of them.
 	local     []Limit
@@ -180,6 +198,17 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 		}
 	default:
 		return nil, fail("unknown Mode %d", r.Mode)
+	}
+	switch {
+	case r.MaxServerWait == 0:
+		c.maxServerWait = DefaultMaxServerWait
+	case r.MaxServerWait < 0:
+		return nil, fail("negative MaxServerWait %s", r.MaxServerWait)
+	default:
+		c.maxServerWait = r.MaxServerWait
+	}
+	if r.Retries < 0 || r.Retries > MaxRetries {
+		return nil, fail("Retries %d outside 0..%d", r.Retries, MaxRetries)
 	}
 	if r.Key == nil {
 		r.Key = ByHost()

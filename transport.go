@@ -30,6 +30,8 @@ type Transport struct {
 	rules        []*rule
 	def          *rule
 	onDecision   func(Decision)
+	onFeedback   func(Feedback) // feedback.go
+	fb           feedbackState
 	logger       *slog.Logger
 	keySecret    []byte  // WithKeySecret; nil: none
 	storeFailure failure // the policy and its state: failure.go
@@ -168,7 +170,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.observe(ctx, Decision{Outcome: Unmatched})
 		return t.base.RoundTrip(req)
 	}
-	d := Decision{Rule: r.Name}
+	d := Decision{Rule: r.Name, Attempt: attemptOf(ctx)}
 	fail := func(err error) (*http.Response, error) {
 		closeBody(req)
 		d.Err = err
@@ -206,7 +208,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		// reserve (failure.go) applies the store failure policy: st holds
 		// the reservation; down says why the shared store did not decide.
-		res, st, down, err := t.reserve(ctx, r, skey, store.Request{Limits: r.eff, Cost: d.Cost, MaxWait: wait})
+		res, st, down, err := t.reserve(ctx, r, skey, store.Request{Limits: r.eff, Cost: d.Cost, MaxWait: wait, MaxServerWait: r.maxServerWait})
 		d.Local = down != nil && t.storeFailure.policy == FailLocal
 		d.Err = nil
 		if d.Local {
@@ -232,8 +234,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			d.Limit = r.Limits[res.Limit]
 		}
 		if !res.Allowed {
-			d.Outcome, d.RetryAfter = Limited, res.RetryAfter
-			return fail(&LimitError{Rule: r.Name, Key: key, Limit: d.Limit, RetryAfter: res.RetryAfter})
+			d.Outcome, d.RetryAfter, d.Upstream = Limited, res.RetryAfter, res.Upstream
+			return fail(&LimitError{Rule: r.Name, Key: key, Limit: d.Limit, RetryAfter: res.RetryAfter, Upstream: res.Upstream})
 		}
 
 		got := t.now()
@@ -267,7 +269,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	d.Outcome = Sent
 	t.observe(ctx, d)
-	return t.base.RoundTrip(req)
+	return t.send(ctx, r, key, skey, req) // retry.go
 }
 
 // maxRetakes bounds how often one request retakes a slot it woke too late for.

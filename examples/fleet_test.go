@@ -198,8 +198,14 @@ func runFleet(t *testing.T, rdb redis.UniversalClient, f fleet) result {
 // and a function that fetches what it saw. The process ends with the test.
 func startUpstream(t *testing.T, bin string, cfg upstream.Config, keyQuery string) (string, func() upstream.Stats) {
 	t.Helper()
-	cmd := exec.Command(bin, "-n", strconv.Itoa(cfg.N), "-per", cfg.Window.String(),
-		"-key-query", keyQuery, "-transit", cfg.Transit.String())
+	args := []string{"-n", strconv.Itoa(cfg.N), "-per", cfg.Window.String(),
+		"-key-query", keyQuery, "-transit", cfg.Transit.String()}
+	for flag, on := range map[string]bool{"-ietf": cfg.IETF, "-xratelimit": cfg.XRateLimit, "-no-retry-after": cfg.NoRetryAfter} {
+		if on {
+			args = append(args, flag)
+		}
+	}
+	cmd := exec.Command(bin, args...)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()

@@ -16,3 +16,10 @@ var Reserve string
 //
 //go:embed cancel.lua
 var Cancel string
+
+// Feedback is the source of feedback.lua: it records a pause, a learned limit
+// or a budget from the upstream beside a key's log, merging with what is there
+// without ever loosening it.
+//
+//go:embed feedback.lua
+var Feedback string

@@ -14,10 +14,12 @@ import (
 type Memory struct {
 	now func() time.Time
 
-	mu    sync.Mutex
-	logs  map[string]*memLog
-	calls int // Reserve calls since the last sweep of expired keys
-	kept  int // keys left by the last sweep
+	mu   sync.Mutex
+	logs map[string]*memLog
+	// feedback holds what the upstream said, per key (feedback_memory.go).
+	feedback map[string]*memFeedback
+	calls    int // Reserve calls since the last sweep of expired keys
+	kept     int // keys left by the last sweep
 }
 
 // memLog is the log of one key: send times in microseconds, oldest first,
@@ -111,14 +113,24 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (Reservat
 			}
 		}
 	}
+	s, source, budgetReset, refuse := m.feedbackSlot(key, now, s, req.Cost, live, maxW, microsDown(req.serverWait()))
+	if refuse > 0 {
+		return Reservation{Limit: -1, Key: key, Cost: req.Cost, Upstream: true, RetryAfter: time.Duration(refuse) * time.Microsecond}, nil
+	}
+	if source != 0 {
+		limit = -1
+	}
 	if len(live) > 0 && live[len(live)-1] > s {
-		s, limit = live[len(live)-1], -1
+		s, limit, source = live[len(live)-1], -1, 0
 	}
 	wait := s - now
-	res := Reservation{Limit: limit, Key: key, Cost: req.Cost}
+	res := Reservation{Limit: limit, Key: key, Cost: req.Cost, Upstream: source == 1, Learned: source == 2}
 	if wait > microsDown(req.MaxWait) {
 		res.RetryAfter = time.Duration(wait) * time.Microsecond
 		return res, nil
+	}
+	if budgetReset > 0 && s < budgetReset {
+		m.spend(key, req.Cost)
 	}
 	for range req.Cost {
 		lg.times = append(lg.times, s)
@@ -165,6 +177,11 @@ func (m *Memory) sweep(now int64) {
 	for k, lg := range m.logs {
 		if lg.expires <= now {
 			delete(m.logs, k)
+		}
+	}
+	for k, f := range m.feedback {
+		if f.expires() <= now {
+			delete(m.feedback, k)
 		}
 	}
 	m.kept = len(m.logs)

@@ -14,8 +14,9 @@ import (
 )
 
 var (
-	reserveScript = redis.NewScript(lua.Reserve)
-	cancelScript  = redis.NewScript(lua.Cancel)
+	reserveScript  = redis.NewScript(lua.Reserve)
+	cancelScript   = redis.NewScript(lua.Cancel)
+	feedbackScript = redis.NewScript(lua.Feedback)
 )
 
 // DefaultPrefix starts the name of every Redis key the Redis store writes.
@@ -147,22 +148,24 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 	if err := req.Validate(key); err != nil {
 		return Reservation{}, err
 	}
-	args := make([]any, 0, 3+2*len(req.Limits))
+	args := make([]any, 0, 4+2*len(req.Limits))
 	args = append(args, req.Cost, microsDown(req.MaxWait))
 	if r.clock != nil {
 		args = append(args, r.clock().UnixMicro())
 	} else {
 		args = append(args, "")
 	}
+	args = append(args, microsDown(req.serverWait()))
 	for _, l := range req.Limits {
 		args = append(args, l.N, micros(l.Per))
 	}
+	keys := []string{r.RedisKey(key), r.FeedbackKey(key)}
 	var reply []any
 	var err error
 	if r.ackReplicas > 0 {
-		reply, err = r.reserveAcked(ctx, r.RedisKey(key), args)
+		reply, err = r.reserveAcked(ctx, keys, args)
 	} else {
-		reply, err = reserveScript.Run(ctx, r.client, []string{r.RedisKey(key)}, args...).Slice()
+		reply, err = reserveScript.Run(ctx, r.client, keys, args...).Slice()
 	}
 	if err != nil {
 		r.failed(err)
@@ -173,10 +176,10 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 		return Reservation{}, fmt.Errorf("store: redis reserve: %w", err)
 	}
 	if v[0] != 0 && v[0] != 1 || v[1] < 0 || v[0] == 1 && v[2] <= 0 ||
-		v[3] < 0 || v[3] > int64(len(req.Limits)) {
+		v[3] < 0 || v[3] > int64(len(req.Limits)) || v[4] < 0 || v[4] > 2 {
 		return Reservation{}, fmt.Errorf("store: redis reserve: unexpected reply %v", v)
 	}
-	res := Reservation{Limit: int(v[3]) - 1, Key: key, Cost: req.Cost}
+	res := Reservation{Limit: int(v[3]) - 1, Key: key, Cost: req.Cost, Upstream: v[4] == 1, Learned: v[4] == 2}
 	wait := time.Duration(v[1]) * time.Microsecond
 	if v[0] == 1 {
 		res.Allowed, res.Delay, res.Slot = true, wait, v[2]
@@ -215,18 +218,17 @@ func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
 // connection of the key's master, so that WAIT counts the replicas that have
 // the script's writes. A script missing from the cache (NOSCRIPT) ran
 // nothing, so the pipeline is sent again with EVAL.
-func (r *Redis) reserveAcked(ctx context.Context, rk string, args []any) ([]any, error) {
+func (r *Redis) reserveAcked(ctx context.Context, keys []string, args []any) ([]any, error) {
 	var node *redis.Client
 	switch c := r.client.(type) {
 	case *redis.Client:
 		node = c
 	case *redis.ClusterClient:
 		var err error
-		if node, err = c.MasterForKey(ctx, rk); err != nil {
+		if node, err = c.MasterForKey(ctx, keys[0]); err != nil {
 			return nil, err
 		}
 	}
-	keys := []string{rk}
 	ms := int64((r.ackTimeout + time.Millisecond - 1) / time.Millisecond)
 	run := func(eval bool) (*redis.Cmd, *redis.Cmd, error) {
 		pipe := node.Pipeline()
@@ -324,8 +326,8 @@ func runOnce(ctx context.Context, p processor, script *redis.Script, src string,
 	return err
 }
 
-// int64s checks that a script reply is a list of four integers.
-func int64s(reply []any) (out [4]int64, err error) {
+// int64s checks that a script reply is a list of five integers.
+func int64s(reply []any) (out [5]int64, err error) {
 	if len(reply) != len(out) {
 		return out, fmt.Errorf("unexpected reply of %d elements", len(reply))
 	}
@@ -337,4 +339,40 @@ func int64s(reply []any) (out [4]int64, err error) {
 		out[i] = v
 	}
 	return out, nil
+}
+
+// FeedbackKey is the name of the Redis key, a HASH, that holds what the
+// upstream said about a rate key (see Feedback): the log's name plus ":p",
+// under the same hash tag, so one script call reads both in a Cluster.
+func (r *Redis) FeedbackKey(key string) string { return r.RedisKey(key) + ":p" }
+
+// Pause implements Feedback.
+func (r *Redis) Pause(ctx context.Context, key string, d time.Duration) error {
+	return r.Learn(ctx, key, Learned{Pause: d})
+}
+
+// Learn implements Feedback: one script call that merges l into the key's
+// feedback hash.
+func (r *Redis) Learn(ctx context.Context, key string, l Learned) error {
+	if err := l.Validate(key); err != nil {
+		return err
+	}
+	if l.empty() {
+		return nil
+	}
+	now := ""
+	if r.clock != nil {
+		now = strconv.FormatInt(r.clock().UnixMicro(), 10)
+	}
+	n := l.Limit.N
+	if l.Limit.N > 0 && l.LimitTTL <= 0 {
+		n = 0
+	}
+	err := feedbackScript.Run(ctx, r.client, []string{r.FeedbackKey(key)},
+		now, micros(l.Pause), n, micros(l.Limit.Per), micros(l.LimitTTL),
+		l.Remaining, micros(l.Reset), micros(ResetSlack)).Err()
+	if err != nil {
+		return fmt.Errorf("store: redis feedback: %w", err)
+	}
+	return nil
 }

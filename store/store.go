@@ -32,6 +32,11 @@ type Request struct {
 	// MaxWait is the longest delay the caller accepts. A slot further away is
 	// refused and nothing is recorded. Zero asks for an immediate slot.
 	MaxWait time.Duration
+	// MaxServerWait, if positive, bounds the delay that an upstream pause or
+	// an exhausted budget (see Feedback) imposes, when it is below MaxWait:
+	// a pause ending further away is refused at once, with
+	// Reservation.Upstream set. Zero: MaxWait alone.
+	MaxServerWait time.Duration
 }
 
 // A key should always be reserved with the same limits: a log is trimmed
@@ -55,8 +60,8 @@ func (r Request) Validate(key string) error {
 	if r.Cost < 1 {
 		return fmt.Errorf("%w: cost %d is below 1", ErrInvalidRequest, r.Cost)
 	}
-	if r.MaxWait < 0 {
-		return fmt.Errorf("%w: negative max wait %s", ErrInvalidRequest, r.MaxWait)
+	if r.MaxWait < 0 || r.MaxServerWait < 0 {
+		return fmt.Errorf("%w: negative max wait %s or max server wait %s", ErrInvalidRequest, r.MaxWait, r.MaxServerWait)
 	}
 	for _, l := range r.Limits {
 		if l.N < 1 || l.Per < time.Microsecond {
@@ -83,6 +88,11 @@ type Reservation struct {
 	// or -1 when none did (the slot was free at once, or came from the order
 	// of earlier reservations).
 	Limit int
+	// Upstream is set when the upstream's feedback (a pause, or a budget
+	// of remaining units that ran out; see Feedback) set the slot or the
+	// refusal. Learned is set when a limit learned from the upstream did.
+	Upstream bool
+	Learned  bool
 
 	// Key, Slot and Cost identify the recorded entries for Cancel. Slot is
 	// the reserved send time in microseconds on the store's clock.

@@ -49,6 +49,8 @@ func run() int {
 	margin := flag.Duration("margin", throttle.DefaultMargin, "safety margin added to the window (0: none)")
 	transit := flag.Duration("transit", 0, "in-process gateway only: max random transit delay per request")
 	maxWait := flag.Duration("maxwait", throttle.DefaultMaxWait, "wait mode: longest wait for a slot")
+	ignoreUpstream := flag.Bool("ignore-upstream", false, "do not listen to 429s, Retry-After and rate-limit headers")
+	gatewayRate := flag.Int("gateway-rate", 0, "in-process gateway only: the limit it really enforces per -per (0: -rate)")
 	flag.Parse()
 
 	bad := func(format string, args ...any) int {
@@ -78,6 +80,8 @@ func run() int {
 		return bad("-transit must not be negative, not %s", *transit)
 	case *transit > 0 && *gateway != "":
 		return bad("-transit applies to the in-process gateway only; drop it or -gateway")
+	case *gatewayRate < 0 || *gatewayRate > 0 && *gateway != "":
+		return bad("-gateway-rate is a positive limit for the in-process gateway only")
 	case *mode == "fail" && set["maxwait"]:
 		return bad("-maxwait applies to -mode wait only")
 	case *maxWait <= 0:
@@ -97,14 +101,19 @@ func run() int {
 
 	base := *gateway
 	if base == "" {
-		url, stop, err := exampleutil.Upstream(upstream.Config{N: *rate, Window: *per, Transit: *transit})
+		n := *rate
+		if *gatewayRate > 0 {
+			n = *gatewayRate
+		}
+		url, stop, err := exampleutil.Upstream(upstream.Config{N: n, Window: *per, Transit: *transit,
+			IETF: *per%time.Second == 0})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "payments:", err)
 			return 1
 		}
 		defer stop()
 		base = url
-		fmt.Fprintf(os.Stderr, "in-process strict gateway: %d per %s\n", *rate, *per)
+		fmt.Fprintf(os.Stderr, "in-process strict gateway: %d per %s\n", n, *per)
 	}
 	gw, err := exampleutil.ParseURL(base)
 	if err != nil {
@@ -120,6 +129,9 @@ func run() int {
 		Limits: []throttle.Limit{throttle.Per(*rate, *per)},
 		Key:    throttle.Fixed(*name),
 		Margin: *margin,
+		// A 429 pauses every process; RateLimit-Policy and the like
+		// tighten the limit for all of them (unless -ignore-upstream).
+		IgnoreUpstream: *ignoreUpstream,
 	}
 	if *margin == 0 {
 		rule.Margin = throttle.NoMargin // Margin 0 in a Rule means the default
@@ -164,7 +176,9 @@ func run() int {
 	stopProgress()
 	progress.Wait()
 
-	fmt.Fprintf(os.Stderr, "done: %d requests cut short by the end of the run\n", stats.Canceled())
+	fb := tr.FeedbackStats()
+	fmt.Fprintf(os.Stderr, "done: %d requests cut short by the end of the run; upstream: %d 429s, %d pauses, %d tightenings recorded\n",
+		stats.Canceled(), fb.TooManyRequests, fb.Pauses, fb.Tightenings)
 	fmt.Println(stats.Summary())
 	return 0
 }

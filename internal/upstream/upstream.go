@@ -11,6 +11,7 @@ package upstream
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -33,6 +34,18 @@ type Config struct {
 	Transit time.Duration
 	// Now is the clock arrivals are read from. Nil: time.Now.
 	Now func() time.Time
+
+	// NoRetryAfter leaves Retry-After out of the 429s.
+	NoRetryAfter bool
+	// IETF adds the fields of draft-ietf-httpapi-ratelimit-headers to every
+	// answer: RateLimit-Policy: "default";q=N;w=W and RateLimit:
+	// "default";r=remaining;t=seconds until the oldest arrival in the
+	// window leaves it (rounded up). W must then be whole seconds.
+	IETF bool
+	// XRateLimit adds X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset (epoch seconds, rounded up) to every answer, as
+	// GitHub does.
+	XRateLimit bool
 }
 
 // Upstream is the handler. It is safe for concurrent use.
@@ -78,6 +91,8 @@ func New(cfg Config) (*Upstream, error) {
 		return nil, errors.New("upstream: Window must be positive")
 	case cfg.Transit < 0:
 		return nil, errors.New("upstream: Transit must not be negative")
+	case cfg.IETF && cfg.Window%time.Second != 0:
+		return nil, errors.New("upstream: IETF headers need a Window of whole seconds")
 	}
 	if cfg.Key == nil {
 		cfg.Key = func(*http.Request) string { return "" }
@@ -89,7 +104,8 @@ func New(cfg Config) (*Upstream, error) {
 }
 
 // ServeHTTP answers 200 with a small JSON body to an accepted request, and 429
-// with Retry-After (whole seconds, rounded up) to an excess one. A request
+// with Retry-After (whole seconds, rounded up; unless NoRetryAfter) to an
+// excess one, with the rate-limit headers the Config asks for. A request
 // whose context ends during the simulated transit never arrives.
 func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if u.cfg.Transit > 0 {
@@ -102,11 +118,23 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	key := u.cfg.Key(r)
-	ok, retry := u.arrive(key)
-	w.Header().Set("Content-Type", "application/json")
+	now, ok, retry, remaining, reset := u.arrive(key)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	ceilSecs := func(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+	if u.cfg.IETF {
+		h.Set("RateLimit-Policy", fmt.Sprintf(`"default";q=%d;w=%d`, u.cfg.N, int64(u.cfg.Window/time.Second)))
+		h.Set("RateLimit", fmt.Sprintf(`"default";r=%d;t=%d`, remaining, ceilSecs(reset)))
+	}
+	if u.cfg.XRateLimit {
+		h.Set("X-RateLimit-Limit", strconv.Itoa(u.cfg.N))
+		h.Set("X-RateLimit-Remaining", strconv.Itoa(remaining))
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(ceilSecs(time.Duration(now.Add(reset).UnixNano())), 10))
+	}
 	if !ok {
-		secs := (retry + time.Second - 1) / time.Second
-		w.Header().Set("Retry-After", strconv.FormatInt(int64(max(secs, 1)), 10))
+		if !u.cfg.NoRetryAfter {
+			h.Set("Retry-After", strconv.FormatInt(max(ceilSecs(retry), 1), 10))
+		}
 		w.WriteHeader(http.StatusTooManyRequests)
 		_, _ = w.Write([]byte(`{"error":"rate limit exceeded"}` + "\n"))
 		return
@@ -115,12 +143,13 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // arrive records an arrival of key now and says whether it is accepted, and
-// if not, how long until it would be.
-func (u *Upstream) arrive(key string) (ok bool, retry time.Duration) {
+// if not, how long until it would be; and how many more the window admits
+// now, and when its oldest arrival leaves it (0 when it is empty).
+func (u *Upstream) arrive(key string) (now time.Time, ok bool, retry time.Duration, remaining int, reset time.Duration) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	// Read the clock under the lock, so that each key's arrivals are ordered.
-	now := u.cfg.Now()
+	now = u.cfg.Now()
 	ks := u.keys[key]
 	if ks == nil {
 		ks = &keyState{}
@@ -134,11 +163,12 @@ func (u *Upstream) arrive(key string) (ok bool, retry time.Duration) {
 	ks.window = ks.window[drop:]
 	if len(ks.window) >= u.cfg.N {
 		ks.rejected = append(ks.rejected, now)
-		return false, ks.window[len(ks.window)-u.cfg.N].Add(u.cfg.Window).Sub(now)
+		retry = ks.window[len(ks.window)-u.cfg.N].Add(u.cfg.Window).Sub(now)
+		return now, false, retry, 0, ks.window[0].Add(u.cfg.Window).Sub(now)
 	}
 	ks.window = append(ks.window, now)
 	ks.arrivals = append(ks.arrivals, now)
-	return true, 0
+	return now, true, 0, u.cfg.N - len(ks.window), ks.window[0].Add(u.cfg.Window).Sub(now)
 }
 
 // Stats returns a snapshot of what the upstream saw so far.

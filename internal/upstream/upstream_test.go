@@ -164,3 +164,37 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		require.Error(t, err, fmt.Sprint(i))
 	}
 }
+
+func TestRateLimitHeaders(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	u, err := New(Config{N: 2, Window: 2 * time.Second, Now: clock.Now, IETF: true, XRateLimit: true})
+	require.NoError(t, err)
+	get := func() http.Header {
+		rec := httptest.NewRecorder()
+		u.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		return rec.Header()
+	}
+	h := get()
+	require.Equal(t, `"default";q=2;w=2`, h.Get("RateLimit-Policy"))
+	require.Equal(t, `"default";r=1;t=2`, h.Get("RateLimit"))
+	require.Equal(t, "2", h.Get("X-RateLimit-Limit"))
+	require.Equal(t, "1", h.Get("X-RateLimit-Remaining"))
+	require.Equal(t, "1002", h.Get("X-RateLimit-Reset"))
+	clock.Add(500 * time.Millisecond)
+	h = get()
+	require.Equal(t, `"default";r=0;t=2`, h.Get("RateLimit"), "1.5s rounded up")
+	clock.Add(100 * time.Millisecond)
+	h = get()
+	require.Equal(t, "2", h.Get("Retry-After"), "1.4s rounded up")
+	require.Equal(t, `"default";r=0;t=2`, h.Get("RateLimit"))
+	require.Equal(t, "0", h.Get("X-RateLimit-Remaining"))
+
+	u, err = New(Config{N: 1, Window: time.Second, Now: clock.Now, NoRetryAfter: true})
+	require.NoError(t, err)
+	get()
+	h = get()
+	require.Empty(t, h.Get("Retry-After"))
+	require.Empty(t, h.Get("RateLimit"))
+	_, err = New(Config{N: 1, Window: 1500 * time.Millisecond, IETF: true})
+	require.Error(t, err, "IETF windows are whole seconds")
+}

@@ -2,7 +2,7 @@
 // process of its own, so that a fleet test measures arrivals in an ordinary
 // program rather than in its own race-instrumented test binary.
 //
-//	strictapi -n 200 -per 1s [-key-query access_token] [-transit 5ms]
+//	strictapi -n 200 -per 1s [-key-query access_token] [-transit 5ms] [-ietf] [-xratelimit] [-no-retry-after]
 //
 // It listens on a free loopback port, prints its base URL on the first line
 // of standard output, answers every path as the upstream does except
@@ -28,9 +28,12 @@ func main() {
 	per := flag.Duration("per", time.Second, "the window")
 	keyQuery := flag.String("key-query", "", "query parameter naming the key (empty: one key for all)")
 	transit := flag.Duration("transit", 0, "max random delay before a request arrives")
+	noRetryAfter := flag.Bool("no-retry-after", false, "leave Retry-After out of the 429s")
+	ietf := flag.Bool("ietf", false, "send RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers)")
+	xrl := flag.Bool("xratelimit", false, "send X-RateLimit-Limit, -Remaining and -Reset (epoch seconds)")
 	flag.Parse()
 
-	cfg := upstream.Config{N: *n, Window: *per, Transit: *transit}
+	cfg := upstream.Config{N: *n, Window: *per, Transit: *transit, NoRetryAfter: *noRetryAfter, IETF: *ietf, XRateLimit: *xrl}
 	if q := *keyQuery; q != "" {
 		cfg.Key = func(r *http.Request) string { return r.URL.Query().Get(q) }
 	}

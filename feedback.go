@@ -1,0 +1,330 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/throttle-go/throttle/store"
+)
+
+// This file is the transport's ear: after each response it reads what the
+// upstream said (a 429, a 503 with Retry-After, rate-limit headers) and tells
+// the store, which shares it with the whole fleet (store.Feedback).
+
+// DefaultMaxServerWait is a rule's MaxServerWait when it sets none.
+const DefaultMaxServerWait = 30 * time.Second
+
+// appUsagePause is how long a key pauses when Meta's X-App-Usage reports 100%
+// or more: Meta throttles over a rolling hour and "it can take up to an
+// hour" to be let in again, so the fleet sends one probe every appUsagePause
+// rather than a request per worker.
+const appUsagePause = 5 * time.Minute
+
+// appUsageSlow is the X-App-Usage percentage from which the key slows down:
+// from full speed at appUsageSlow to nothing at 100%.
+const appUsageSlow = 80.0
+
+// feedbackTimeout bounds the store call that records feedback; it runs on a
+// context detached from the request's, which may end with the response.
+const feedbackTimeout = time.Second
+
+// Feedback reports what the upstream said about a key, to WithOnFeedback. It
+// never holds a secret: Key is the (hashed) rate key.
+type Feedback struct {
+	Rule string
+	Key  string
+	// Status is the response's status code.
+	Status int
+	// Throttled is set for a 429, and for a 503 with Retry-After.
+	Throttled bool
+	// Pause is how long the key was paused for the whole fleet (zero if not).
+	Pause time.Duration
+	// Limit is the limit learned from the headers (its window includes the
+	// rule's Margin), zero if none was learned.
+	Limit Limit
+	// Remaining units until Reset: a budget learned from the headers, when
+	// Reset is positive.
+	Remaining int
+	Reset     time.Duration
+	// Err is the store's error if recording the feedback failed; the response
+	// is returned to the caller regardless.
+	Err error
+}
+
+// FeedbackStats counts what the transport heard from upstreams since it was
+// created. Read it with Transport.FeedbackStats.
+type FeedbackStats struct {
+	// TooManyRequests counts the 429 responses received, despite the
+	// throttle: the number to keep at zero.
+	TooManyRequests uint64
+	// Unavailable counts the 503 responses with Retry-After.
+	Unavailable uint64
+	// Pauses counts the pauses recorded (one per throttled response, plus
+	// budgets exhausted and X-App-Usage at 100%).
+	Pauses uint64
+	// Tightenings counts the learned limits and budgets recorded.
+	Tightenings uint64
+}
+
+// feedbackState is the transport's side of the feedback: counters, and what
+// it last told the store per key, so that a header repeated on every
+// response does not cost a store call on every response.
+type feedbackState struct {
+	tooMany, unavailable, pauses, tightenings atomic.Uint64
+
+	mu   sync.Mutex
+	told map[string]told
+}
+
+type told struct {
+	limit Limit
+	at    time.Time // when the limit was last recorded
+	reset int64     // the budget's reset last recorded, in Unix seconds
+}
+
+// maxTold bounds the keys remembered; past it the memory starts afresh (which
+// costs at most one extra store call per key).
+const maxTold = 10_000
+
+// WithOnFeedback calls f after every response that said something about its
+// key's limits (a 429, a 503 with Retry-After, a limit, a budget or a usage
+// learned from the headers), on the request's goroutine, before RoundTrip
+// returns. f must be quick and safe for concurrent use.
+func WithOnFeedback(f func(Feedback)) Option {
+	return optionFunc(func(t *Transport) error {
+		if f == nil {
+			return &ConfigError{Reason: "WithOnFeedback: nil function"}
+		}
+		t.onFeedback = f
+		return nil
+	})
+}
+
+// FeedbackStats returns the transport's counts of what upstreams said.
+func (t *Transport) FeedbackStats() FeedbackStats {
+	return FeedbackStats{
+		TooManyRequests: t.fb.tooMany.Load(),
+		Unavailable:     t.fb.unavailable.Load(),
+		Pauses:          t.fb.pauses.Load(),
+		Tightenings:     t.fb.tightenings.Load(),
+	}
+}
+
+// throttledStatus reports whether a response is the upstream saying "slow
+// down": a 429, or a 503 with Retry-After.
+func throttledStatus(resp *http.Response) bool {
+	return resp.StatusCode == http.StatusTooManyRequests ||
+		resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != ""
+}
+
+// listen reads resp, sent under rule r for key (skey in the store), records
+// what it says, and returns the pause it asks for (zero if none) and whether
+// the store now holds it.
+func (t *Transport) listen(ctx context.Context, r *rule, key, skey string, resp *http.Response) (pause time.Duration, held bool) {
+	throttled := throttledStatus(resp)
+	switch resp.StatusCode {
+	case http.StatusTooManyRequests:
+		t.fb.tooMany.Add(1)
+	case http.StatusServiceUnavailable:
+		if throttled {
+			t.fb.unavailable.Add(1)
+		}
+	}
+	now := t.now()
+	if r.IgnoreUpstream {
+		if throttled {
+			t.report(ctx, Feedback{Rule: r.Name, Key: key, Status: resp.StatusCode, Throttled: true})
+			// Not recorded, but a retry still waits for it.
+			return r.learn(parseSignals(resp.Header, now), true).Pause, false
+		}
+		return 0, false
+	}
+	sig := parseSignals(resp.Header, now)
+	l := r.learn(sig, throttled)
+	if !throttled && l.Pause == 0 && !t.fb.news(skey, l, now) {
+		return 0, false
+	}
+	fb := Feedback{Rule: r.Name, Key: key, Status: resp.StatusCode, Throttled: throttled,
+		Pause: l.Pause, Limit: l.Limit, Remaining: l.Remaining, Reset: l.Reset}
+	if st, ok := t.store.(store.Feedback); ok && (l.Pause > 0 || l.Limit.N > 0 || l.Reset > 0) {
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), feedbackTimeout)
+		fb.Err = st.Learn(lctx, skey, l)
+		cancel()
+		if fb.Err == nil {
+			if l.Pause > 0 {
+				t.fb.pauses.Add(1)
+				held = true
+			}
+			if l.Limit.N > 0 || l.Reset > 0 {
+				t.fb.tightenings.Add(1)
+			}
+		}
+	}
+	t.report(ctx, fb)
+	return l.Pause, held
+}
+
+// news reports whether l tells the store anything it was not told lately by
+// this transport: a limit not recorded in the last quarter of its TTL, or a
+// budget for a window (a reset) not recorded yet. It remembers l.
+func (f *feedbackState) news(skey string, l store.Learned, now time.Time) bool {
+	if l.Limit.N == 0 && l.Reset == 0 {
+		return false
+	}
+	reset := now.Add(l.Reset).Unix()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.told == nil || len(f.told) >= maxTold {
+		f.told = make(map[string]told)
+	}
+	old, seen := f.told[skey]
+	fresh := !seen ||
+		l.Limit.N > 0 && (l.Limit != old.limit || now.Sub(old.at) > l.LimitTTL/4) ||
+		l.Reset > 0 && reset != old.reset
+	if fresh {
+		if l.Limit.N > 0 {
+			old.limit, old.at = l.Limit, now
+		}
+		if l.Reset > 0 {
+			old.reset = reset
+		}
+		f.told[skey] = old
+	}
+	return fresh
+}
+
+// learn turns what a response said into what the store keeps for the rule's
+// key: never a limit the rule's own limits already imply, never a wait
+// beyond MaxServerPause.
+func (r *rule) learn(sig signals, throttled bool) store.Learned {
+	var l store.Learned
+	longest := r.Limits[0]
+	shortest := r.Limits[0].Per
+	for _, lim := range r.Limits[1:] {
+		if lim.Per > longest.Per {
+			longest = lim
+		}
+		shortest = min(shortest, lim.Per)
+	}
+
+	// A budget: remaining 0 is a pause until the reset. Resets come in
+	// whole seconds, and an epoch reset is read against a Date truncated
+	// to the second, so a reset may be up to 2s late: one of ResetSlack
+	// (2s) or less is below the headers' resolution (it would double the
+	// wait of a one-second window) and is left to Retry-After and the
+	// learned limit.
+	if sig.hasBudget && sig.reset > store.ResetSlack {
+		switch {
+		case sig.remaining == 0:
+			l.Pause = sig.reset
+		case !r.implied(sig.remaining, sig.reset):
+			l.Remaining, l.Reset = sig.remaining, sig.reset
+		}
+	}
+
+	if throttled {
+		switch {
+		case sig.hasRetryAfter:
+			l.Pause = max(l.Pause, sig.retryAfter)
+		case sig.hasBudget && sig.remaining == 0 && sig.reset > 0:
+			l.Pause = max(l.Pause, sig.reset)
+		default:
+			// A 429 without a wait: the upstream's window is full. One
+			// window of the rule's tightest limit from now, every request
+			// it counted in a window that long has left it.
+			l.Pause = max(l.Pause, shortest+r.Margin)
+		}
+	}
+
+	// A learned limit, the tightest rate of: each RateLimit-Policy (q per
+	// w), X-RateLimit-Limit over the rule's longest window (it names no
+	// window of its own), and a share of the longest limit from a high
+	// X-App-Usage. Only limits over windows the log covers (at most the
+	// longest), and not already implied by the rule's own.
+	consider := func(n int, w time.Duration) {
+		if n < 1 || w > longest.Per || r.implied(n, w) {
+			return
+		}
+		cand := Limit{N: n, Per: w + r.Margin}
+		if l.Limit.N == 0 || float64(cand.N)/float64(cand.Per) < float64(l.Limit.N)/float64(l.Limit.Per) {
+			l.Limit = cand
+		}
+	}
+	for _, p := range sig.policies {
+		consider(p.q, p.w)
+	}
+	consider(sig.limit, longest.Per)
+	if sig.hasUsage {
+		switch {
+		case sig.usage >= 100:
+			l.Pause = max(l.Pause, appUsagePause)
+		case sig.usage >= appUsageSlow:
+			consider(max(1, int(float64(longest.N)*(100-sig.usage)/(100-appUsageSlow))), longest.Per)
+		}
+	}
+	if l.Limit.N > 0 {
+		l.LimitTTL = min(max(10*time.Minute, 2*l.Limit.Per), 24*time.Hour)
+	}
+	l.Pause = capPause(l.Pause)
+	return l
+}
+
+// implied reports whether the rule's own limits already allow no more than n
+// units in any interval of length w: some limit has N <= n over a window at
+// least w long.
+func (r *rule) implied(n int, w time.Duration) bool {
+	for _, lim := range r.Limits {
+		if lim.N <= n && lim.Per >= w {
+			return true
+		}
+	}
+	return false
+}
+
+// report sends fb to the hook and the logger.
+func (t *Transport) report(ctx context.Context, fb Feedback) {
+	if t.onFeedback != nil {
+		t.onFeedback(fb)
+	}
+	if t.logger == nil {
+		return
+	}
+	level := slog.LevelDebug
+	switch {
+	case fb.Err != nil:
+		level = slog.LevelWarn
+	case fb.Throttled || fb.Pause > 0:
+		level = slog.LevelInfo
+	}
+	if !t.logger.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("rule", fb.Rule),
+		slog.String("key", fb.Key),
+		slog.Int("status", fb.Status),
+	}
+	if fb.Pause > 0 {
+		attrs = append(attrs, slog.Duration("pause", fb.Pause))
+	}
+	if fb.Limit.N > 0 {
+		attrs = append(attrs, slog.String("learned_limit", fb.Limit.String()))
+	}
+	if fb.Reset > 0 {
+		attrs = append(attrs, slog.Int("remaining", fb.Remaining), slog.Duration("reset", fb.Reset))
+	}
+	if fb.Err != nil {
+		attrs = append(attrs, slog.String("error", fb.Err.Error()))
+	}
+	t.logger.LogAttrs(ctx, level, "throttle feedback", attrs...)
+}
+
+// ErrUpstreamLimited is matched, with errors.Is, by a *LimitError whose wait
+// was imposed by the upstream (a pause after a 429, a 503 with Retry-After,
+// an exhausted budget) and exceeded the rule's MaxServerWait or MaxWait.
+var ErrUpstreamLimited = errors.New("throttle: paused by the upstream")

@@ -1,0 +1,180 @@
+package throttle
+
+import (
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+var refTime = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+
+func TestParseRetryAfter(t *testing.T) {
+	tests := []struct {
+		name string
+		v    string
+		want time.Duration
+		ok   bool
+	}{
+		{"seconds", "120", 2 * time.Minute, true},
+		{"zero", "0", 0, true},
+		{"fractional seconds", "1.5", 1500 * time.Millisecond, true},
+		{"spaces", "  3 ", 3 * time.Second, true},
+		{"HTTP date", refTime.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second, true},
+		{"RFC 850 date", refTime.Add(10 * time.Second).Format("Monday, 02-Jan-06 15:04:05 GMT"), 10 * time.Second, true},
+		{"date in the past", refTime.Add(-time.Hour).Format(http.TimeFormat), 0, true},
+		{"far-future date is capped", refTime.Add(1000 * time.Hour).Format(http.TimeFormat), MaxServerPause, true},
+		{"huge seconds are capped", "99999999999999999999999", MaxServerPause, true},
+		{"negative", "-5", 0, false},
+		{"plus sign", "+5", 0, false},
+		{"exponent", "1e3", 0, false},
+		{"hex", "0x10", 0, false},
+		{"NaN", "NaN", 0, false},
+		{"Inf", "Inf", 0, false},
+		{"trailing dot", "5.", 0, false},
+		{"leading dot", ".5", 0, false},
+		{"two dots", "1.2.3", 0, false},
+		{"garbage", "soon", 0, false},
+		{"empty", "", 0, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := parseRetryAfter(tc.v, func() time.Time { return refTime })
+			assert.Equal(t, tc.ok, ok)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func header(kv ...string) http.Header {
+	h := http.Header{}
+	for i := 0; i < len(kv); i += 2 {
+		h.Add(kv[i], kv[i+1])
+	}
+	return h
+}
+
+func TestParseSignals(t *testing.T) {
+	// The client's clock is 10 minutes fast: dates are read against the
+	// response's Date header, not against it.
+	now := refTime.Add(10 * time.Minute)
+	date := refTime.Format(http.TimeFormat)
+	epoch := func(d time.Duration) string { return itoa(refTime.Add(d).Unix()) }
+	tests := []struct {
+		name string
+		h    http.Header
+		want signals
+	}{
+		{"nothing", header(), signals{}},
+		{"Retry-After date against the response's Date",
+			header("Date", date, "Retry-After", refTime.Add(30*time.Second).Format(http.TimeFormat)),
+			signals{retryAfter: 30 * time.Second, hasRetryAfter: true}},
+		{"GitHub: epoch reset against Date",
+			header("Date", date, "X-RateLimit-Limit", "5000", "X-RateLimit-Remaining", "42", "X-RateLimit-Reset", epoch(20*time.Minute)),
+			signals{limit: 5000, remaining: 42, reset: 20 * time.Minute, hasBudget: true}},
+		{"delta-seconds reset",
+			header("X-RateLimit-Limit", "100", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "30"),
+			signals{limit: 100, remaining: 0, reset: 30 * time.Second, hasBudget: true}},
+		{"a reset in the past is now",
+			header("Date", date, "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", epoch(-time.Minute)),
+			signals{remaining: 0, reset: 0, hasBudget: true}},
+		{"a far-future reset is capped",
+			header("Date", date, "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", epoch(100*24*time.Hour)),
+			signals{remaining: 0, reset: MaxServerPause, hasBudget: true}},
+		{"negative and malformed counts are ignored",
+			header("X-RateLimit-Limit", "-1", "X-RateLimit-Remaining", "many", "X-RateLimit-Reset", "10"),
+			signals{}},
+		{"older draft fields",
+			header("RateLimit-Limit", "10", "RateLimit-Remaining", "3", "RateLimit-Reset", "7"),
+			signals{limit: 10, remaining: 3, reset: 7 * time.Second, hasBudget: true}},
+		{"IETF policy and limit",
+			header("RateLimit-Policy", `"burst";q=100;w=60, "daily";q=1000;w=86400`, "RateLimit", `"burst";r=50;t=30`),
+			signals{policies: []policy{{100, time.Minute}, {1000, 24 * time.Hour}}, remaining: 50, reset: 30 * time.Second, hasBudget: true}},
+		{"IETF: tokens, several fields, the fewest remaining",
+			header("RateLimit-Policy", `default;q=10;w=1`, "RateLimit-Policy", `slow;q=100;w=60`, "RateLimit", `a;r=5;t=1, b;r=2;t=9`),
+			signals{policies: []policy{{10, time.Second}, {100, time.Minute}}, remaining: 2, reset: 9 * time.Second, hasBudget: true}},
+		{"IETF: other quota units and broken items are skipped",
+			header("RateLimit-Policy", `"bytes";q=1;w=1;qu="content-bytes", "x";q=-1;w=5, "y";q=5;w=0, "ok";q=7;w=2`),
+			signals{policies: []policy{{7, 2 * time.Second}}}},
+		{"IETF: quoted commas and semicolons stay in their string",
+			header("RateLimit-Policy", `"a,b;c";q=3;w=1`),
+			signals{policies: []policy{{3, time.Second}}}},
+		{"X-App-Usage", header("X-App-Usage", `{"call_count":28,"total_time":91.5,"total_cputime":25}`),
+			signals{usage: 91.5, hasUsage: true}},
+		{"X-App-Usage capped, negatives ignored", header("X-App-Usage", `{"call_count":1e9,"total_time":-4}`),
+			signals{usage: 1000, hasUsage: true}},
+		{"X-App-Usage malformed", header("X-App-Usage", `{"call_count":"lots"`), signals{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, parseSignals(tc.h, now))
+		})
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// checkSignals is the fuzzers' invariant: whatever the headers say, every
+// duration is within [0, MaxServerPause] (a learned window within MaxPer),
+// every count within [0, maxCount], a usage within [0, 1000].
+func checkSignals(t *testing.T, s signals) {
+	t.Helper()
+	if s.retryAfter < 0 || s.retryAfter > MaxServerPause || s.reset < 0 || s.reset > MaxServerPause {
+		t.Fatalf("a wait outside [0, %s]: %+v", MaxServerPause, s)
+	}
+	for _, p := range s.policies {
+		if p.q < 1 || p.q > maxCount || p.w < time.Second || p.w > MaxPer {
+			t.Fatalf("a policy out of bounds: %+v", s)
+		}
+	}
+	if len(s.policies) > 8 || s.limit < 0 || s.limit > maxCount || s.remaining < 0 || s.remaining > maxCount {
+		t.Fatalf("a limit out of bounds: %+v", s)
+	}
+	if s.usage < 0 || s.usage > 1000 {
+		t.Fatalf("a usage out of bounds: %+v", s)
+	}
+}
+
+func FuzzParseRetryAfter(f *testing.F) {
+	for _, s := range []string{"120", "1.5", "0", "-1", "1e9", "Wed, 21 Oct 2015 07:28:00 GMT", "99999999999999999999", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		d, ok := parseRetryAfter(v, func() time.Time { return refTime })
+		if d < 0 || d > MaxServerPause || !ok && d != 0 {
+			t.Fatalf("parseRetryAfter(%q) = %s, %v", v, d, ok)
+		}
+	})
+}
+
+func FuzzParseSignals(f *testing.F) {
+	f.Add("120", "5000", "42", "1763726400", `"burst";q=100;w=60`, `"burst";r=50;t=30`, `{"call_count":28}`, "Sat, 21 Nov 2026 12:00:00 GMT")
+	f.Add("", "-1", "x", "-5", `a;q=;w=`, `;;;,,,"`, `[]`, "")
+	f.Add("1.25", "0", "0", "0", `"a\"b";q=1;w=1`, `b;r=0;t=99999999999`, `{"total_time":1e308}`, "garbage")
+	f.Fuzz(func(t *testing.T, retry, limit, remaining, reset, policy, rl, usage, date string) {
+		h := header("Retry-After", retry, "X-RateLimit-Limit", limit, "X-RateLimit-Remaining", remaining,
+			"X-RateLimit-Reset", reset, "RateLimit-Policy", policy, "RateLimit", rl, "X-App-Usage", usage,
+			"RateLimit-Limit", limit, "RateLimit-Remaining", remaining, "RateLimit-Reset", reset, "Date", date)
+		s := parseSignals(h, refTime)
+		checkSignals(t, s)
+		// What the rule learns from it is bounded too.
+		r, err := compile(Rule{Host: "h", Limits: []Limit{PerSecond(60), PerHour(5000)}}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, throttled := range []bool{false, true} {
+			l := r.learn(s, throttled)
+			if l.Pause < 0 || l.Pause > MaxServerPause || l.Reset < 0 || l.Reset > MaxServerPause {
+				t.Fatalf("learned a wait out of bounds: %+v from %+v", l, s)
+			}
+			if l.Limit.N < 0 || l.Limit.N > 0 && l.Limit.Per > time.Hour+DefaultMargin {
+				t.Fatalf("learned a limit beyond the rule's longest window: %+v", l)
+			}
+			if err := l.Validate("k"); err != nil {
+				t.Fatalf("learned what a store refuses: %v", err)
+			}
+		}
+	})
+}

@@ -1,0 +1,67 @@
+-- feedback.lua: record what the upstream said about a key (a pause, a learned
+-- limit, a budget), for reserve.lua to honour.
+--
+-- KEYS[1]  the key's feedback: a HASH beside its log, under the same hash tag.
+--          Fields (times in microseconds on the same clock as reserve.lua):
+--          p = pause until; n, w, le = learned limit of n per w, valid until
+--          le; b, r = budget of b units left until the reset r.
+-- ARGV[1]  now in microseconds, or "" to read the server clock with TIME.
+-- ARGV[2]  pause in microseconds from now (0: none).
+-- ARGV[3]  learned limit N (0: none); ARGV[4] its window W and ARGV[5] how
+--          long it holds, both in microseconds.
+-- ARGV[6]  budget: units remaining; ARGV[7] the reset in microseconds from now
+--          (0: no budget); ARGV[8] the slack within which two resets name the
+--          same window.
+--
+-- Reply: the pause end in microseconds from now after the merge (0 if none).
+--
+-- Merges never loosen what is already there: a pause ends at the latest end
+-- ever given; within one window the smaller budget wins. A learned limit is
+-- replaced by the latest (the caller never learns one above its own limits).
+
+local fb = KEYS[1]
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+local pause, n, w, ttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local remaining, reset, slack = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local f = redis.call('HMGET', fb, 'p', 'le', 'b', 'r')
+local p, le, b, r = tonumber(f[1]) or 0, tonumber(f[2]) or 0, tonumber(f[3]), tonumber(f[4]) or 0
+
+if pause > 0 and now + pause > p then
+  p = now + pause
+  redis.call('HSET', fb, 'p', string.format('%.0f', p))
+end
+if n > 0 then
+  le = now + ttl
+  redis.call('HSET', fb, 'n', n, 'w', string.format('%.0f', w), 'le', string.format('%.0f', le))
+end
+if reset > 0 then
+  local at = now + reset
+  if r > now and b and math.abs(at - r) <= slack then
+    -- The same window: keep the smaller remaining and the later reset.
+    if remaining < b then redis.call('HSET', fb, 'b', remaining) end
+    if at > r then
+      r = at
+      redis.call('HSET', fb, 'r', string.format('%.0f', r))
+    end
+  elseif at > r then
+    r = at
+    redis.call('HSET', fb, 'b', remaining, 'r', string.format('%.0f', r))
+  end
+end
+
+-- The hash lives as long as its longest-lived field, never shortened.
+local last = math.max(p, le, r)
+if last > now then
+  local ttl_ms = math.floor((last - now) / 1000) + 1
+  if redis.call('PTTL', fb) < ttl_ms then
+    redis.call('PEXPIRE', fb, string.format('%.0f', ttl_ms))
+  end
+end
+if p > now then return p - now end
+return 0

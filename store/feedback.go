@@ -1,0 +1,104 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Feedback is implemented by stores that share what the upstream said about a
+// key with every process: a pause (after a 429, or a 503 with Retry-After),
+// a learned limit tighter than the configured ones, and a budget of units
+// left before a reset. Reserve of a store that implements it honours all
+// three in the same atomic step as the reservation. Redis and Memory
+// implement it; a store that does not is used without feedback (find it with
+// a type assertion: st.(store.Feedback)).
+//
+// Durations are relative to the call, and the store turns them into times on
+// its own clock (Redis TIME), so clients' clocks do not matter.
+type Feedback interface {
+	// Pause makes every reservation of key wait until at least d from now.
+	// Pauses merge to the latest end: a pause is never shortened.
+	Pause(ctx context.Context, key string, d time.Duration) error
+	// Learn records what the upstream's rate-limit headers said about key.
+	Learn(ctx context.Context, key string, l Learned) error
+}
+
+// Learned is what the upstream's headers said about a key. Zero fields say
+// nothing. Whatever it holds can only delay reservations, never admit one
+// that the request's own limits would refuse.
+type Learned struct {
+	// Pause, if positive, pauses the key (as Feedback.Pause).
+	Pause time.Duration
+	// Limit, if N > 0, is applied beside the request's limits for LimitTTL
+	// (then forgotten, unless learned again). The latest learned limit
+	// replaces an earlier one. Reserve ignores a learned limit whose window
+	// is longer than the request's longest, so a key's log never grows
+	// beyond what its configured limits keep.
+	Limit    Limit
+	LimitTTL time.Duration
+	// Remaining units may be sent before Reset (from now), if Reset is
+	// positive: a budget. Reserve takes its units from it, and a request
+	// that finds it short waits until Reset, as for a pause. Within one
+	// window (resets less than ResetSlack apart) the smaller remaining
+	// wins; a later window replaces it.
+	Remaining int
+	Reset     time.Duration
+}
+
+// ResetSlack is how far apart two resets may be and still name the same
+// window: the headers give resets in whole seconds, and different responses
+// round them differently.
+const ResetSlack = 2 * time.Second
+
+// MaxFeedback bounds every duration a store accepts in Learned and Pause;
+// callers cap what the upstream says well below it (the throttle package
+// caps a pause at an hour).
+const MaxFeedback = 366 * 24 * time.Hour
+
+// ErrInvalidFeedback is returned, wrapped, for feedback no store should keep:
+// negative or too long durations, a negative N or remaining, a limit without
+// a window or TTL.
+var ErrInvalidFeedback = errors.New("store: invalid feedback")
+
+// Validate reports whether l is well formed; every store calls it first.
+func (l Learned) Validate(key string) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidFeedback}, args...)...)
+	}
+	switch {
+	case key == "":
+		return bad("empty key")
+	case l.Pause < 0 || l.Pause > MaxFeedback:
+		return bad("pause %s outside 0..%s", l.Pause, MaxFeedback)
+	case l.Limit.N < 0:
+		return bad("negative limit %s", l.Limit)
+	case l.Limit.N > 0 && (l.Limit.Per < time.Microsecond || l.Limit.Per > MaxFeedback):
+		return bad("limit %s: window outside 1µs..%s", l.Limit, MaxFeedback)
+	case l.Limit.N > 0 && (l.LimitTTL <= 0 || l.LimitTTL > MaxFeedback):
+		return bad("limit TTL %s outside (0, %s]", l.LimitTTL, MaxFeedback)
+	case l.Remaining < 0:
+		return bad("negative remaining %d", l.Remaining)
+	case l.Reset < 0 || l.Reset > MaxFeedback:
+		return bad("reset %s outside 0..%s", l.Reset, MaxFeedback)
+	}
+	return nil
+}
+
+// empty reports whether l says nothing.
+func (l Learned) empty() bool { return l.Pause <= 0 && l.Limit.N == 0 && l.Reset <= 0 }
+
+var (
+	_ Feedback = (*Redis)(nil)
+	_ Feedback = (*Memory)(nil)
+)
+
+// serverWait is the longest delay a pause or an exhausted budget may impose
+// on r.
+func (r Request) serverWait() time.Duration {
+	if r.MaxServerWait > 0 && r.MaxServerWait < r.MaxWait {
+		return r.MaxServerWait
+	}
+	return r.MaxWait
+}

@@ -1,0 +1,242 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/throttle-go/throttle/store"
+)
+
+// TestFeedbackConformance runs the same feedback cases (pauses, learned
+// limits, budgets) on every store, on a fake clock.
+func TestFeedbackConformance(t *testing.T) {
+	for _, im := range impls(t) {
+		t.Run(im.name, func(t *testing.T) {
+			for _, c := range feedbackCases {
+				t.Run(c.name, func(t *testing.T) {
+					clock := newFakeClock()
+					s := im.open(t, clock.Now)
+					fb, ok := s.(store.Feedback)
+					require.True(t, ok, "%T implements store.Feedback", s)
+					c.run(t, s, fb, clock, uniqueKey(t))
+				})
+			}
+		})
+	}
+}
+
+type feedbackCase struct {
+	name string
+	run  func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string)
+}
+
+func learn(t *testing.T, fb store.Feedback, key string, l store.Learned) {
+	t.Helper()
+	require.NoError(t, fb.Learn(ctx, key, l))
+}
+
+var feedbackCases = []feedbackCase{
+	{"a pause holds every slot back to its end", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+		require.NoError(t, fb.Pause(ctx, key, 2*time.Second))
+		res := reserve(t, s, key, req(1, time.Minute, lim(10, time.Second)))
+		require.True(t, res.Allowed)
+		assert.Equal(t, 2*time.Second, res.Delay)
+		assert.True(t, res.Upstream)
+		assert.Equal(t, -1, res.Limit)
+		res = reserve(t, s, key, req(1, time.Minute, lim(10, time.Second)))
+		assert.Equal(t, 2*time.Second, res.Delay, "the pause holds the next one too; the limit does not")
+	}},
+	{"a pause past MaxWait is refused with RetryAfter to its end", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+		require.NoError(t, fb.Pause(ctx, key, 3*time.Second))
+		clock.Advance(time.Second)
+		res := reserve(t, s, key, req(1, time.Second, lim(10, time.Second)))
+		assert.False(t, res.Allowed)
+		assert.True(t, res.Upstream)
+		assert.Equal(t, 2*time.Second, res.RetryAfter)
+		res = reserve(t, s, key, req(1, 0, lim(10, time.Second)))
+		assert.False(t, res.Allowed, "fail fast")
+		clock.Advance(2 * time.Second)
+		res = reserve(t, s, key, req(1, 0, lim(10, time.Second)))
+		assert.True(t, res.Allowed, "the pause is over")
+		assert.False(t, res.Upstream)
+	}},
+	{"a pause past MaxServerWait is refused even within MaxWait", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+		require.NoError(t, fb.Pause(ctx, key, 5*time.Second))
+		r := req(1, time.Minute, lim(1, time.Second))
+		r.MaxServerWait = 4 * time.Second
+		res := reserve(t, s, key, r)
+		assert.False(t, res.Allowed)
+		assert.True(t, res.Upstream)
+		assert.Equal(t, 5*time.Second, res.RetryAfter)
+		r.MaxServerWait = 5 * time.Second
+		res = reserve(t, s, key, r)
+		assert.True(t, res.Allowed)
+		assert.Equal(t, 5*time.Second, res.Delay)
+		// The limit's own wait is not bounded by MaxServerWait.
+		res = reserve(t, s, key, r)
+		assert.True(t, res.Allowed)
+		assert.Equal(t, 6*time.Second, res.Delay)
+		assert.False(t, res.Upstream)
+		assert.Equal(t, 0, res.Limit)
+	}},
+	{"pauses merge to the latest end, never shortened", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+		require.NoError(t, fb.Pause(ctx, key, 2*time.Second))
+		require.NoError(t, fb.Pause(ctx, key, time.Second))
+		res := reserve(t, s, key, req(1, time.Minute, lim(10, time.Second)))
+		assert.Equal(t, 2*time.Second, res.Delay)
+		clock.Advance(500 * time.Millisecond)
+		require.NoError(t, fb.Pause(ctx, key, 3*time.Second))
+		res = reserve(t, s, key, req(1, time.Minute, lim(10, time.Second)))
+		assert.Equal(t, 3*time.Second, res.Delay, "the later end wins")
+	}},
+	{"a pause does not touch other keys", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+		require.NoError(t, fb.Pause(ctx, key+"a", time.Hour))
+		assert.True(t, reserve(t, s, key+"b", req(1, 0, lim(1, time.Second))).Allowed)
+		assert.False(t, reserve(t, s, key+"a", req(1, 0, lim(1, time.Second))).Allowed)
+	}},
+	{"a learned limit tightens the configured one", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+		learn(t, fb, key, store.Learned{Limit: lim(2, time.Second), LimitTTL: time.Minute})
+		r := req(1, time.Minute, lim(10, time.Second))
+		var delays []time.Duration
+		var learned []bool
+		for range 5 {
+			res := reserve(t, s, key, r)
+			delays = append(delays, res.Delay)
+			learned = append(learned, res.Learned)
+		}
+		assert.Equal(t, []time.Duration{0, 0, time.Second, time.Second, 2 * time.Second}, delays)
+		assert.Equal(t, []bool{false, false, true, true, true}, learned)
+	}},
+	{"a learned limit never loosens: the configured one still binds", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+		learn(t, fb, key, store.Learned{Limit: lim(100, time.Second), LimitTTL: time.Minute})
+		r := req(1, 0, lim(2, time.Second))
+		assert.True(t, reserve(t, s, key, r).Allowed)
+		assert.True(t, reserve(t, s, key, r).Allowed)
+		assert.False(t, reserve(t, s, key, r).Allowed)
+	}},
+	{"a learned limit with a window longer than the request's is ignored", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+		learn(t, fb, key, store.Learned{Limit: lim(1, time.Hour), LimitTTL: time.Hour})
+		r := req(1, 0, lim(3, time.Second))
+		for i := range 3 {
+			assert.True(t, reserve(t, s, key, r).Allowed, "request %d", i)
+		}
+	}},
+	{"a learned limit expires", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+		learn(t, fb, key, store.Learned{Limit: lim(1, time.Second), LimitTTL: 2 * time.Second})
+		r := req(1, 0, lim(10, time.Second))
+		assert.True(t, reserve(t, s, key, r).Allowed)
+		assert.False(t, reserve(t, s, key, r).Allowed)
+		clock.Advance(2 * time.Second)
+		assert.True(t, reserve(t, s, key, r).Allowed)
+		assert.True(t, reserve(t, s, key, r).Allowed, "forgotten")
+	}},
+	{"the latest learned limit replaces the earlier", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+		learn(t, fb, key, store.Learned{Limit: lim(1, time.Second), LimitTTL: time.Minute})
+		learn(t, fb, key, store.Learned{Limit: lim(3, time.Second), LimitTTL: time.Minute})
+		r := req(1, 0, lim(10, time.Second))
+		for i := range 3 {
+			assert.True(t, reserve(t, s, key, r).Allowed, "request %d", i)
+		}
+		assert.False(t, reserve(t, s, key, r).Allowed)
+	}},
+	{"a budget is spent, then holds until its reset", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+		learn(t, fb, key, store.Learned{Remaining: 2, Reset: 10 * time.Second})
+		r := req(1, time.Minute, lim(100, time.Second))
+		assert.Equal(t, time.Duration(0), reserve(t, s, key, r).Delay)
+		assert.Equal(t, time.Duration(0), reserve(t, s, key, r).Delay)
+		res := reserve(t, s, key, r)
+		assert.Equal(t, 10*time.Second, res.Delay)
+		assert.True(t, res.Upstream)
+		r.MaxServerWait = 5 * time.Second
+		res = reserve(t, s, key, r)
+		assert.False(t, res.Allowed)
+		assert.True(t, res.Upstream)
+		assert.Equal(t, 10*time.Second, res.RetryAfter)
+	}},
+	{"a budget in the same window only shrinks; a later window replaces it", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+		learn(t, fb, key, store.Learned{Remaining: 1, Reset: 10 * time.Second})
+		learn(t, fb, key, store.Learned{Remaining: 5, Reset: 11 * time.Second})
+		r := req(1, 0, lim(100, time.Second))
+		assert.True(t, reserve(t, s, key, r).Allowed)
+		assert.False(t, reserve(t, s, key, r).Allowed, "one remained, not five")
+		learn(t, fb, key, store.Learned{Remaining: 2, Reset: 30 * time.Second})
+		assert.True(t, reserve(t, s, key, r).Allowed)
+		assert.True(t, reserve(t, s, key, r).Allowed)
+		assert.False(t, reserve(t, s, key, r).Allowed)
+		clock.Advance(30 * time.Second)
+		assert.True(t, reserve(t, s, key, r).Allowed, "after the reset the budget says nothing")
+	}},
+	{"remaining 0 is a pause until the reset", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+		learn(t, fb, key, store.Learned{Remaining: 0, Reset: 3 * time.Second})
+		res := reserve(t, s, key, req(1, 0, lim(100, time.Second)))
+		assert.False(t, res.Allowed)
+		assert.True(t, res.Upstream)
+		assert.Equal(t, 3*time.Second, res.RetryAfter)
+	}},
+	{"invalid feedback is refused with ErrInvalidFeedback", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+		for name, l := range map[string]store.Learned{
+			"negative pause":     {Pause: -time.Second},
+			"huge pause":         {Pause: store.MaxFeedback + time.Second},
+			"negative N":         {Limit: lim(-1, time.Second), LimitTTL: time.Second},
+			"limit no window":    {Limit: lim(1, 0), LimitTTL: time.Second},
+			"limit no TTL":       {Limit: lim(1, time.Second)},
+			"negative remaining": {Remaining: -1, Reset: time.Second},
+			"negative reset":     {Reset: -time.Second},
+		} {
+			assert.ErrorIs(t, fb.Learn(ctx, key, l), store.ErrInvalidFeedback, name)
+		}
+		assert.ErrorIs(t, fb.Pause(ctx, "", time.Second), store.ErrInvalidFeedback, "empty key")
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		assert.Error(t, fb.Pause(cctx, key, time.Second), "a cancelled context")
+		assert.True(t, reserve(t, s, key, req(1, 0, lim(1, time.Second))).Allowed, "nothing was recorded")
+	}},
+}
+
+// TestFeedbackKeyExpires checks on a real redis-server that the feedback hash
+// shares the log's hash tag and expires with its longest-lived field.
+func TestFeedbackKeyExpires(t *testing.T) {
+	srv := sharedOrSkip(t)
+	rdb := srv.Client(t)
+	st, err := store.NewRedis(rdb)
+	require.NoError(t, err)
+	key := uniqueKey(t)
+	assert.Equal(t, st.RedisKey(key)+":p", st.FeedbackKey(key))
+	require.NoError(t, st.Pause(ctx, key, 1500*time.Millisecond))
+	ttl, err := rdb.PTTL(ctx, st.FeedbackKey(key)).Result()
+	require.NoError(t, err)
+	assert.Greater(t, ttl, time.Second)
+	assert.LessOrEqual(t, ttl, 1502*time.Millisecond)
+	require.NoError(t, st.Learn(ctx, key, store.Learned{Limit: lim(1, time.Second), LimitTTL: 10 * time.Second}))
+	ttl, err = rdb.PTTL(ctx, st.FeedbackKey(key)).Result()
+	require.NoError(t, err)
+	assert.Greater(t, ttl, 9*time.Second, "extended to the learned limit's end")
+	require.NoError(t, st.Pause(ctx, key, time.Millisecond))
+	ttl, err = rdb.PTTL(ctx, st.FeedbackKey(key)).Result()
+	require.NoError(t, err)
+	assert.Greater(t, ttl, 9*time.Second, "never shortened")
+}
+
+// TestFeedbackMemory logs what a key's feedback hash costs on redis-server,
+// with every field set: go test -run TestFeedbackMemory -v ./store/
+func TestFeedbackMemory(t *testing.T) {
+	srv := sharedOrSkip(t)
+	rdb := srv.Client(t)
+	st, err := store.NewRedis(rdb)
+	require.NoError(t, err)
+	key := uniqueKey(t)
+	require.NoError(t, st.Learn(ctx, key, store.Learned{
+		Pause: time.Minute, Limit: lim(40, time.Second), LimitTTL: time.Hour, Remaining: 4999, Reset: time.Hour,
+	}))
+	n, err := rdb.MemoryUsage(ctx, st.FeedbackKey(key)).Result()
+	require.NoError(t, err)
+	fields, err := rdb.HLen(ctx, st.FeedbackKey(key)).Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(6), fields)
+	assert.Less(t, n, int64(512), "a small listpack")
+	t.Logf("feedback hash with all %d fields: %d bytes (MEMORY USAGE)", fields, n)
+}

@@ -49,6 +49,8 @@ func TestClusterKeysAndSlots(t *testing.T) {
 		key := fmt.Sprintf("%s-%d", base, i)
 		rk := s.RedisKey(key)
 		passed[rk] = true
+		passed[s.FeedbackKey(key)] = true
+		require.Equal(t, redistest.Slot(rk), redistest.Slot(s.FeedbackKey(key)), "the feedback key shares the log's slot")
 		slots[redistest.Slot(rk)] = true
 		m, err := c.MasterOf(ctx, rk)
 		require.NoError(t, err)
@@ -76,7 +78,8 @@ func TestClusterKeysAndSlots(t *testing.T) {
 			switch cmd {
 			case "TIME":
 				continue
-			case "LLEN", "LINDEX", "LPOP", "RPUSH", "PTTL", "PEXPIRE", "LREM":
+			case "LLEN", "LINDEX", "LPOP", "RPUSH", "PTTL", "PEXPIRE", "LREM",
+				"HMGET", "HGET", "HGETALL", "HSET", "HDEL", "HINCRBY":
 			default:
 				t.Errorf("a script ran %s, which this test does not know: %s", cmd, l)
 				continue
@@ -86,7 +89,7 @@ func TestClusterKeysAndSlots(t *testing.T) {
 			keyed++
 		}
 	}
-	t.Logf("%d rate keys in %d slots on %d masters; %d keyed commands run by scripts, each on the caller's key",
+	t.Logf("%d Redis keys (a log and a feedback key per rate key) in %d slots on %d masters; %d keyed commands run by scripts, each on the caller's keys",
 		len(passed), len(slots), len(masters), keyed)
 	assert.Greater(t, keyed, 60*3*4, "MONITOR saw the scripts' commands")
 }

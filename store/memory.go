@@ -14,10 +14,11 @@ import (
 type Memory struct {
 	now func() time.Time
 
-	mu    sync.Mutex
-	logs  map[string]*memLog
-	calls int // Reserve calls since the last sweep of expired keys
-	kept  int // keys left by the last sweep
+	mu       sync.Mutex
+	logs     map[string]*memLog
+	counters map[counterKey]*counterState
+	calls    int // Reserve calls since the last sweep of expired keys
+	kept     int // keys left by the last sweep
 }
 
 // memLog is the log of one key: send times in microseconds, oldest first,
@@ -26,6 +27,13 @@ type memLog struct {
 	times   []int64
 	head    int
 	expires int64 // like PEXPIRE: the log is gone at or after this time
+}
+
+// counterKey names the state of a key under a counting algorithm: each
+// algorithm keeps its own, as in Redis.
+type counterKey struct {
+	alg Algorithm
+	key string
 }
 
 // sweepEvery is how many Reserve calls pass between sweeps of expired keys:
@@ -49,7 +57,7 @@ func WithClock(now func() time.Time) MemoryOption {
 
 // NewMemory returns an empty Memory store.
 func NewMemory(opts ...MemoryOption) (*Memory, error) {
-	m := &Memory{now: time.Now, logs: make(map[string]*memLog)}
+	m := &Memory{now: time.Now, logs: make(map[string]*memLog), counters: make(map[counterKey]*counterState)}
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("store: NewMemory: nil option")
@@ -84,6 +92,15 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (Reservat
 	// many keys there are, and the map within twice that plus the live keys.
 	if m.calls >= max(sweepEvery, m.kept) {
 		m.sweep(now)
+	}
+	if req.Algorithm != SlidingLog {
+		ck := counterKey{req.Algorithm, key}
+		st := m.counters[ck]
+		if st == nil || st.expires <= now {
+			st = &counterState{}
+			m.counters[ck] = st
+		}
+		return reserveCounts(st, key, req, now), nil
 	}
 	lg := m.logs[key]
 	if lg != nil && lg.expires <= now {
@@ -141,6 +158,12 @@ func (m *Memory) Cancel(_ context.Context, res Reservation) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if res.alg != SlidingLog {
+		if st := m.counters[counterKey{res.alg, res.Key}]; st != nil {
+			cancelCounts(st, res)
+		}
+		return nil
+	}
 	lg := m.logs[res.Key]
 	if lg == nil {
 		return nil
@@ -167,7 +190,12 @@ func (m *Memory) sweep(now int64) {
 			delete(m.logs, k)
 		}
 	}
-	m.kept = len(m.logs)
+	for k, st := range m.counters {
+		if st.expires <= now {
+			delete(m.counters, k)
+		}
+	}
+	m.kept = len(m.logs) + len(m.counters)
 }
 
 // Len returns the number of keys the store holds, expired ones not yet
@@ -175,5 +203,5 @@ func (m *Memory) sweep(now int64) {
 func (m *Memory) Len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.logs)
+	return len(m.logs) + len(m.counters)
 }

@@ -14,8 +14,15 @@ import (
 )
 
 var (
-	reserveScript = redis.NewScript(lua.Reserve)
-	cancelScript  = redis.NewScript(lua.Cancel)
+	reserveScript      = redis.NewScript(lua.Reserve)
+	cancelScript       = redis.NewScript(lua.Cancel)
+	cancelCountsScript = redis.NewScript(lua.CancelCounts)
+	// countScripts is the reserve script of each counting algorithm.
+	countScripts = map[Algorithm]*redis.Script{
+		FixedWindow:    redis.NewScript(lua.Fixed),
+		SlidingCounter: redis.NewScript(lua.Counter),
+		Buckets:        redis.NewScript(lua.Buckets),
+	}
 )
 
 // DefaultPrefix starts the name of every Redis key the Redis store writes.
@@ -88,6 +95,16 @@ func NewRedis(client redis.Scripter, opts ...RedisOption) (*Redis, error) {
 // RedisKey is the name of the Redis key that holds the log of a rate key.
 func (r *Redis) RedisKey(key string) string { return r.prefix + "{" + key + "}" }
 
+// RedisKeyFor is the name of the Redis key that holds the state of a rate key
+// under alg: RedisKey(key) for SlidingLog, a HASH named RedisKey(key) + ":" +
+// alg.String() (":fixed", ":counter", ":buckets") for the others.
+func (r *Redis) RedisKeyFor(key string, alg Algorithm) string {
+	if alg == SlidingLog {
+		return r.RedisKey(key)
+	}
+	return r.RedisKey(key) + ":" + alg.String()
+}
+
 // Reserve implements Store.
 func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservation, error) {
 	if err := req.Validate(key); err != nil {
@@ -100,10 +117,18 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 	} else {
 		args = append(args, "")
 	}
-	for _, l := range req.Limits {
-		args = append(args, l.N, micros(l.Per))
+	script := reserveScript
+	if req.Algorithm != SlidingLog {
+		script = countScripts[req.Algorithm]
 	}
-	reply, err := reserveScript.Run(ctx, r.client, []string{r.RedisKey(key)}, args...).Slice()
+	for _, l := range req.Limits {
+		if req.Algorithm == Buckets {
+			args = append(args, l.N, l.precision(), l.buckets())
+		} else {
+			args = append(args, l.N, micros(l.Per))
+		}
+	}
+	reply, err := script.Run(ctx, r.client, []string{r.RedisKeyFor(key, req.Algorithm)}, args...).Slice()
 	if err != nil {
 		return Reservation{}, fmt.Errorf("store: redis reserve: %w", err)
 	}
@@ -119,6 +144,7 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 	wait := time.Duration(v[1]) * time.Microsecond
 	if v[0] == 1 {
 		res.Allowed, res.Delay, res.Slot = true, wait, v[2]
+		res.alg, res.limits = req.Algorithm, req.Limits
 	} else {
 		res.RetryAfter = wait
 	}
@@ -130,8 +156,17 @@ func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
 	if !res.Allowed || res.Cost < 1 {
 		return nil
 	}
-	err := cancelScript.Run(ctx, r.client, []string{r.RedisKey(res.Key)},
-		strconv.FormatInt(res.Slot, 10), res.Cost).Err()
+	var err error
+	if res.alg == SlidingLog {
+		err = cancelScript.Run(ctx, r.client, []string{r.RedisKey(res.Key)},
+			strconv.FormatInt(res.Slot, 10), res.Cost).Err()
+	} else {
+		args := []any{strconv.FormatInt(res.Slot, 10), res.Cost}
+		for _, l := range res.limits {
+			args = append(args, span(res.alg, l))
+		}
+		err = cancelCountsScript.Run(ctx, r.client, []string{r.RedisKeyFor(res.Key, res.alg)}, args...).Err()
+	}
 	if err != nil {
 		return fmt.Errorf("store: redis cancel: %w", err)
 	}

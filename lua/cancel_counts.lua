@@ -1,0 +1,30 @@
+-- cancel_counts.lua: give back the units of one reservation of fixed.lua,
+-- counter.lua or buckets.lua.
+--
+-- KEYS[1]   the HASH of counters.
+-- ARGV[1]   the reservation's slot in microseconds.
+-- ARGV[2]   its cost.
+-- ARGV[3..] per limit, in the reservation's order: the window (fixed, counter)
+--           or bucket (buckets) length in microseconds.
+--
+-- Reply: 1. Counters that have expired or fell below cost meanwhile are
+-- removed, never made negative.
+
+local key = KEYS[1]
+local slot = tonumber(ARGV[1])
+local cost = tonumber(ARGV[2])
+for i = 3, #ARGV do
+  local l = tonumber(ARGV[i])
+  local k = math.floor(slot / l)
+  if k * l > slot then k = k - 1 elseif (k + 1) * l <= slot then k = k + 1 end
+  local f = (i - 2) .. ':' .. string.format('%.0f', k)
+  local v = tonumber(redis.call('HGET', key, f))
+  if v then
+    if v <= cost then
+      redis.call('HDEL', key, f)
+    else
+      redis.call('HINCRBY', key, f, -cost)
+    end
+  end
+end
+return 1

@@ -1,0 +1,118 @@
+-- counter.lua: reserve the earliest send time under sliding-window counters
+-- (the SlidingCounter algorithm; seed 003's weighted previous window, with
+-- reservations).
+--
+-- KEYS[1]   a HASH of counters: field "<i>:<k>" holds the units admitted in
+--           window k = floor(t / W_i) of limit i (1-based), that is in
+--           [k*W_i, (k+1)*W_i) microseconds.
+-- ARGV[1]   cost: units the request takes (integer, 1 <= cost <= every N).
+-- ARGV[2]   max wait in microseconds (integer >= 0): a time further away is refused.
+-- ARGV[3]   now in microseconds, or "" to read the server clock with TIME.
+-- ARGV[4..] the limits, as pairs: N (integer >= 1), W (window in microseconds >= 1).
+--
+-- Reply: { allowed, wait, slot, limit }, as reserve.lua's:
+--   allowed  1 when cost was added to the counters of slot, 0 when nothing was.
+--   wait     microseconds from now until slot (the delay, or the time to retry).
+--   slot     the reserved send time in microseconds (0 when refused).
+--   limit    1-based index of the limit that last moved the slot, 0 when none did.
+--
+-- At a time t in window j, a limit estimates the units of the sliding window
+-- ending at t as prev * (1 - (t - j*W) / W) + cur, from the counts of windows
+-- j-1 and j. The slot is the earliest t >= now at which, in every limit, the
+-- estimate leaves room for cost and cur + cost + next (the estimate at the
+-- start of window j+1, where it is highest) stays within N. A window counts
+-- its units whatever their time inside it, so reservations in any order keep
+-- every estimate made at an admission within N.
+-- store/counters.go is the reference these steps follow (counterFrom, earliest).
+
+local key = KEYS[1]
+local cost = tonumber(ARGV[1])
+local max_wait = tonumber(ARGV[2])
+
+local now
+if ARGV[3] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[3])
+end
+
+local n, w = {}, {}
+for i = 4, #ARGV, 2 do
+  n[#n + 1] = tonumber(ARGV[i])
+  w[#w + 1] = tonumber(ARGV[i + 1])
+end
+
+-- floor(t / l), exact for the integers a double holds.
+local function idx(t, l)
+  local k = math.floor(t / l)
+  if k * l > t then k = k - 1 elseif (k + 1) * l <= t then k = k + 1 end
+  return k
+end
+
+-- Load the counters; windows older than the one before now's (and limits this
+-- call does not have) are never read again, and go.
+local c, stale = {}, {}
+for i = 1, #n do c[i] = {} end
+local flat = redis.call('HGETALL', key)
+for j = 1, #flat, 2 do
+  local i, k = string.match(flat[j], '^(%d+):(%d+)$')
+  i, k = tonumber(i), tonumber(k)
+  if i and c[i] and k >= idx(now, w[i]) - 1 then
+    c[i][k] = tonumber(flat[j + 1])
+  else
+    stale[#stale + 1] = flat[j]
+  end
+end
+for j = 1, #stale, 1000 do
+  redis.call('HDEL', key, unpack(stale, j, math.min(j + 999, #stale)))
+end
+
+local steps = 100000
+local function from(i, t)
+  local ci, ni, wi = c[i], n[i], w[i]
+  while steps > 0 do
+    steps = steps - 1
+    local j = idx(t, wi)
+    local prev, cur, nxt = ci[j - 1] or 0, ci[j] or 0, ci[j + 1] or 0
+    local room = ni - cost - cur
+    if room >= 0 and cur + cost + nxt <= ni then
+      if prev <= room then return t end
+      -- prev * (1 - (s - j*W) / W) <= room  <=>  s >= j*W + W * (prev - room) / prev
+      local need = j * wi + math.ceil(wi * (prev - room) / prev)
+      if need < (j + 1) * wi then return math.max(t, need) end
+    end
+    t = (j + 1) * wi
+  end
+  return t
+end
+
+local t, limit = now, 0
+while true do
+  local moved = false
+  for i = 1, #n do
+    local ti = from(i, t)
+    if ti > t then t, limit, moved = ti, i, true end
+  end
+  if steps <= 0 then return { 0, t - now, 0, limit } end
+  if not moved then break end
+end
+
+local wait = t - now
+if wait > max_wait then
+  return { 0, wait, 0, limit }
+end
+
+-- Count the units, and keep the hash until the last window that weighs them ends.
+-- A TTL is never shortened: another caller's longer window may need it.
+local till = 0
+for i = 1, #n do
+  local k = idx(t, w[i])
+  redis.call('HINCRBY', key, i .. ':' .. string.format('%.0f', k), cost)
+  till = math.max(till, (k + 2) * w[i])
+end
+local ttl = math.floor((till - now) / 1000) + 1
+if redis.call('PTTL', key) < ttl then
+  redis.call('PEXPIRE', key, string.format('%.0f', ttl))
+end
+return { 1, wait, t, limit }

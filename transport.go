@@ -149,8 +149,8 @@ func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, er
 		if r == nil {
 			continue
 		}
-		if o, ok := byName[r.Name]; ok && !slices.Equal(o.eff, r.eff) {
-			return nil, &ConfigError{Rule: r.Name, Reason: "rules of the same name share their logs and must have the same Limits and Margin"}
+		if o, ok := byName[r.Name]; ok && (!slices.Equal(o.eff, r.eff) || o.Algorithm != r.Algorithm) {
+			return nil, &ConfigError{Rule: r.Name, Reason: "rules of the same name share their logs and must have the same Limits, Margin and Algorithm"}
 		}
 		byName[r.Name] = r
 	}
@@ -223,7 +223,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if r.Mode == Wait {
 			wait = maxWait(ctx, t.now(), r.maxWait)
 		}
-		res, err := t.store.Reserve(ctx, skey, store.Request{Limits: r.eff, Cost: d.Cost, MaxWait: wait})
+		res, err := t.store.Reserve(ctx, skey, store.Request{Limits: r.eff, Cost: d.Cost, MaxWait: wait, Algorithm: r.Algorithm})
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
 				d.Outcome = Canceled

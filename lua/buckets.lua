@@ -50,33 +50,62 @@ local function idx(t, l)
   return k
 end
 
--- Load the counters; buckets older than the span ending at now's (and limits
--- this call does not have) are never read again, and go.
-local c, stale = {}, {}
-for i = 1, #n do c[i] = {} end
-local flat = redis.call('HGETALL', key)
-for j = 1, #flat, 2 do
-  local i, k = string.match(flat[j], '^(%d+):(%d+)$')
-  i, k = tonumber(i), tonumber(k)
-  if i and c[i] and k >= idx(now, p[i]) - b[i] + 1 then
-    c[i][k] = tonumber(flat[j + 1])
-  else
-    stale[#stale + 1] = flat[j]
+-- Besides its buckets, each limit keeps three fields: "<i>:t" the total of
+-- its buckets present, "<i>:o" an index at or below its oldest bucket, and
+-- "<i>:h" the highest index written. Buckets are read one by one as the
+-- search needs them, so a call costs O(1) reads while nothing waits, and
+-- O(buckets it scans) otherwise, never O(all buckets).
+local function field(i, k) return i .. ':' .. string.format('%.0f', k) end
+
+local c, tot, hi, oldest = {}, {}, {}, {}
+for i = 1, #n do
+  c[i] = {}
+  local f = redis.call('HMGET', key, i .. ':t', i .. ':o', i .. ':h')
+  local total, o, h = tonumber(f[1]) or 0, tonumber(f[2]), tonumber(f[3])
+  local old = idx(now, p[i]) - b[i] + 1
+  -- Buckets before the span ending at now's bucket are never read again:
+  -- drop them and take them off the total.
+  if o and h and o < old then
+    local del = {}
+    for k = o, math.min(old - 1, h) do
+      local v = tonumber(redis.call('HGET', key, field(i, k)))
+      if v then
+        total = total - v
+        del[#del + 1] = field(i, k)
+      end
+    end
+    for j = 1, #del, 1000 do
+      redis.call('HDEL', key, unpack(del, j, math.min(j + 999, #del)))
+    end
+    redis.call('HSET', key, i .. ':t', string.format('%.0f', total), i .. ':o', string.format('%.0f', old))
+    o = old
   end
+  tot[i], hi[i], oldest[i] = total, h, o
 end
-for j = 1, #stale, 1000 do
-  redis.call('HDEL', key, unpack(stale, j, math.min(j + 999, #stale)))
+
+-- get returns the units of bucket k of limit i (0 for none), read once.
+local function get(i, k)
+  local v = c[i][k]
+  if v == nil then
+    v = tonumber(redis.call('HGET', key, field(i, k))) or 0
+    c[i][k] = v
+  end
+  return v
 end
 
 local steps = 100000
 local function from(i, t)
-  local ci, ni, pi, bi = c[i], n[i], p[i], b[i]
+  local ni, pi, bi = n[i], p[i], b[i]
   local start = idx(t, pi)
-  local hi, sum = start, 0
-  for k, v in pairs(ci) do
-    if k > hi then hi = k end
-    if k > start - bi and k <= start then sum = sum + v end
+  local h = hi[i] or start
+  -- The span ending at start: the total, less the buckets after it and
+  -- those before it (present when start is ahead of now's bucket).
+  local sum = tot[i]
+  for k = start + 1, h do sum = sum - get(i, k) end
+  if oldest[i] then
+    for k = oldest[i], math.min(start - bi, h) do sum = sum - get(i, k) end
   end
+  if h < start then h = start end
   -- cand is the candidate bucket; q scans the spans ending at q, sum being
   -- the units of q-B+1..q. A span over the limit rules out every candidate
   -- up to q (each would add to it), so the next is q+1.
@@ -85,11 +114,11 @@ local function from(i, t)
     steps = steps - 1
     if sum + cost > ni then
       cand = q + 1
-    elseif q >= math.min(cand + bi - 1, math.max(cand, hi)) then
+    elseif q >= math.min(cand + bi - 1, math.max(cand, h)) then
       break
     end
     q = q + 1
-    sum = sum + (ci[q] or 0) - (ci[q - bi] or 0)
+    sum = sum + get(i, q) - get(i, q - bi)
   end
   return math.max(t, cand * pi)
 end
@@ -115,7 +144,12 @@ end
 local till = 0
 for i = 1, #n do
   local k = idx(t, p[i])
-  redis.call('HINCRBY', key, i .. ':' .. string.format('%.0f', k), cost)
+  redis.call('HINCRBY', key, field(i, k), cost)
+  redis.call('HINCRBY', key, i .. ':t', cost)
+  local o, h = oldest[i], hi[i]
+  if not o or k < o then o = k end
+  if not h or k > h then h = k end
+  redis.call('HSET', key, i .. ':o', string.format('%.0f', o), i .. ':h', string.format('%.0f', h))
   till = math.max(till, (k + b[i]) * p[i])
 end
 local ttl = math.floor((till - now) / 1000) + 1

@@ -3,10 +3,13 @@ package store_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -364,4 +367,77 @@ func TestParseAlgorithm(t *testing.T) {
 	_, err := store.ParseAlgorithm("leaky")
 	assert.ErrorContains(t, err, `unknown algorithm "leaky"`)
 	assert.Equal(t, "Algorithm(9)", store.Algorithm(9).String())
+}
+
+// TestAlgorithmFootprint measures, on a real redis-server, what a key costs
+// under each algorithm at a large limit: 1,000,000 per day, after a day of
+// 694 units a minute (999,360 units). It logs MEMORY USAGE of the key and the
+// server's CPU per decision on it (INFO cpu over 2,000 decisions, beside
+// 2,000 PINGs); the README's table quotes them. Memory is asserted loosely;
+// CPU only logged.
+func TestAlgorithmFootprint(t *testing.T) {
+	c := realRedis(t)
+	clock := newFakeClock()
+	s, err := store.NewRedis(c, store.WithClientTime(clock.Now))
+	require.NoError(t, err)
+	day := 24 * time.Hour
+	cases := []struct {
+		name     string
+		alg      store.Algorithm
+		limit    store.Limit
+		maxBytes int64
+	}{
+		{"log", store.SlidingLog, lim(1_000_000, day), 12_000_000},
+		{"fixed", store.FixedWindow, lim(1_000_000, day), 256},
+		{"counter", store.SlidingCounter, lim(1_000_000, day), 256},
+		{"buckets 1h", store.Buckets, prec(1_000_000, day, time.Hour), 2048},
+		{"buckets 1m", store.Buckets, prec(1_000_000, day, time.Minute), 128 << 10},
+	}
+	cpuPing := serverCPU(t, c, func() {
+		for range 2000 {
+			require.NoError(t, c.Ping(ctx).Err())
+		}
+	})
+	var table strings.Builder
+	fmt.Fprintf(&table, "\n%-12s %-14s %-16s %s\n", "algorithm", "MEMORY USAGE", "CPU µs/decision", "CPU vs PING")
+	for _, tc := range cases {
+		key := uniqueKey(t)
+		for range 1440 {
+			res := reserve(t, s, key, algReq(tc.alg, 694, 0, tc.limit))
+			require.True(t, res.Allowed, "%s: refused while filling", tc.name)
+			clock.Advance(time.Minute)
+		}
+		bytes, err := c.MemoryUsage(ctx, s.RedisKeyFor(key, tc.alg), 0).Result()
+		require.NoError(t, err)
+		cpu := serverCPU(t, c, func() {
+			for range 2000 {
+				reserve(t, s, key, algReq(tc.alg, 1, 0, tc.limit))
+				clock.Advance(10 * time.Millisecond)
+			}
+		})
+		fmt.Fprintf(&table, "%-12s %-14d %-16.1f %.1fx\n", tc.name, bytes, cpu/2000*1e6, cpu/cpuPing)
+		assert.LessOrEqual(t, bytes, tc.maxBytes, tc.name)
+	}
+	t.Logf("a key at 1,000,000 per day holding 999,360 units (redis-server):%s", table.String())
+}
+
+// serverCPU runs f and returns the server's CPU seconds (user + system) it cost.
+func serverCPU(t *testing.T, c *redis.Client, f func()) float64 {
+	read := func() float64 {
+		info, err := c.Info(ctx, "cpu").Result()
+		require.NoError(t, err)
+		var sum float64
+		for line := range strings.SplitSeq(info, "\n") {
+			name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
+				x, err := strconv.ParseFloat(v, 64)
+				require.NoError(t, err)
+				sum += x
+			}
+		}
+		return sum
+	}
+	before := read()
+	f()
+	return read() - before
 }

@@ -161,7 +161,11 @@ func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
 		err = cancelScript.Run(ctx, r.client, []string{r.RedisKey(res.Key)},
 			strconv.FormatInt(res.Slot, 10), res.Cost).Err()
 	} else {
-		args := []any{strconv.FormatInt(res.Slot, 10), res.Cost}
+		totals := 0
+		if res.alg == Buckets {
+			totals = 1
+		}
+		args := []any{strconv.FormatInt(res.Slot, 10), res.Cost, totals}
 		for _, l := range res.limits {
 			args = append(args, span(res.alg, l))
 		}

@@ -17,9 +17,10 @@ import (
 // algorithm (more with FLEET_ALG_REPS=n) and logs the table the README
 // reports: 429s at the strict upstream (an exact sliding log), the share of
 // the optimum accepted, Redis calls and Redis CPU per sent request, and the
-// waits. Only the log promises zero 429s, and TestFleet asserts it; here
-// every algorithm must run cleanly with about one Redis call per request,
-// and the approximate ones are measured, not judged:
+// waits. Only the log promises zero 429s, and TestFleet asserts it (once, so
+// that CI does not run the same timing-sensitive assertion twice); here every
+// algorithm must run cleanly with about one Redis call per request, and the
+// 429s are measured, not judged:
 //
 //	FLEET_ALG_REPS=5 go test -run TestFleetAlgorithms -v ./examples
 func TestFleetAlgorithms(t *testing.T) {
@@ -69,9 +70,6 @@ func TestFleetAlgorithms(t *testing.T) {
 			calls += res.calls
 			for _, s := range res.summaries {
 				p50, p99 = max(p50, s.p50), max(p99, s.p99)
-			}
-			if alg == "log" {
-				require.Zero(t, st.Rejected, "the log promises zero 429s\n%s", res.output)
 			}
 		}
 		fmt.Fprintf(&table, "%-8s %-18s %-9s %-22s %-10.3f %-13.1f %s / %s\n",

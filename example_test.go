@@ -135,3 +135,37 @@ func ExampleFirstOf() {
 	// query:access_token:ba7816bf8f01cfea414140de5dae2223
 	// host:graph.example.com
 }
+
+// A token may make a million calls a day: a sliding log would keep a million
+// entries per token, so the rule counts in one-hour buckets instead (24
+// counters), at the price of letting through, in any 24 hours, up to the
+// units of the one bucket the window only partly covers.
+func ExampleRule_buckets() {
+	st, err := store.NewMemory() // store.NewRedis(client) for a fleet
+	if err != nil {
+		panic(err)
+	}
+	tr, err := throttle.New(fakeGateway, st, throttle.WithRule(throttle.Rule{
+		Host:      "graph.example.com",
+		Limits:    []throttle.Limit{{N: 1_000_000, Per: 24 * time.Hour, Precision: time.Hour}},
+		Key:       throttle.ByBearerToken(),
+		Algorithm: throttle.Buckets,
+		Mode:      throttle.FailFast,
+	}))
+	if err != nil {
+		panic(err)
+	}
+	req, err := http.NewRequest(http.MethodGet, "https://graph.example.com/me", nil)
+	if err != nil {
+		panic(err)
+	}
+	req.Header.Set("Authorization", "Bearer abc")
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		panic(err)
+	}
+	resp.Body.Close()
+	fmt.Println(resp.Status)
+	// Output:
+	// 200 OK
+}

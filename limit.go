@@ -11,6 +11,17 @@ import (
 // interval, wherever it starts.
 type Limit = store.Limit
 
+// Algorithm is how a rule counts its units; see store.Algorithm.
+type Algorithm = store.Algorithm
+
+// The algorithms a Rule may choose.
+const (
+	SlidingLog     = store.SlidingLog     // exact; the default
+	FixedWindow    = store.FixedWindow    // one counter per aligned window
+	SlidingCounter = store.SlidingCounter // previous window weighted in
+	Buckets        = store.Buckets        // buckets of Limit.Precision
+)
+
 // PerSecond returns a limit of n per rolling second.
 func PerSecond(n int) Limit { return Limit{N: n, Per: time.Second} }
 
@@ -19,6 +30,9 @@ func PerMinute(n int) Limit { return Limit{N: n, Per: time.Minute} }
 
 // PerHour returns a limit of n per rolling hour.
 func PerHour(n int) Limit { return Limit{N: n, Per: time.Hour} }
+
+// PerDay returns a limit of n per rolling day.
+func PerDay(n int) Limit { return Limit{N: n, Per: 24 * time.Hour} }
 
 // Per returns a limit of n per rolling window of length d.
 func Per(n int, d time.Duration) Limit { return Limit{N: n, Per: d} }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/throttle-go/throttle/store"
 )
 
 // Mode says what a request does when its slot is not free at once.
@@ -91,6 +93,11 @@ type Rule struct {
 	// Idempotency-Key header) whose body, if any, can be replayed through
 	// GetBody. At most MaxRetries. Zero: no retry.
 	Retries int
+	// Algorithm is how the rule counts: SlidingLog (the zero value, exact),
+	// FixedWindow, SlidingCounter or Buckets (approximate, with memory that
+	// does not grow with N); see store.Algorithm and the README's table.
+	// Buckets reads each limit's Precision; the others refuse one.
+	Algorithm Algorithm
 }
 
 // rule is a validated Rule, ready to match and reserve.
@@ -180,7 +187,13 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 		if c.minN == 0 || l.N < c.minN {
 			c.minN = l.N
 		}
-		c.eff = append(c.eff, Limit{N: l.N, Per: l.Per + r.Margin})
+		c.eff = append(c.eff, Limit{N: l.N, Per: l.Per + r.Margin, Precision: l.Precision})
+	}
+	// What the store would refuse on every request (a Precision the
+	// algorithm cannot use, too many buckets) fails here instead.
+	probe := store.Request{Limits: c.eff, Cost: 1, Algorithm: r.Algorithm}
+	if err := probe.Validate("rule"); err != nil {
+		return nil, fail("%s", strings.TrimPrefix(err.Error(), store.ErrInvalidRequest.Error()+": "))
 	}
 	switch r.Mode {
 	case Wait:

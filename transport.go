@@ -131,8 +131,8 @@ func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, er
 		if r == nil {
 			continue
 		}
-		if o, ok := byName[r.Name]; ok && !slices.Equal(o.eff, r.eff) {
-			return nil, &ConfigError{Rule: r.Name, Reason: "rules of the same name share their logs and must have the same Limits and Margin"}
+		if o, ok := byName[r.Name]; ok && (!slices.Equal(o.eff, r.eff) || o.Algorithm != r.Algorithm) {
+			return nil, &ConfigError{Rule: r.Name, Reason: "rules of the same name share their logs and must have the same Limits, Margin and Algorithm"}
 		}
 		byName[r.Name] = r
 	}
@@ -208,7 +208,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		// reserve (failure.go) applies the store failure policy: st holds
 		// the reservation; down says why the shared store did not decide.
-		res, st, down, err := t.reserve(ctx, r, skey, store.Request{Limits: r.eff, Cost: d.Cost, MaxWait: wait, MaxServerWait: r.maxServerWait})
+		res, st, down, err := t.reserve(ctx, r, skey, store.Request{Limits: r.eff, Cost: d.Cost, MaxWait: wait, MaxServerWait: r.maxServerWait, Algorithm: r.Algorithm})
 		d.Local = down != nil && t.storeFailure.policy == FailLocal
 		d.Err = nil
 		if d.Local {

@@ -885,6 +885,21 @@ func TestConfigValidation(t *testing.T) {
 			throttle.WithRule(throttle.Rule{Name: "gw", Host: "a.example", Limits: lim}),
 			throttle.WithRule(throttle.Rule{Name: "gw", Host: "b.example", Limits: lim}),
 		}},
+		{name: "valid buckets", opts: []throttle.Option{with(func(r *throttle.Rule) {
+			r.Algorithm, r.Limits = throttle.Buckets, []throttle.Limit{{N: 1_000_000, Per: 24 * time.Hour, Precision: time.Hour}}
+		})}},
+		{name: "valid counter", opts: []throttle.Option{with(func(r *throttle.Rule) { r.Algorithm = throttle.SlidingCounter })}},
+		{name: "Precision on the log", opts: []throttle.Option{with(func(r *throttle.Rule) {
+			r.Limits = []throttle.Limit{{N: 10, Per: time.Second, Precision: 100 * time.Millisecond}}
+		})}, want: "Precision is for the buckets algorithm, not log"},
+		{name: "too many buckets", opts: []throttle.Option{with(func(r *throttle.Rule) {
+			r.Algorithm, r.Limits = throttle.Buckets, []throttle.Limit{{N: 10, Per: time.Hour, Precision: 100 * time.Millisecond}}
+		})}, want: "36001 buckets, more than 4096"},
+		{name: "unknown Algorithm", opts: []throttle.Option{with(func(r *throttle.Rule) { r.Algorithm = throttle.Algorithm(8) })}, want: "unknown algorithm 8"},
+		{name: "same name, other algorithm", opts: []throttle.Option{
+			throttle.WithRule(throttle.Rule{Name: "gw", Host: "a.example", Limits: lim}),
+			throttle.WithRule(throttle.Rule{Name: "gw", Host: "b.example", Limits: lim, Algorithm: throttle.FixedWindow}),
+		}, want: "must have the same Limits, Margin and Algorithm"},
 		{name: "negative MaxWait", opts: []throttle.Option{with(func(r *throttle.Rule) { r.MaxWait = -time.Second })}, want: "negative MaxWait"},
 		{name: "MaxWait with FailFast", opts: []throttle.Option{with(func(r *throttle.Rule) {
 			r.Mode, r.MaxWait = throttle.FailFast, time.Second
@@ -946,6 +961,44 @@ func TestConfigValidation(t *testing.T) {
 			require.ErrorAs(t, err, &ce)
 			assert.Contains(t, err.Error(), tc.want)
 			assert.True(t, strings.HasPrefix(err.Error(), "throttle: invalid configuration: "), err.Error())
+		})
+	}
+}
+
+// TestAlgorithmRule checks that a rule's Algorithm reaches the store: a
+// fixed window admits 2N across its edge where the log refuses.
+func TestAlgorithmRule(t *testing.T) {
+	for _, tc := range []struct {
+		alg  throttle.Algorithm
+		sent int
+	}{{throttle.SlidingLog, 2}, {throttle.FixedWindow, 4}} {
+		t.Run(tc.alg.String(), func(t *testing.T) {
+			now := time.Unix(1_700_000_000, 0).Add(900 * time.Millisecond)
+			var mu sync.Mutex
+			clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+			st, err := store.NewMemory(store.WithClock(clock))
+			require.NoError(t, err)
+			var sent sendLog
+			tr := newTransport(t, sent.base(), st, throttle.WithRule(throttle.Rule{
+				Host: "api.example.com", Limits: []throttle.Limit{throttle.PerSecond(2)},
+				Margin: throttle.NoMargin, Mode: throttle.FailFast, Algorithm: tc.alg,
+			}))
+			try := func() {
+				req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
+				if resp, err := tr.RoundTrip(req); err == nil {
+					resp.Body.Close()
+				} else {
+					require.ErrorIs(t, err, throttle.ErrLimited)
+				}
+			}
+			try()
+			try()
+			mu.Lock()
+			now = now.Add(100 * time.Millisecond) // a new aligned second
+			mu.Unlock()
+			try()
+			try()
+			assert.Equal(t, tc.sent, sent.count())
 		})
 	}
 }

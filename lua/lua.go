@@ -23,3 +23,21 @@ var Cancel string
 //
 //go:embed feedback.lua
 var Feedback string
+
+// Fixed, Counter and Buckets are the sources of fixed.lua, counter.lua and
+// buckets.lua: the reserve step of the counting algorithms, with the reply of
+// reserve.lua.
+var (
+	//go:embed fixed.lua
+	Fixed string
+	//go:embed counter.lua
+	Counter string
+	//go:embed buckets.lua
+	Buckets string
+)
+
+// CancelCounts is the source of cancel_counts.lua: it gives back the units of
+// one reservation of Fixed, Counter or Buckets.
+//
+//go:embed cancel_counts.lua
+var CancelCounts string

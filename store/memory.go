@@ -14,8 +14,9 @@ import (
 type Memory struct {
 	now func() time.Time
 
-	mu   sync.Mutex
-	logs map[string]*memLog
+	mu       sync.Mutex
+	logs     map[string]*memLog
+	counters map[counterKey]*counterState
 	// feedback holds what the upstream said, per key (feedback_memory.go).
 	feedback map[string]*memFeedback
 	calls    int // Reserve calls since the last sweep of expired keys
@@ -28,6 +29,13 @@ type memLog struct {
 	times   []int64
 	head    int
 	expires int64 // like PEXPIRE: the log is gone at or after this time
+}
+
+// counterKey names the state of a key under a counting algorithm: each
+// algorithm keeps its own, as in Redis.
+type counterKey struct {
+	alg Algorithm
+	key string
 }
 
 // sweepEvery is how many Reserve calls pass between sweeps of expired keys:
@@ -51,7 +59,7 @@ func WithClock(now func() time.Time) MemoryOption {
 
 // NewMemory returns an empty Memory store.
 func NewMemory(opts ...MemoryOption) (*Memory, error) {
-	m := &Memory{now: time.Now, logs: make(map[string]*memLog)}
+	m := &Memory{now: time.Now, logs: make(map[string]*memLog), counters: make(map[counterKey]*counterState)}
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("store: NewMemory: nil option")
@@ -86,6 +94,20 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (Reservat
 	// many keys there are, and the map within twice that plus the live keys.
 	if m.calls >= max(sweepEvery, m.kept) {
 		m.sweep(now)
+	}
+	if req.Algorithm != SlidingLog {
+		ck := counterKey{req.Algorithm, key}
+		st := m.counters[ck]
+		if st == nil || st.expires <= now {
+			st = &counterState{}
+			m.counters[ck] = st
+		}
+		f := m.feedback[key]
+		if f != nil && f.expires() <= now {
+			delete(m.feedback, key)
+			f = nil
+		}
+		return reserveCounts(st, key, req, now, f), nil
 	}
 	lg := m.logs[key]
 	if lg != nil && lg.expires <= now {
@@ -153,6 +175,12 @@ func (m *Memory) Cancel(_ context.Context, res Reservation) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if res.alg != SlidingLog {
+		if st := m.counters[counterKey{res.alg, res.Key}]; st != nil {
+			cancelCounts(st, res)
+		}
+		return nil
+	}
 	lg := m.logs[res.Key]
 	if lg == nil {
 		return nil
@@ -184,7 +212,12 @@ func (m *Memory) sweep(now int64) {
 			delete(m.feedback, k)
 		}
 	}
-	m.kept = len(m.logs)
+	for k, st := range m.counters {
+		if st.expires <= now {
+			delete(m.counters, k)
+		}
+	}
+	m.kept = len(m.logs) + len(m.counters)
 }
 
 // Len returns the number of keys the store holds, expired ones not yet
@@ -192,5 +225,5 @@ func (m *Memory) sweep(now int64) {
 func (m *Memory) Len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.logs)
+	return len(m.logs) + len(m.counters)
 }

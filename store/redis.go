@@ -14,9 +14,18 @@ import (
 )
 
 var (
-	reserveScript  = redis.NewScript(lua.Reserve)
-	cancelScript   = redis.NewScript(lua.Cancel)
-	feedbackScript = redis.NewScript(lua.Feedback)
+	reserveScript      = redis.NewScript(lua.Reserve)
+	cancelScript       = redis.NewScript(lua.Cancel)
+	feedbackScript     = redis.NewScript(lua.Feedback)
+	cancelCountsScript = redis.NewScript(lua.CancelCounts)
+	// countScripts is the reserve script of each counting algorithm,
+	// countSources its source (for EVAL in a pipeline).
+	countScripts = map[Algorithm]*redis.Script{
+		FixedWindow:    redis.NewScript(lua.Fixed),
+		SlidingCounter: redis.NewScript(lua.Counter),
+		Buckets:        redis.NewScript(lua.Buckets),
+	}
+	countSources = map[Algorithm]string{FixedWindow: lua.Fixed, SlidingCounter: lua.Counter, Buckets: lua.Buckets}
 )
 
 // DefaultPrefix starts the name of every Redis key the Redis store writes.
@@ -143,6 +152,16 @@ func NewRedis(client redis.Scripter, opts ...RedisOption) (*Redis, error) {
 // RedisKey is the name of the Redis key that holds the log of a rate key.
 func (r *Redis) RedisKey(key string) string { return r.prefix + "{" + key + "}" }
 
+// RedisKeyFor is the name of the Redis key that holds the state of a rate key
+// under alg: RedisKey(key) for SlidingLog, a HASH named RedisKey(key) + ":" +
+// alg.String() (":fixed", ":counter", ":buckets") for the others.
+func (r *Redis) RedisKeyFor(key string, alg Algorithm) string {
+	if alg == SlidingLog {
+		return r.RedisKey(key)
+	}
+	return r.RedisKey(key) + ":" + alg.String()
+}
+
 // Reserve implements Store.
 func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservation, error) {
 	if err := req.Validate(key); err != nil {
@@ -156,16 +175,24 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 		args = append(args, "")
 	}
 	args = append(args, microsDown(req.serverWait()))
-	for _, l := range req.Limits {
-		args = append(args, l.N, micros(l.Per))
+	script, src := reserveScript, lua.Reserve
+	if req.Algorithm != SlidingLog {
+		script, src = countScripts[req.Algorithm], countSources[req.Algorithm]
 	}
-	keys := []string{r.RedisKey(key), r.FeedbackKey(key)}
+	for _, l := range req.Limits {
+		if req.Algorithm == Buckets {
+			args = append(args, l.N, l.precision(), l.buckets())
+		} else {
+			args = append(args, l.N, micros(l.Per))
+		}
+	}
+	keys := []string{r.RedisKeyFor(key, req.Algorithm), r.FeedbackKey(key)}
 	var reply []any
 	var err error
 	if r.ackReplicas > 0 {
-		reply, err = r.reserveAcked(ctx, keys, args)
+		reply, err = r.reserveAcked(ctx, script, src, keys, args)
 	} else {
-		reply, err = reserveScript.Run(ctx, r.client, keys, args...).Slice()
+		reply, err = script.Run(ctx, r.client, keys, args...).Slice()
 	}
 	if err != nil {
 		r.failed(err)
@@ -183,6 +210,7 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 	wait := time.Duration(v[1]) * time.Microsecond
 	if v[0] == 1 {
 		res.Allowed, res.Delay, res.Slot = true, wait, v[2]
+		res.alg, res.limits = req.Algorithm, req.Limits
 	} else {
 		res.RetryAfter = wait
 	}
@@ -199,13 +227,26 @@ func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
 	if !res.Allowed || res.Cost < 1 {
 		return nil
 	}
+	script, src := cancelScript, lua.Cancel
 	keys := []string{r.RedisKey(res.Key)}
 	args := []any{strconv.FormatInt(res.Slot, 10), res.Cost}
+	if res.alg != SlidingLog {
+		script, src = cancelCountsScript, lua.CancelCounts
+		keys[0] = r.RedisKeyFor(res.Key, res.alg)
+		totals := 0
+		if res.alg == Buckets {
+			totals = 1 // buckets.lua keeps a total per limit
+		}
+		args = append(args, totals)
+		for _, l := range res.limits {
+			args = append(args, span(res.alg, l))
+		}
+	}
 	var err error
 	if p, ok := r.client.(processor); ok {
-		err = runOnce(ctx, p, cancelScript, lua.Cancel, keys, args)
+		err = runOnce(ctx, p, script, src, keys, args)
 	} else {
-		err = cancelScript.Run(ctx, r.client, keys, args...).Err()
+		err = script.Run(ctx, r.client, keys, args...).Err()
 	}
 	if err != nil {
 		r.failed(err)
@@ -218,7 +259,7 @@ func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
 // connection of the key's master, so that WAIT counts the replicas that have
 // the script's writes. A script missing from the cache (NOSCRIPT) ran
 // nothing, so the pipeline is sent again with EVAL.
-func (r *Redis) reserveAcked(ctx context.Context, keys []string, args []any) ([]any, error) {
+func (r *Redis) reserveAcked(ctx context.Context, rs *redis.Script, src string, keys []string, args []any) ([]any, error) {
 	var node *redis.Client
 	switch c := r.client.(type) {
 	case *redis.Client:
@@ -234,9 +275,9 @@ func (r *Redis) reserveAcked(ctx context.Context, keys []string, args []any) ([]
 		pipe := node.Pipeline()
 		var script *redis.Cmd
 		if eval {
-			script = pipe.Eval(ctx, lua.Reserve, keys, args...)
+			script = pipe.Eval(ctx, src, keys, args...)
 		} else {
-			script = pipe.EvalSha(ctx, reserveScript.Hash(), keys, args...)
+			script = pipe.EvalSha(ctx, rs.Hash(), keys, args...)
 		}
 		wait := pipe.Do(ctx, "wait", r.ackReplicas, ms)
 		_, err := pipe.Exec(ctx)

@@ -17,10 +17,19 @@ import (
 type Limit struct {
 	N   int
 	Per time.Duration
+	// Precision is the bucket length of the Buckets algorithm (zero: Per);
+	// the other algorithms refuse a Precision.
+	Precision time.Duration
 }
 
-// String renders the limit as "5000/1h0m0s".
-func (l Limit) String() string { return fmt.Sprintf("%d/%s", l.N, l.Per) }
+// String renders the limit as "5000/1h0m0s", or "5000/1h0m0s/1m0s" with a
+// Precision.
+func (l Limit) String() string {
+	if l.Precision != 0 {
+		return fmt.Sprintf("%d/%s/%s", l.N, l.Per, l.Precision)
+	}
+	return fmt.Sprintf("%d/%s", l.N, l.Per)
+}
 
 // Request is what a caller asks of Reserve.
 type Request struct {
@@ -37,6 +46,8 @@ type Request struct {
 	// a pause ending further away is refused at once, with
 	// Reservation.Upstream set. Zero: MaxWait alone.
 	MaxServerWait time.Duration
+	// Algorithm is how the units are counted; the zero value is SlidingLog.
+	Algorithm Algorithm
 }
 
 // A key should always be reserved with the same limits: a log is trimmed
@@ -46,7 +57,8 @@ type Request struct {
 
 // ErrInvalidRequest is returned, wrapped, for a Request that no store could
 // ever grant: no limits, a limit or cost below 1, a cost above a limit, a
-// negative MaxWait, or an empty key.
+// negative MaxWait, an empty key, an unknown Algorithm, or a Precision the
+// Algorithm cannot use.
 var ErrInvalidRequest = errors.New("store: invalid request")
 
 // Validate reports whether r is well formed; every store calls it first.
@@ -71,7 +83,7 @@ func (r Request) Validate(key string) error {
 			return fmt.Errorf("%w: cost %d exceeds limit %s", ErrInvalidRequest, r.Cost, l)
 		}
 	}
-	return nil
+	return r.Algorithm.validate(r.Limits)
 }
 
 // Reservation is the answer of Reserve.
@@ -99,6 +111,11 @@ type Reservation struct {
 	Key  string
 	Slot int64
 	Cost int
+
+	// The counting algorithms need the windows to find the counters of
+	// the slot again.
+	alg    Algorithm
+	limits []Limit
 }
 
 // Store is the state shared by every transport that limits the same keys.
@@ -128,6 +145,9 @@ func micros(d time.Duration) int64 {
 	}
 	return us
 }
+
+// usDuration converts microseconds to a Duration.
+func usDuration(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
 // microsDown converts a wait cap to whole microseconds, rounding down so that
 // a wait never passes the cap.

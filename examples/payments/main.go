@@ -8,6 +8,7 @@
 //
 //	go run ./examples/payments
 //	go run ./examples/payments -redis 127.0.0.1:6379 -gateway https://pg.example.com -rate 100 -per 1s
+//	go run ./examples/payments -algorithm counter
 //
 // It prints progress every second and ends with one summary line:
 //
@@ -51,6 +52,8 @@ func run() int {
 	maxWait := flag.Duration("maxwait", throttle.DefaultMaxWait, "wait mode: longest wait for a slot")
 	ignoreUpstream := flag.Bool("ignore-upstream", false, "do not listen to 429s, Retry-After and rate-limit headers")
 	gatewayRate := flag.Int("gateway-rate", 0, "in-process gateway only: the limit it really enforces per -per (0: -rate)")
+	algorithm := flag.String("algorithm", "log", "how to count: log (exact sliding log), fixed, counter or buckets")
+	precision := flag.Duration("precision", 0, "-algorithm buckets: bucket length (0: -per/10)")
 	flag.Parse()
 
 	bad := func(format string, args ...any) int {
@@ -86,6 +89,21 @@ func run() int {
 		return bad("-maxwait applies to -mode wait only")
 	case *maxWait <= 0:
 		return bad("-maxwait must be positive (use -mode fail to never wait), not %s", *maxWait)
+	case *precision < 0:
+		return bad("-precision must not be negative, not %s", *precision)
+	case set["precision"] && *algorithm != "buckets":
+		return bad("-precision applies to -algorithm buckets only")
+	}
+	alg, err := store.ParseAlgorithm(*algorithm)
+	if err != nil {
+		return bad("-algorithm: %v", err)
+	}
+	limit := throttle.Per(*rate, *per)
+	if alg == throttle.Buckets {
+		limit.Precision = *precision
+		if limit.Precision == 0 {
+			limit.Precision = *per / 10
+		}
 	}
 
 	rdb, where, closeRedis, err := exampleutil.Redis(*redisAddrs)
@@ -124,11 +142,12 @@ func run() int {
 	// The throttle: every request to the gateway's host counts against one
 	// log named after the gateway, shared by every process using this Redis.
 	rule := throttle.Rule{
-		Name:   "payments",
-		Host:   gw.Host,
-		Limits: []throttle.Limit{throttle.Per(*rate, *per)},
-		Key:    throttle.Fixed(*name),
-		Margin: *margin,
+		Name:      "payments",
+		Host:      gw.Host,
+		Limits:    []throttle.Limit{limit},
+		Key:       throttle.Fixed(*name),
+		Margin:    *margin,
+		Algorithm: alg,
 		// A 429 pauses every process; RateLimit-Policy and the like
 		// tighten the limit for all of them (unless -ignore-upstream).
 		IgnoreUpstream: *ignoreUpstream,
@@ -157,8 +176,8 @@ func run() int {
 	client := &http.Client{Transport: tr}
 	defer client.CloseIdleConnections()
 
-	fmt.Fprintf(os.Stderr, "payments: %s, key %q, %d per %s, %d workers, %s, mode %s, margin %s\n",
-		where, *name, *rate, *per, *workers, *duration, *mode, rule.Margin)
+	fmt.Fprintf(os.Stderr, "payments: %s, key %q, %s, algorithm %s, %d workers, %s, mode %s, margin %s\n",
+		where, *name, limit, alg, *workers, *duration, *mode, rule.Margin)
 
 	// The run's context ends at -duration: it cancels requests in flight,
 	// and a waiting request whose slot lies beyond it fails at once.

@@ -1,0 +1,147 @@
+-- fixed.lua: reserve the earliest send time under fixed windows (the FixedWindow
+-- algorithm; seed 002's INCR and EXPIRE, with reservations).
+--
+-- KEYS[1]   a HASH of counters: field "<i>:<k>" holds the units admitted in
+--           window k = floor(t / W_i) of limit i (1-based), that is in
+--           [k*W_i, (k+1)*W_i) microseconds.
+-- KEYS[2]   optional: the key's feedback HASH (see feedback.lua and reserve.lua):
+--           a pause or an exhausted budget holds the slot back (refused at once
+--           past the max server wait); a learned limit of n per w tightens
+--           every limit to the same rate (N = floor(n * W / w) where lower);
+--           a slot before a budget's reset spends it.
+-- ARGV[1]   cost: units the request takes (integer, 1 <= cost <= every N).
+-- ARGV[2]   max wait in microseconds (integer >= 0): a time further away is refused.
+-- ARGV[3]   now in microseconds, or "" to read the server clock with TIME.
+-- ARGV[4]   max server wait in microseconds (integer >= 0).
+-- ARGV[5..] the limits, as pairs: N (integer >= 1), W (window in microseconds >= 1).
+--
+-- Reply: { allowed, wait, slot, limit, source }, as reserve.lua's:
+--   allowed  1 when cost was added to the counters of slot, 0 when nothing was.
+--   wait     microseconds from now until slot (the delay, or the time to retry).
+--   slot     the reserved send time in microseconds (0 when refused).
+--   limit    1-based index of the limit that last moved the slot, 0 when none
+--            (or the learned limit) did.
+--   source   0 the limits, 1 the upstream (a pause or a budget), 2 the learned
+--            limit.
+--
+-- The slot is the earliest t >= now whose window, in every limit, holds at most
+-- N - cost units. A window counts the units reserved in it whatever their time
+-- inside it, so reservations in any order keep at most N in every window.
+-- store/counters.go is the reference these steps follow (fixedFrom, earliest).
+
+local key = KEYS[1]
+local cost = tonumber(ARGV[1])
+local max_wait = tonumber(ARGV[2])
+
+local now
+if ARGV[3] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[3])
+end
+
+local n, w = {}, {}
+for i = 5, #ARGV, 2 do
+  n[#n + 1] = tonumber(ARGV[i])
+  w[#w + 1] = tonumber(ARGV[i + 1])
+end
+
+-- floor(t / l), exact for the integers a double holds.
+local function idx(t, l)
+  local k = math.floor(t / l)
+  if k * l > t then k = k - 1 elseif (k + 1) * l <= t then k = k + 1 end
+  return k
+end
+local max_w = 0
+for i = 1, #n do max_w = math.max(max_w, w[i]) end
+
+-- What the upstream said (one HMGET), as store/counters.go's reserveCounts.
+local fb, server_wait = KEYS[2], tonumber(ARGV[4])
+local start, source, budget, tightened = now, 0, nil, {}
+if fb then
+  local f = redis.call('HMGET', fb, 'p', 'n', 'w', 'le', 'b', 'r')
+  local hold = tonumber(f[1]) or 0
+  local left, reset = tonumber(f[5]), tonumber(f[6])
+  if left and reset and reset > now then
+    if left < cost then hold = math.max(hold, reset) else budget = reset end
+  end
+  if hold > now then
+    if hold - now > server_wait then return { 0, hold - now, 0, 0, 1 } end
+    start, source = hold, 1
+  end
+  local ln, lw, le = tonumber(f[2]), tonumber(f[3]), tonumber(f[4])
+  if ln and lw and le and le > now and lw <= max_w then
+    -- No counters of its own: each limit is tightened to the same rate.
+    for i = 1, #n do
+      local m = math.max(math.floor(ln * w[i] / lw), cost)
+      if m < n[i] then n[i], tightened[i] = m, true end
+    end
+  end
+end
+
+-- Load the counters; windows that ended before now (and limits this call
+-- does not have) are never read again, and go.
+local c, stale = {}, {}
+for i = 1, #n do c[i] = {} end
+local flat = redis.call('HGETALL', key)
+for j = 1, #flat, 2 do
+  local i, k = string.match(flat[j], '^(%d+):(%d+)$')
+  i, k = tonumber(i), tonumber(k)
+  if i and c[i] and k >= idx(now, w[i]) then
+    c[i][k] = tonumber(flat[j + 1])
+  else
+    stale[#stale + 1] = flat[j]
+  end
+end
+for j = 1, #stale, 1000 do
+  redis.call('HDEL', key, unpack(stale, j, math.min(j + 999, #stale)))
+end
+
+local steps = 100000
+local function from(i, t)
+  while steps > 0 do
+    steps = steps - 1
+    local k = idx(t, w[i])
+    if (c[i][k] or 0) + cost <= n[i] then return t end
+    t = (k + 1) * w[i]
+  end
+  return t
+end
+
+local t, limit = start, 0
+local capped = false
+while true do
+  local moved = false
+  for i = 1, #n do
+    local ti = from(i, t)
+    if ti > t then t, limit, moved = ti, i, true end
+  end
+  if steps <= 0 then capped = true break end
+  if not moved then break end
+end
+if limit > 0 and tightened[limit] then
+  limit, source = 0, 2
+elseif limit > 0 then
+  source = 0
+end
+
+local wait = t - now
+if capped or wait > max_wait then
+  return { 0, wait, 0, limit, source }
+end
+if budget and t < budget then redis.call('HINCRBY', fb, 'b', -cost) end
+
+-- Count the units, and keep the hash until the last window holding them ends.
+-- A TTL is never shortened: another caller's longer window may need it.
+local till = 0
+for i = 1, #n do
+  local k = idx(t, w[i])
+  redis.call('HINCRBY', key, i .. ':' .. string.format('%.0f', k), cost)
+  till = math.max(till, (k + 1) * w[i])
+end
+local ttl = math.floor((till - now) / 1000) + 1
+if redis.call('PTTL', key) < ttl then
+  redis.call('PEXPIRE', key, string.format('%.0f', ttl))
+end
+return { 1, wait, t, limit, source }

@@ -375,6 +375,8 @@ func TestMaxServerWaitValidation(t *testing.T) {
 	assert.ErrorIs(t, err, throttle.ErrInvalidConfig)
 	_, err = throttle.New(nil, newMemory(t), rule(func(r *throttle.Rule) { r.Retries = throttle.MaxRetries + 1 }))
 	assert.ErrorIs(t, err, throttle.ErrInvalidConfig)
+	_, err = throttle.New(nil, newMemory(t), rule(func(r *throttle.Rule) { r.Retries, r.Mode = 1, throttle.FailFast }))
+	assert.ErrorIs(t, err, throttle.ErrInvalidConfig)
 	_, err = throttle.New(nil, newMemory(t), throttle.WithOnFeedback(nil), rule(nil))
 	assert.ErrorIs(t, err, throttle.ErrInvalidConfig)
 }

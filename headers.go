@@ -45,6 +45,17 @@ type signals struct {
 	hasUsage bool
 }
 
+// budgetFields are the X-RateLimit-* fields and the IETF draft's older
+// RateLimit-* ones, in canonical form (so that Header.Get does not
+// allocate), the first preferred.
+var budgetFields = [...]struct {
+	limit, remaining, reset string
+	epochOK                 bool
+}{
+	{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", true},
+	{"Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset", false},
+}
+
 // policy is one RateLimit-Policy item: q units per w.
 type policy struct {
 	q int
@@ -74,13 +85,10 @@ func parseSignals(h http.Header, now time.Time) signals {
 
 	// X-RateLimit-* (GitHub, X and many others), else the older drafts'
 	// RateLimit-Limit/Remaining/Reset (reset always in seconds from now).
-	for _, p := range []struct {
-		prefix  string
-		epochOK bool
-	}{{"X-Ratelimit-", true}, {"Ratelimit-", false}} {
-		lim, okL := parseCount(h.Get(p.prefix + "Limit"))
-		rem, okR := parseCount(h.Get(p.prefix + "Remaining"))
-		reset, okT := parseReset(h.Get(p.prefix+"Reset"), ref, p.epochOK)
+	for _, p := range budgetFields {
+		lim, okL := parseCount(h.Get(p.limit))
+		rem, okR := parseCount(h.Get(p.remaining))
+		reset, okT := parseReset(h.Get(p.reset), ref, p.epochOK)
 		if okL && lim > 0 && s.limit == 0 {
 			s.limit = lim
 		}
@@ -90,10 +98,10 @@ func parseSignals(h http.Header, now time.Time) signals {
 	}
 
 	// IETF RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers).
-	if v := h.Values("RateLimit-Policy"); len(v) > 0 {
+	if v := h.Values("Ratelimit-Policy"); len(v) > 0 {
 		s.policies = parsePolicies(v)
 	}
-	if r, t, ok := parseRateLimit(h.Values("RateLimit")); ok {
+	if r, t, ok := parseRateLimit(h.Values("Ratelimit")); ok {
 		s.remaining, s.reset, s.hasBudget = r, t, true
 	}
 

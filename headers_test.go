@@ -178,3 +178,18 @@ func FuzzParseSignals(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkParseSignals measures what listening costs a response: nothing
+// to say (most responses), and a full set of headers.
+func BenchmarkParseSignals(b *testing.B) {
+	full := header("Date", refTime.Format(http.TimeFormat), "X-RateLimit-Limit", "5000", "X-RateLimit-Remaining", "42",
+		"X-RateLimit-Reset", "1763726400", "RateLimit-Policy", `"default";q=40;w=1`, "RateLimit", `"default";r=3;t=1`)
+	for name, h := range map[string]http.Header{"no headers": {"Content-Type": {"application/json"}}, "all headers": full} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				_ = parseSignals(h, refTime)
+			}
+		})
+	}
+}

@@ -71,7 +71,7 @@ func (t *Transport) retry(ctx context.Context, r *rule, req *http.Request, resp 
 	b.Reset()
 	for attempt := 1; attempt <= r.Retries; attempt++ {
 		wait := max(b.NextBackOff(), pause)
-		if wait > r.maxServerWait || !fitsDeadline(ctx, t.now(), wait) {
+		if wait > min(r.maxServerWait, r.maxWait) || !fitsDeadline(ctx, t.now(), wait) {
 			return resp, nil
 		}
 		kept, ok := keepBody(resp)

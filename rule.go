@@ -91,7 +91,7 @@ type Rule struct {
 	// Retry-After) up to that many times, for idempotent requests only
 	// (GET, HEAD, OPTIONS, PUT, DELETE, or any request with an
 	// Idempotency-Key header) whose body, if any, can be replayed through
-	// GetBody. At most MaxRetries. Zero: no retry.
+	// GetBody. At most MaxRetries; Wait mode only. Zero: no retry.
 	Retries int
 	// Algorithm is how the rule counts: SlidingLog (the zero value, exact),
 	// FixedWindow, SlidingCounter or Buckets (approximate, with memory that
@@ -222,6 +222,9 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 	}
 	if r.Retries < 0 || r.Retries > MaxRetries {
 		return nil, fail("Retries %d outside 0..%d", r.Retries, MaxRetries)
+	}
+	if r.Retries > 0 && r.Mode == FailFast {
+		return nil, fail("Retries is set but Mode is FailFast, which never waits for a retry")
 	}
 	if r.Key == nil {
 		r.Key = ByHost()

@@ -2,9 +2,14 @@ package store_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -206,6 +211,9 @@ func TestFeedbackKeyExpires(t *testing.T) {
 	require.NoError(t, err)
 	key := uniqueKey(t)
 	assert.Equal(t, st.RedisKey(key)+":p", st.FeedbackKey(key))
+	// Cluster slots hash the text between the first braces: the same for both.
+	tag := func(k string) string { return k[strings.Index(k, "{") : strings.Index(k, "}")+1] }
+	assert.Equal(t, tag(st.RedisKey(key)), tag(st.FeedbackKey(key)))
 	require.NoError(t, st.Pause(ctx, key, 1500*time.Millisecond))
 	ttl, err := rdb.PTTL(ctx, st.FeedbackKey(key)).Result()
 	require.NoError(t, err)
@@ -239,4 +247,92 @@ func TestFeedbackMemory(t *testing.T) {
 	assert.Equal(t, int64(6), fields)
 	assert.Less(t, n, int64(512), "a small listpack")
 	t.Logf("feedback hash with all %d fields: %d bytes (MEMORY USAGE)", fields, n)
+}
+
+// TestFeedbackDifferential drives the memory store and each Redis store
+// through the same random sequence of pauses, learned limits, budgets,
+// reservations and cancels on one fake clock, and requires the same answer
+// from both at every step: the Lua and the Go implementations of feedback
+// must agree exactly.
+func TestFeedbackDifferential(t *testing.T) {
+	all := impls(t)
+	for _, im := range all[1:] {
+		t.Run(im.name, func(t *testing.T) {
+			for seed := range uint64(4) {
+				t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+					clock := newFakeClock()
+					mem := all[0].open(t, clock.Now)
+					red := im.open(t, clock.Now)
+					key := uniqueKey(t)
+					rng := rand.New(rand.NewPCG(seed, 7))
+					limits := []store.Limit{lim(3+rng.IntN(5), time.Second), lim(10+rng.IntN(10), 5*time.Second)}
+					var granted []store.Reservation
+					seen := map[string]int{}
+					for step := range 600 {
+						var l store.Learned
+						switch op := rng.IntN(20); op {
+						case 0:
+							l.Pause = time.Duration(rng.IntN(1500)) * time.Millisecond
+						case 1, 2:
+							l.Limit = lim(1+rng.IntN(6), time.Duration(500+rng.IntN(6000))*time.Millisecond)
+							l.LimitTTL = time.Duration(1+rng.IntN(8)) * time.Second
+						case 3:
+							l.Remaining, l.Reset = rng.IntN(10), time.Duration(rng.IntN(5000))*time.Millisecond
+						case 4, 5:
+							if len(granted) > 0 {
+								i := rng.IntN(len(granted))
+								require.NoError(t, mem.Cancel(ctx, granted[i]))
+								require.NoError(t, red.Cancel(ctx, granted[i]))
+								granted = append(granted[:i], granted[i+1:]...)
+							}
+						case 6, 7:
+							clock.Advance(time.Duration(rng.IntN(1500)) * time.Millisecond)
+						default:
+							r := req(1+rng.IntN(3), time.Duration(rng.IntN(4000))*time.Millisecond, limits...)
+							r.MaxServerWait = time.Duration(rng.IntN(4000)) * time.Millisecond
+							a := reserve(t, mem, key, r)
+							b := reserve(t, red, key, r)
+							b.Key = a.Key
+							require.Equal(t, a, b, "step %d: %+v", step, r)
+							if a.Allowed {
+								granted = append(granted, a)
+							}
+							seen[fmt.Sprintf("allowed=%v upstream=%v learned=%v", a.Allowed, a.Upstream, a.Learned)]++
+						}
+						if l != (store.Learned{}) {
+							require.NoError(t, mem.(store.Feedback).Learn(ctx, key, l))
+							require.NoError(t, red.(store.Feedback).Learn(ctx, key, l))
+						}
+						clock.Advance(time.Duration(rng.IntN(50)) * time.Millisecond)
+					}
+					t.Logf("answers: %v", seen)
+					// The sequence reaches every kind of answer, or it proves little.
+					for _, k := range []string{"allowed=true upstream=true learned=false", "allowed=false upstream=true learned=false", "allowed=true upstream=false learned=true"} {
+						assert.Positive(t, seen[k], k)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestFeedbackCluster runs the feedback cases on a Redis Cluster, where the
+// log and its feedback hash must share a slot (one script call names both),
+// when REDIS_CLUSTER_ADDRS lists its nodes (comma-separated), e.g. a
+// three-master cluster on loopback.
+func TestFeedbackCluster(t *testing.T) {
+	addrs := os.Getenv("REDIS_CLUSTER_ADDRS")
+	if addrs == "" {
+		t.Skip("set REDIS_CLUSTER_ADDRS to run the feedback cases on a Redis Cluster")
+	}
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addrs, ",")})
+	t.Cleanup(func() { _ = client.Close() })
+	for _, c := range feedbackCases {
+		t.Run(c.name, func(t *testing.T) {
+			clock := newFakeClock()
+			st, err := store.NewRedis(client, store.WithClientTime(clock.Now))
+			require.NoError(t, err)
+			c.run(t, st, st, clock, uniqueKey(t))
+		})
+	}
 }

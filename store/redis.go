@@ -405,12 +405,9 @@ func (r *Redis) Learn(ctx context.Context, key string, l Learned) error {
 	if r.clock != nil {
 		now = strconv.FormatInt(r.clock().UnixMicro(), 10)
 	}
-	n := l.Limit.N
-	if l.Limit.N > 0 && l.LimitTTL <= 0 {
-		n = 0
-	}
+	// Validate ensures a limit comes with its window and TTL.
 	err := feedbackScript.Run(ctx, r.client, []string{r.FeedbackKey(key)},
-		now, micros(l.Pause), n, micros(l.Limit.Per), micros(l.LimitTTL),
+		now, micros(l.Pause), l.Limit.N, micros(l.Limit.Per), micros(l.LimitTTL),
 		l.Remaining, micros(l.Reset), micros(ResetSlack)).Err()
 	if err != nil {
 		return fmt.Errorf("store: redis feedback: %w", err)

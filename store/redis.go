@@ -210,7 +210,9 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 	wait := time.Duration(v[1]) * time.Microsecond
 	if v[0] == 1 {
 		res.Allowed, res.Delay, res.Slot = true, wait, v[2]
-		res.alg, res.limits = req.Algorithm, req.Limits
+		if req.Algorithm != SlidingLog {
+			res.alg, res.limits = req.Algorithm, req.Limits // for Cancel
+		}
 	} else {
 		res.RetryAfter = wait
 	}

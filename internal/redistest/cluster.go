@@ -122,7 +122,11 @@ func newCluster() (*Cluster, error) {
 		args = append(args, n.addr())
 	}
 	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
-	out, err := exec.Command("redis-cli", args...).CombinedOutput()
+	// redis-cli waits for ever for the nodes to join; a node that cannot
+	// reach another's bus must not hang the test binary.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput()
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("redis-cli --cluster create: %w\n%s", err, out)
@@ -157,8 +161,8 @@ func (c *Cluster) start(n *clusterNode) error {
 }
 
 // clusterPorts picks count loopback ports p such that p and p+10000 (the
-// cluster bus) were both free a moment ago, from a range below the
-// ephemeral ports so that p+10000 stays a valid port.
+// cluster bus) were both free a moment ago. Both lie below Linux's ephemeral
+// ports (32768 and up), which outgoing connections and FreePort take.
 func clusterPorts(count int) ([]int, error) {
 	var ports []int
 	seen := map[int]bool{}
@@ -166,7 +170,7 @@ func clusterPorts(count int) ([]int, error) {
 		if tries > 1000 {
 			return nil, errors.New("redistest: no free pair of ports for a cluster node")
 		}
-		p := 20000 + rand.IntN(12000)
+		p := 20000 + rand.IntN(2768) // bus: 30000-32767
 		if seen[p] || seen[p+10000] || seen[p-10000] {
 			continue
 		}
@@ -277,19 +281,51 @@ func flagRole(flags string) string {
 func (c *Cluster) MasterOf(ctx context.Context, key string) (string, error) {
 	for _, addr := range c.Addrs() {
 		cl := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-		slots, err := cl.ClusterSlots(ctx).Result()
+		owners, err := slotOwners(ctx, cl)
 		_ = cl.Close()
 		if err != nil {
 			continue // a killed node
 		}
 		slot := Slot(key)
-		for _, s := range slots {
-			if int(s.Start) <= slot && slot <= int(s.End) && len(s.Nodes) > 0 {
-				return s.Nodes[0].Addr, nil
+		for _, o := range owners {
+			if o.start <= slot && slot <= o.end {
+				return o.addr, nil
 			}
 		}
 	}
 	return "", fmt.Errorf("redistest: no node knows the master of %q", key)
+}
+
+// slotOwner is a range of slots and the master that serves it, as one node
+// sees it.
+type slotOwner struct {
+	start, end int
+	id, addr   string
+}
+
+// slotOwners reads CLUSTER SHARDS from one node.
+func slotOwners(ctx context.Context, cl *redis.Client) ([]slotOwner, error) {
+	shards, err := cl.ClusterShards(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	var out []slotOwner
+	for _, sh := range shards {
+		var master *redis.Node
+		for i := range sh.Nodes {
+			if sh.Nodes[i].Role == "master" {
+				master = &sh.Nodes[i]
+			}
+		}
+		for _, r := range sh.Slots {
+			if master == nil {
+				return nil, fmt.Errorf("slots %d-%d have no master", r.Start, r.End)
+			}
+			out = append(out, slotOwner{int(r.Start), int(r.End), master.ID,
+				net.JoinHostPort(master.IP, strconv.Itoa(int(master.Port)))})
+		}
+	}
+	return out, nil
 }
 
 // ReplicaOf returns the address of a running replica of the master at addr.
@@ -388,9 +424,9 @@ func (c *Cluster) healthy() error {
 		if err == nil && !strings.Contains(info, "cluster_state:ok") {
 			err = errors.New("cluster_state is not ok")
 		}
-		var slots []redis.ClusterSlot
+		var owners []slotOwner
 		if err == nil {
-			slots, err = cl.ClusterSlots(ctx).Result()
+			owners, err = slotOwners(ctx, cl)
 		}
 		var repl string
 		if err == nil {
@@ -402,13 +438,10 @@ func (c *Cluster) healthy() error {
 		}
 		var b strings.Builder
 		covered := 0
-		for _, s := range slots {
-			if len(s.Nodes) == 0 {
-				return fmt.Errorf("node %s: slots %d-%d have no node", addr, s.Start, s.End)
-			}
-			covered += int(s.End-s.Start) + 1
-			fmt.Fprintf(&b, "%d-%d:%s ", s.Start, s.End, s.Nodes[0].ID)
-			masterIDs[s.Nodes[0].ID] = true
+		for _, o := range owners {
+			covered += o.end - o.start + 1
+			fmt.Fprintf(&b, "%d-%d:%s ", o.start, o.end, o.id)
+			masterIDs[o.id] = true
 		}
 		if covered != 16384 {
 			return fmt.Errorf("node %s: %d slots covered", addr, covered)

@@ -222,7 +222,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				t.observe(ctx, d)
 				return t.base.RoundTrip(req)
 			}
-			if !errors.Is(err, ErrStoreUnavailable) && !errors.Is(err, ErrLimited) {
+			if !errors.Is(err, ErrStoreUnavailable) {
 				err = fmt.Errorf("throttle: rule %q: %w", r.Name, err)
 			}
 			d.Outcome = Failed

@@ -163,6 +163,7 @@ func (f *failure) setup(t *Transport) error {
 			if r.localMinN == 0 || n < r.localMinN {
 				r.localMinN = n
 			}
+			r.localMaxPer = max(r.localMaxPer, l.Per)
 		}
 	}
 	return nil
@@ -210,6 +211,21 @@ func (t *Transport) reserve(ctx context.Context, r *rule, key string, req store.
 		return res, nil, down, err
 	}
 	return res, t.storeFailure.local, down, nil
+}
+
+// mirror records a send that the shared store admitted in the local limiter
+// too (FailLocal only), at the time of sending, so that when the store goes
+// away the local limiter starts from this process's own recent sends, not
+// from an empty log: a process that used its share of the last window waits
+// for it to pass instead of adding a share on top. A process that sent more
+// than its share has the excess recorded up to a window ahead (it waits
+// longer once local); what does not fit is not recorded.
+func (t *Transport) mirror(r *rule, key string, cost int) {
+	if t.storeFailure.local == nil || cost > r.localMinN {
+		return
+	}
+	_, _ = t.storeFailure.local.Reserve(context.Background(), key,
+		store.Request{Limits: r.local, Cost: cost, MaxWait: r.localMaxPer})
 }
 
 // attempt says how a request may use the shared store.

@@ -347,3 +347,26 @@ func TestStoreTimeoutOption(t *testing.T) {
 		assert.True(t, se.NotTried)
 	})
 }
+
+// TestFailLocalStartsFromOwnSends: shared sends are mirrored in the local
+// limiter, so a process that used its share of the window just before the
+// store died waits for the window to pass instead of adding a share on top.
+func TestFailLocalStartsFromOwnSends(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rule := Rule{Name: "r", Host: "api.example.com", Key: Fixed("k"), Limits: []Limit{PerSecond(8)}, Margin: NoMargin}
+		g := newOutageRig(t, rule, WithStoreFailure(FailLocal), WithLocalShare(0.25))
+		start := time.Now()
+		for range 2 { // its share of the window, through the shared store
+			d, err := g.do(t)
+			require.NoError(t, err)
+			assert.False(t, d.Local)
+		}
+		time.Sleep(100 * time.Millisecond)
+		g.st.set(true)
+		d, err := g.do(t)
+		require.NoError(t, err)
+		assert.True(t, d.Local)
+		assert.Equal(t, time.Second, time.Since(start), "the local limiter knew of the two shared sends")
+		assert.Equal(t, 900*time.Millisecond, d.Delay)
+	})
+}

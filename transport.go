@@ -265,6 +265,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		d.Retaken++
 	}
+	if !d.Local {
+		t.mirror(r, skey, d.Cost) // failure.go: FailLocal's limiter sees shared sends too
+	}
 	d.Outcome = Sent
 	t.observe(ctx, d)
 	return t.base.RoundTrip(req)

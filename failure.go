@@ -65,7 +65,9 @@ func WithStoreFailure(p StoreFailure) Option {
 // of FailLocal allows this transport while the shared store is away: a limit
 // of N per W becomes floor(N × share) per W, at least 1. With one transport per
 // worker, 1/workers keeps the fleet within the limit once every worker is
-// local (see the README for the moments of switching). It requires
+// local (see the README for the moments of switching). While the shared
+// store is up, every send it admits is recorded in the local limiter too, so
+// that a switch to local starts from this process's recent sends. It requires
 // WithStoreFailure(FailLocal), and share must be in (0, 1].
 func WithLocalShare(share float64) Option {
 	return optionFunc(func(t *Transport) error {

@@ -65,7 +65,9 @@ func WithStoreFailure(p StoreFailure) Option {
 // of FailLocal allows this transport while the shared store is away: a limit
 // of N per W becomes floor(N × share) per W, at least 1. With one transport per
 // worker, 1/workers keeps the fleet within the limit once every worker is
-// local (see the README for the moments of switching). It requires
+// local (see the README for the moments of switching). While the shared
+// store is up, every send it admits is recorded in the local limiter too, so
+// that a switch to local starts from this process's recent sends. It requires
 // WithStoreFailure(FailLocal), and share must be in (0, 1].
 func WithLocalShare(share float64) Option {
 	return optionFunc(func(t *Transport) error {
@@ -163,6 +165,7 @@ func (f *failure) setup(t *Transport) error {
 			if r.localMinN == 0 || n < r.localMinN {
 				r.localMinN = n
 			}
+			r.localMaxPer = max(r.localMaxPer, l.Per)
 		}
 	}
 	return nil
@@ -210,6 +213,21 @@ func (t *Transport) reserve(ctx context.Context, r *rule, key string, req store.
 		return res, nil, down, err
 	}
 	return res, t.storeFailure.local, down, nil
+}
+
+// mirror records a send that the shared store admitted in the local limiter
+// too (FailLocal only), at the time of sending, so that when the store goes
+// away the local limiter starts from this process's own recent sends, not
+// from an empty log: a process that used its share of the last window waits
+// for it to pass instead of adding a share on top. A process that sent more
+// than its share has the excess recorded up to a window ahead (it waits
+// longer once local); what does not fit is not recorded.
+func (t *Transport) mirror(r *rule, key string, cost int) {
+	if t.storeFailure.local == nil || cost > r.localMinN {
+		return
+	}
+	_, _ = t.storeFailure.local.Reserve(context.Background(), key,
+		store.Request{Limits: r.local, Cost: cost, MaxWait: r.localMaxPer})
 }
 
 // attempt says how a request may use the shared store.

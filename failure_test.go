@@ -323,3 +323,50 @@ func TestLocalShares(t *testing.T) {
 		assert.Equal(t, []Limit{Per(tc.want, time.Second)}, tr.rules[0].local, "%d × %v", tc.n, tc.share)
 	}
 }
+
+// TestStoreTimeoutOption: WithStoreTimeout bounds the store call, and a call
+// cut by it marks the store down like any failure.
+func TestStoreTimeoutOption(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newOutageRig(t, outageRule, WithStoreTimeout(50*time.Millisecond), WithStoreFailure(FailOpen))
+		g.st.dialTime = time.Hour // a black-holed host
+		g.st.set(true)
+		start := time.Now()
+		d, err := g.do(t)
+		require.NoError(t, err)
+		assert.Equal(t, 50*time.Millisecond, time.Since(start))
+		assert.Equal(t, FailedOpen, d.Outcome)
+		assert.ErrorIs(t, d.Err, context.DeadlineExceeded)
+		assert.Contains(t, d.Err.Error(), "no answer within 50ms (WithStoreTimeout)")
+		start = time.Now()
+		d, err = g.do(t)
+		require.NoError(t, err)
+		assert.Zero(t, time.Since(start), "marked down: not tried")
+		var se *StoreError
+		require.ErrorAs(t, d.Err, &se)
+		assert.True(t, se.NotTried)
+	})
+}
+
+// TestFailLocalStartsFromOwnSends: shared sends are mirrored in the local
+// limiter, so a process that used its share of the window just before the
+// store died waits for the window to pass instead of adding a share on top.
+func TestFailLocalStartsFromOwnSends(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rule := Rule{Name: "r", Host: "api.example.com", Key: Fixed("k"), Limits: []Limit{PerSecond(8)}, Margin: NoMargin}
+		g := newOutageRig(t, rule, WithStoreFailure(FailLocal), WithLocalShare(0.25))
+		start := time.Now()
+		for range 2 { // its share of the window, through the shared store
+			d, err := g.do(t)
+			require.NoError(t, err)
+			assert.False(t, d.Local)
+		}
+		time.Sleep(100 * time.Millisecond)
+		g.st.set(true)
+		d, err := g.do(t)
+		require.NoError(t, err)
+		assert.True(t, d.Local)
+		assert.Equal(t, time.Second, time.Since(start), "the local limiter knew of the two shared sends")
+		assert.Equal(t, 900*time.Millisecond, d.Delay)
+	})
+}

@@ -111,10 +111,11 @@ type rule struct {
 	maxWait       time.Duration // 0 in FailFast mode
 	maxServerWait time.Duration
 	minN          int
-	// FailLocal only: eff with every N cut to the local share, and the
-	// least of them.
-	local     []Limit
-	localMinN int
+	// FailLocal only: eff with every N cut to the local share, the least
+	// N and the longest window.
+	local       []Limit
+	localMinN   int
+	localMaxPer time.Duration
 }
 
 func (r *Rule) displayName(isDefault bool) string {

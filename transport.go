@@ -224,7 +224,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				t.observe(ctx, d)
 				return t.base.RoundTrip(req)
 			}
-			if !errors.Is(err, ErrStoreUnavailable) && !errors.Is(err, ErrLimited) {
+			if !errors.Is(err, ErrStoreUnavailable) {
 				err = fmt.Errorf("throttle: rule %q: %w", r.Name, err)
 			}
 			d.Outcome = Failed
@@ -262,10 +262,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if r.Margin == 0 || late <= r.Margin/2 || d.Retaken == maxRetakes {
 			break
 		}
-		if err := st.Cancel(ctx, res); err != nil && ctx.Err() == nil {
-			break // the old slot stands; sending now is no worse than not retaking
-		}
+		// If the Cancel fails (the store just died), the old slot stays
+		// recorded, which only over-counts: the request still retakes, so
+		// the store failure policy decides rather than a late send.
+		_ = st.Cancel(ctx, res)
 		d.Retaken++
+	}
+	if !d.Local {
+		t.mirror(r, skey, d.Cost) // failure.go: FailLocal's limiter sees shared sends too
 	}
 	d.Outcome = Sent
 	t.observe(ctx, d)

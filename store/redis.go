@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -126,6 +127,10 @@ func WithClientTime(now func() time.Time) RedisOption {
 func NewRedis(client redis.Scripter, opts ...RedisOption) (*Redis, error) {
 	if client == nil {
 		return nil, errors.New("store: NewRedis: nil client")
+	}
+	// A typed nil, e.g. a (*redis.Client)(nil), would panic at request time.
+	if v := reflect.ValueOf(client); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil, fmt.Errorf("store: NewRedis: nil client (%T)", client)
 	}
 	r := &Redis{client: client, prefix: DefaultPrefix}
 	if rl, ok := client.(interface{ ReloadState(context.Context) }); ok {

@@ -132,6 +132,10 @@ func TestRedisOddReplies(t *testing.T) {
 func TestNewRedisValidates(t *testing.T) {
 	_, err := store.NewRedis(nil)
 	assert.ErrorContains(t, err, "nil client")
+	_, err = store.NewRedis((*redis.Client)(nil))
+	assert.ErrorContains(t, err, "nil client (*redis.Client)")
+	_, err = store.NewRedis((*redis.ClusterClient)(nil))
+	assert.ErrorContains(t, err, "nil client")
 	_, err = store.NewRedis(fakeScripter{}, nil)
 	assert.ErrorContains(t, err, "nil option")
 	_, err = store.NewRedis(fakeScripter{}, store.WithClientTime(nil))

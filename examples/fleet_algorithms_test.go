@@ -19,8 +19,8 @@ import (
 // the optimum accepted, Redis calls and Redis CPU per sent request, and the
 // waits. Only the log promises zero 429s, and TestFleet asserts it (once, so
 // that CI does not run the same timing-sensitive assertion twice); here every
-// algorithm must run cleanly with about one Redis call per request, and the
-// 429s are measured, not judged:
+// algorithm must run cleanly with about one Redis call per request (at most
+// 1.15: no polling), and the 429s are measured, not judged:
 //
 //	FLEET_ALG_REPS=5 go test -run TestFleetAlgorithms -v ./examples
 func TestFleetAlgorithms(t *testing.T) {
@@ -63,7 +63,11 @@ func TestFleetAlgorithms(t *testing.T) {
 			require.Zero(t, tot.errors, "%s:\n%s", alg, res.output)
 			require.Equal(t, got, tot.sent, "%s: requests sent by the processes and received by the upstream", alg)
 			perReq := float64(res.calls) / float64(got)
-			require.LessOrEqual(t, perReq, 1.05, "%s: script calls per request", alg)
+			// About one call per request, not a poll per wait: a request
+			// that wakes late retakes its slot (a Cancel and a Reserve),
+			// which the counters' shared window starts make likelier
+			// on a loaded machine; the table reports the figure.
+			require.LessOrEqual(t, perReq, 1.15, "%s: script calls per request", alg)
 			share := float64(st.Accepted) / float64(optimum(rate, time.Second, st.FirstAccepted, res.end))
 			minShare, maxShare = min(minShare, share), max(maxShare, share)
 			counts = append(counts, strconv.Itoa(st.Rejected))

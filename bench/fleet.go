@@ -189,6 +189,16 @@ func runWorker(arg string) {
 					_ = resp.Body.Close()
 				}
 				cancel()
+				// throttle refuses a slot beyond the run's end (the context's
+				// deadline): like a queue consumer, retry after RetryAfter.
+				var le *throttle.LimitError
+				if errors.As(err, &le) {
+					if time.Now().Add(le.RetryAfter).After(stop) {
+						return
+					}
+					time.Sleep(le.RetryAfter)
+					continue
+				}
 				mu.Lock()
 				if !sentAt.IsZero() {
 					res.Sent++

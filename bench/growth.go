@@ -160,7 +160,7 @@ func (e *env) memory(ctx context.Context) ([]memoryResult, error) {
 		if err := reset(ctx, e.rdb); err != nil {
 			return nil, err
 		}
-		l, err := newLimiter(ctx, kind, e.rdb, 1_000_000, growthWindow, 0)
+		l, err := newLimiter(ctx, kind, e.rdb, 1_000_000_000, growthWindow, 0)
 		if err != nil {
 			return nil, err
 		}

@@ -111,7 +111,7 @@ func inprocCases() []inprocCase {
 	return []inprocCase{
 		{"throttle store.Memory Reserve", "admitted", memStore(big, true)},
 		{"x/time/rate AllowN", "admitted", xrate(rate.Limit(1e11), 1<<30, true)},
-		{"go-limiter memorystore Take", "admitted", goLimiter(1<<40, time.Millisecond, true)},
+		{"go-limiter memorystore Take", "admitted", goLimiter(1<<30, time.Hour, true)},
 		{"throttle store.Memory Reserve", "refused", memStore(tiny, false)},
 		{"x/time/rate AllowN", "refused", xrate(rate.Every(time.Hour), 1, false)},
 		{"go-limiter memorystore Take", "refused", goLimiter(1, time.Hour, false)},

@@ -201,7 +201,7 @@ func (r *report) markdown() string {
 	}
 
 	if len(r.memory) > 0 {
-		p("## Redis memory per key\n\n5,000 admitted decisions on one key (limit 1,000,000 per hour), then `MEMORY USAGE` of every key the limiter wrote. The logs keep one entry per request; the counters keep a number per key (and so cannot say when, within their window, the requests were sent).\n\n| limiter | entries | bytes | bytes per logged request |\n|---|---|---|---|\n")
+		p("## Redis memory per key\n\n5,000 admitted decisions on one key (limit 10⁹ per hour), then `MEMORY USAGE` of every key the limiter wrote. The logs keep one entry per request; the counters keep a number per key (and so cannot say when, within their window, the requests were sent).\n\n| limiter | entries | bytes | bytes per logged request |\n|---|---|---|---|\n")
 		for _, m := range r.memory {
 			per := "— (a counter)"
 			if m.entries > 0 {

@@ -47,51 +47,32 @@ end
 -- cost + 2, so a busy log keeps no more than it must and no call pays for a
 -- long gap (an idle log expires whole). The log thus holds about the N of the
 -- longest window, plus the units of reservations still waiting, plus old
--- entries not trimmed yet. The oldest cost + 2 entries are read in one LRANGE
--- (two for a cost above 6) and the old ones among them dropped in one LTRIM.
-local last = redis.call('LINDEX', key, -1)
--- ttl_known: the key existed and still exists, so it has the TTL of an
--- earlier write (trimming every entry deletes the key).
-local ttl_known = last
-if last then
-  last = tonumber(last)
+-- entries not trimmed yet.
+local len = redis.call('LLEN', key)
+local last
+if len > 0 then
+  last = tonumber(redis.call('LINDEX', key, -1))
   local horizon = math.min(now, last) - max_w
-  -- The oldest cost + 2 entries: eight in a first read, the rest only when
-  -- those eight are all old.
-  local want = cost + 2
-  local head = redis.call('LRANGE', key, 0, math.min(want, 8) - 1)
-  if want > 8 and #head == 8 and tonumber(head[8]) <= horizon then
-    local more = redis.call('LRANGE', key, 8, want - 1)
-    for j = 1, #more do head[8 + j] = more[j] end
-  end
   local dropped = 0
-  while dropped < #head and tonumber(head[dropped + 1]) <= horizon do
+  while dropped < cost + 2 and dropped < len do
+    if tonumber(redis.call('LINDEX', key, 0)) > horizon then break end
+    redis.call('LPOP', key)
     dropped = dropped + 1
   end
-  if dropped > 0 then
-    redis.call('LTRIM', key, dropped, -1)
-    -- All that was read is gone: perhaps the whole log, and the key.
-    if dropped == #head then ttl_known = false end
-  end
+  len = len - dropped
 end
 
--- Each read is one LINDEX from the nearer end; a missing entry (false: the
--- log is shorter than k) imposes nothing.
 local s, limit = now, 0
-if last then
-  for i = 4, #ARGV, 2 do
-    local k = tonumber(ARGV[i]) - cost + 1
-    local e = last
-    if k > 1 then e = redis.call('LINDEX', key, -k) end
-    if e then
-      local t = tonumber(e) + tonumber(ARGV[i + 1])
-      if t > s then s, limit = t, (i - 2) / 2 end
-    end
+for i = 4, #ARGV, 2 do
+  local k = tonumber(ARGV[i]) - cost + 1
+  if k <= len then
+    local t = tonumber(redis.call('LINDEX', key, -k)) + tonumber(ARGV[i + 1])
+    if t > s then s, limit = t, (i - 2) / 2 end
   end
-  -- Never before the last entry: the log stays ordered (FIFO across the
-  -- fleet) even if clocks step back.
-  if last > s then s, limit = last, 0 end
 end
+-- Never before the last entry: the log stays ordered (FIFO across the fleet)
+-- even if clocks step back.
+if last and last > s then s, limit = last, 0 end
 
 local wait = s - now
 if wait > max_wait then
@@ -99,39 +80,21 @@ if wait > max_wait then
 end
 
 local slot = string.format('%.0f', s)
-if cost == 1 then
-  redis.call('RPUSH', key, slot)
-else
-  -- RPUSH in chunks: unpack of a large table overflows the Lua stack.
-  local chunk = {}
-  for j = 1, math.min(cost, 1000) do chunk[j] = slot end
-  local left = cost
-  while left > 0 do
-    if left < #chunk then
-      for j = left + 1, #chunk do chunk[j] = nil end
-    end
-    redis.call('RPUSH', key, unpack(chunk))
-    left = left - #chunk
+-- RPUSH in chunks: unpack of a large table overflows the Lua stack.
+local chunk = {}
+for j = 1, math.min(cost, 1000) do chunk[j] = slot end
+local left = cost
+while left > 0 do
+  if left < #chunk then
+    for j = left + 1, #chunk do chunk[j] = nil end
   end
+  redis.call('RPUSH', key, unpack(chunk))
+  left = left - #chunk
 end
-
 -- Idle keys vanish once their newest entry has left the largest window.
 -- A TTL is never shortened: another caller's longer window may need it.
--- Every write sets a TTL, so a log that existed has one, and PEXPIRE GT
--- (Redis 7.0) extends it in one call; an older server answers GT with an
--- error, and then the TTL is read and compared instead, as it is when the
--- trim may have emptied (deleted) the key.
-local ttl = string.format('%.0f', math.floor((wait + max_w) / 1000) + 1)
-if not ttl_known then
-  if redis.call('PTTL', key) < tonumber(ttl) then
-    redis.call('PEXPIRE', key, ttl)
-  end
-else
-  local r = redis.pcall('PEXPIRE', key, ttl, 'GT')
-  if type(r) == 'table' and r.err then
-    if redis.call('PTTL', key) < tonumber(ttl) then
-      redis.call('PEXPIRE', key, ttl)
-    end
-  end
+local ttl = math.floor((wait + max_w) / 1000) + 1
+if redis.call('PTTL', key) < ttl then
+  redis.call('PEXPIRE', key, string.format('%.0f', ttl))
 end
 return { 1, wait, s, limit }

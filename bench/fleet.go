@@ -76,6 +76,10 @@ type workerConfig struct {
 type workerResult struct {
 	Sent, OK, TooMany, Errors int
 	Trips                     int64
+	// throttle only: slots given back and taken again after a late
+	// wake-up (Decision.Retaken), and reservations refused (a slot past
+	// the end of the run), each one Redis call more than one per request.
+	Retaken, Limited int
 	WaitsMs                   []float64 // per sent request: from asking to sending
 	Err                       string
 }
@@ -94,6 +98,7 @@ func runWorker(arg string) {
 		return
 	}
 	ctx := context.Background()
+	var mu sync.Mutex // guards res
 	rdb, trips := newClient(cfg.Redis, cfg.Workers+2)
 	defer rdb.Close()
 	stop := cfg.Start.Add(cfg.Duration)
@@ -119,7 +124,15 @@ func runWorker(arg string) {
 		if cfg.Margin > 0 {
 			rule.Margin = cfg.Margin
 		}
-		tr, err := throttle.New(base, st, throttle.WithRule(rule))
+		onDecision := throttle.WithOnDecision(func(d throttle.Decision) {
+			mu.Lock()
+			defer mu.Unlock()
+			res.Retaken += d.Retaken
+			if d.Outcome == throttle.Limited {
+				res.Limited++
+			}
+		})
+		tr, err := throttle.New(base, st, throttle.WithRule(rule), onDecision)
 		if err != nil {
 			res.Err = err.Error()
 			return
@@ -150,7 +163,6 @@ func runWorker(arg string) {
 	time.Sleep(time.Until(cfg.Start))
 	trips0 := trips.n.Load()
 
-	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for range cfg.Workers {
 		wg.Add(1)
@@ -219,6 +231,8 @@ func runWorker(arg string) {
 		}()
 	}
 	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
 	res.Trips = trips.n.Load() - trips0
 }
 
@@ -246,6 +260,8 @@ type fleetResult struct {
 	waitP50        time.Duration
 	waitP99        time.Duration
 	errors         int
+	retaken        int
+	limited        int
 	start, stop    time.Time
 	sends          []time.Time // every arrival at the upstream, accepted or not
 }
@@ -340,6 +356,8 @@ func (e *env) fleetRun(ctx context.Context, fk fleetKind, bursty bool) (fleetRes
 		}
 		fr.sent += o.res.Sent
 		fr.errors += o.res.Errors
+		fr.retaken += o.res.Retaken
+		fr.limited += o.res.Limited
 		trips += o.res.Trips
 		waits = append(waits, o.res.WaitsMs...)
 	}

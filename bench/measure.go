@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,6 +30,7 @@ type sample struct {
 	n        int             // calls
 	elapsed  time.Duration
 	cpu      float64 // Redis CPU seconds during the run
+	client   float64 // this process's CPU seconds during the run (getrusage)
 	commands int64   // Redis commands, those inside scripts and transactions included
 	trips    int64   // client round trips
 }
@@ -42,6 +44,7 @@ func (s sample) pct(p float64) time.Duration {
 func (s sample) perSec() float64       { return float64(s.n) / s.elapsed.Seconds() }
 func (s sample) cpuPerCall() float64   { return s.cpu / float64(s.n) * 1e6 } // µs
 func (s sample) cmdsPerCall() float64  { return float64(s.commands) / float64(s.n) }
+func (s sample) clientPerCall() float64 { return s.client / float64(s.n) * 1e6 } // µs
 func (s sample) tripsPerCall() float64 { return float64(s.trips) / float64(s.n) }
 
 // run calls op from c goroutines until d has passed (or each has made
@@ -61,6 +64,7 @@ func (e *env) run(ctx context.Context, c int, d time.Duration, maxCalls int, op 
 		return sample{}, err
 	}
 	trips0 := e.trips.n.Load()
+	client0 := selfCPU()
 	lats := make([][]time.Duration, c)
 	errs := make([]error, c)
 	var wg sync.WaitGroup
@@ -88,6 +92,7 @@ func (e *env) run(ctx context.Context, c int, d time.Duration, maxCalls int, op 
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	client := selfCPU() - client0
 	trips := e.trips.n.Load() - trips0
 	b, err := takeSnapshot(ctx, e.rdb)
 	if err != nil {
@@ -98,7 +103,7 @@ func (e *env) run(ctx context.Context, c int, d time.Duration, maxCalls int, op 
 			return sample{}, err
 		}
 	}
-	s := sample{elapsed: elapsed, cpu: b.cpu - a.cpu, commands: commandsSince(a, b), trips: trips}
+	s := sample{elapsed: elapsed, cpu: b.cpu - a.cpu, commands: commandsSince(a, b), trips: trips, client: client}
 	for _, l := range lats {
 		s.lat = append(s.lat, l...)
 	}
@@ -186,6 +191,7 @@ type decisionResult struct {
 	p50Ping, p99Ping float64 // ratios to PING's in the same repetition
 	perSec           float64
 	cpuUS            float64
+	clientUS         float64
 	cmds, trips      float64
 	vsRedisRate      float64 // decisions per second / redis_rate's, same repetition
 	cpuVsRedisRate   float64
@@ -238,6 +244,7 @@ func (e *env) decisions(ctx context.Context, progress func(string)) ([]decisionR
 			r.p99 = time.Duration(median(ss, func(s sample) float64 { return float64(s.pct(.99)) }))
 			r.perSec = median(ss, sample.perSec)
 			r.cpuUS = median(ss, sample.cpuPerCall)
+			r.clientUS = median(ss, sample.clientPerCall)
 			r.cmds = median(ss, sample.cmdsPerCall)
 			r.trips = median(ss, sample.tripsPerCall)
 			r.p50Ping = median(rs, func(v [4]float64) float64 { return v[0] })
@@ -263,6 +270,17 @@ func median[T any](xs []T, f func(T) float64) float64 {
 		return v[len(v)/2]
 	}
 	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+// selfCPU is the CPU time of this process so far, user and system, in
+// seconds: the client's side of a row, warm-up excluded.
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	return tv(ru.Utime) + tv(ru.Stime)
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

@@ -88,7 +88,8 @@ func (r *report) targets() []target {
 		}
 		ts = append(ts,
 			target{"fleet, " + f.load + ": zero 429s", fmt.Sprint(f.tooMany), f.tooMany == 0},
-			target{"fleet, " + f.load + ": ≥ 99 % of the allowed rate (steady share)", fmt.Sprintf("%.1f %% (accepted/optimum %.1f %%)", 100*f.steady, 100*f.share()), f.steady >= 0.99},
+			target{"fleet, " + f.load + ": ≥ 99 % of the allowed rate, as accepted / optimum over the run", fmt.Sprintf("%.1f %%", 100*f.share()), f.share() >= 0.99},
+			target{"fleet, " + f.load + ": ≥ 99 % of the allowed rate, as the steady share (the 20 ms margin costs 2 % of a 1 s window)", fmt.Sprintf("%.1f %%", 100*f.steady), f.steady >= 0.99},
 			target{"fleet, " + f.load + ": ≤ 1.05 Redis calls per sent request", fmt.Sprintf("%.3f", f.callsPerSent), f.callsPerSent <= 1.05},
 		)
 	}
@@ -171,14 +172,14 @@ func (r *report) markdown() string {
 
 	if len(r.decisions) > 0 {
 		p("## One decision\n\n")
-		p("Each limiter decides for one request at a time on %d keys taken in turn, under a limit of %d per %s per key that never refuses, so these rows measure a decision and not a log's length (the next table does that). Each row runs for %s after a warm-up, at 1 and at 32 concurrent callers (goroutines of one process sharing a go-redis pool of 40). *× PING* is the latency's ratio to a `PING` measured the same way in the same repetition. *Redis CPU* is the server's `used_cpu_sys + used_cpu_user` (INFO cpu) over the row divided by its decisions. *Commands* counts every command the server ran (INFO commandstats, those inside scripts and transactions included); *round trips* counts what the client sent (a go-redis hook: one per command, pipeline or transaction).\n\n", decisionKeys, decisionLimit.N, decisionLimit.Per, r.cfg.decisionTime)
+		p("Each limiter decides for one request at a time on %d keys taken in turn, under a limit of %d per %s per key that never refuses, so these rows measure a decision and not a log's length (the next table does that). Each row runs for %s after a warm-up, at 1 and at 32 concurrent callers (goroutines of one process sharing a go-redis pool of 40). *× PING* is the latency's ratio to a `PING` measured the same way in the same repetition. *Redis CPU* is the server's `used_cpu_sys + used_cpu_user` (INFO cpu) over the row divided by its decisions. *Client CPU* is this process's user + system time (getrusage) over the row per decision: the client's side, go-redis included. *Commands* counts every command the server ran (INFO commandstats, those inside scripts and transactions included); *round trips* counts what the client sent (a go-redis hook: one per command, pipeline or transaction).\n\n", decisionKeys, decisionLimit.N, decisionLimit.Per, r.cfg.decisionTime)
 		for _, c := range []int{1, 32} {
-			p("**%d caller(s)**\n\n| limiter | p50 | p99 | p50 × PING | p99 × PING | decisions/s | × redis_rate | Redis CPU per decision | × redis_rate | commands | round trips |\n|---|---|---|---|---|---|---|---|---|---|---|\n", c)
+			p("**%d caller(s)**\n\n| limiter | p50 | p99 | p50 × PING | p99 × PING | decisions/s | × redis_rate | Redis CPU per decision | × redis_rate | client CPU per decision | commands | round trips |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n", c)
 			for _, d := range r.decisions {
 				if d.callers != c {
 					continue
 				}
-				p("| %s | %.1f µs | %.1f µs | %.2f | %.2f | %.0f | %.2f | %.1f µs | %.2f | %.1f | %.2f |\n", d.name, us(d.p50), us(d.p99), d.p50Ping, d.p99Ping, d.perSec, d.vsRedisRate, d.cpuUS, d.cpuVsRedisRate, d.cmds, d.trips)
+				p("| %s | %.1f µs | %.1f µs | %.2f | %.2f | %.0f | %.2f | %.1f µs | %.2f | %.1f µs | %.1f | %.2f |\n", d.name, us(d.p50), us(d.p99), d.p50Ping, d.p99Ping, d.perSec, d.vsRedisRate, d.cpuUS, d.cpuVsRedisRate, d.clientUS, d.cmds, d.trips)
 			}
 			p("\n")
 		}
@@ -230,9 +231,21 @@ func (r *report) markdown() string {
 		p("*Accepted / optimum*: the requests the upstream accepted over the most a limiter that never causes a 429 could have had accepted, N·ceil(span/W) from the first accepted arrival to the end. *Steady share*: W over the mean time between an accepted arrival and the one N later, the long-run rate as a share of N/W. *Redis calls per sent request*: the workers' round trips to Redis over the requests they sent. *Wait*: from asking the limiter to sending, per sent request.\n\n")
 		p("| load | limiter | 429s | accepted / optimum | steady share | Redis calls per sent request | wait p50 | wait p99 |\n|---|---|---|---|---|---|---|---|\n")
 		for _, f := range r.fleet {
-			p("| %s | %s | %d | %d / %d (%.1f %%) | %.1f %% | %.2f | %s | %s |\n", f.load, f.name, f.tooMany, f.accepted, f.optimum, 100*f.share(), 100*f.steady, f.callsPerSent, f.waitP50.Round(100*time.Microsecond), f.waitP99.Round(100*time.Microsecond))
+			p("| %s | %s | %d | %d / %d (%.1f %%) | %.1f %% | %.3f | %s | %s |\n", f.load, f.name, f.tooMany, f.accepted, f.optimum, 100*f.share(), 100*f.steady, f.callsPerSent, f.waitP50.Round(100*time.Microsecond), f.waitP99.Round(100*time.Microsecond))
 		}
-		p("\n")
+		p("\nthrottle's calls beyond one per sent request: ")
+		var notes []string
+		for _, f := range r.fleet {
+			if strings.HasPrefix(f.name, "throttle") {
+				notes = append(notes, fmt.Sprintf("%s, %s: %d reservations refused because their slot fell after the end of the run, %d slots retaken after a late wake-up (a Cancel and a Reserve each)", f.load, f.name, f.limited, f.retaken))
+			}
+		}
+		p("%s. Transport errors (neither a response nor a refusal) in all runs: %d.\n\n", strings.Join(notes, "; "), func() (n int) {
+			for _, f := range r.fleet {
+				n += f.errors
+			}
+			return n
+		}())
 		if r.svg != "" {
 			rel := r.svg
 			p("![sends per sliding window over time](%s)\n\n", filepath.ToSlash(rel))

@@ -108,7 +108,7 @@ func run(cfg config, out, svgPath, only string) (err error) {
 	defer rdb.Close()
 	e := &env{srv: srv, rdb: rdb, trips: trips, cfg: cfg}
 	ctx := context.Background()
-	rep := &report{cfg: cfg, redisVersion: srv.version, began: began.UTC()}
+	rep := &report{cfg: cfg, redisVersion: srv.version, began: began.UTC(), loadStart: loadAverage()}
 	if only == "" || only == "decisions" {
 		if rep.decisions, err = e.decisions(ctx, progress); err != nil {
 			return err
@@ -133,6 +133,7 @@ func run(cfg config, out, svgPath, only string) (err error) {
 		}
 	}
 	rep.took = time.Since(began)
+	rep.loadEnd = loadAverage()
 	if svgPath != "" && rep.fleet != nil {
 		if err := os.MkdirAll(filepath.Dir(svgPath), 0o755); err != nil {
 			return err

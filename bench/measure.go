@@ -41,11 +41,11 @@ func (s sample) pct(p float64) time.Duration {
 	}
 	return s.lat[min(len(s.lat)-1, int(p*float64(len(s.lat))))]
 }
-func (s sample) perSec() float64       { return float64(s.n) / s.elapsed.Seconds() }
-func (s sample) cpuPerCall() float64   { return s.cpu / float64(s.n) * 1e6 } // µs
-func (s sample) cmdsPerCall() float64  { return float64(s.commands) / float64(s.n) }
+func (s sample) perSec() float64        { return float64(s.n) / s.elapsed.Seconds() }
+func (s sample) cpuPerCall() float64    { return s.cpu / float64(s.n) * 1e6 } // µs
+func (s sample) cmdsPerCall() float64   { return float64(s.commands) / float64(s.n) }
 func (s sample) clientPerCall() float64 { return s.client / float64(s.n) * 1e6 } // µs
-func (s sample) tripsPerCall() float64 { return float64(s.trips) / float64(s.n) }
+func (s sample) tripsPerCall() float64  { return float64(s.trips) / float64(s.n) }
 
 // run calls op from c goroutines until d has passed (or each has made
 // maxCalls calls, if positive), after a warm-up, and measures it. op gets the

@@ -16,6 +16,8 @@ type report struct {
 	began        time.Time
 	took         time.Duration
 	svg          string
+	loadStart    string
+	loadEnd      string
 	decisions    []decisionResult
 	growth       []growthResult
 	memory       []memoryResult
@@ -112,6 +114,19 @@ func passMiss(ok bool) string {
 	return "**MISS**"
 }
 
+// loadAverage is the 1-minute load average from /proc/loadavg.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "unknown"
+	}
+	return f[0]
+}
+
 func cpuModel() string {
 	b, err := os.ReadFile("/proc/cpuinfo")
 	if err != nil {
@@ -159,7 +174,8 @@ func (r *report) markdown() string {
 	p("| redis-server | %s, on loopback, the same machine |\n", r.redisVersion)
 	p("| peers | %s |\n", moduleVersions())
 	p("| repetitions | %d per row; the tables give medians, and ratios are taken within a repetition |\n", r.cfg.reps)
-	p("| run time | %s |\n\n", r.took.Round(time.Second))
+	p("| run time | %s |\n", r.took.Round(time.Second))
+	p("| load average (1 min) | %s at the start, %s at the end (%d cores: above that, other work competed with the run) |\n\n", r.loadStart, r.loadEnd, runtime.NumCPU())
 	p("The machine is small: client, Redis and (in the fleet) upstream share its cores, so absolute times move from run to run. Compare within a table; the ratios are what the targets judge.\n\n")
 
 	if ts := r.targets(); len(ts) > 0 {

@@ -24,7 +24,8 @@ import (
 )
 
 type config struct {
-	reps         int
+	reps         int // repetitions of the growth and in-process rows
+	decisionReps int // repetitions of the decision rows: short, so many
 	decisionTime time.Duration
 	growthCalls  int
 	fleetTime    time.Duration
@@ -46,9 +47,9 @@ func main() {
 		runWorker(*worker)
 		return
 	}
-	cfg := config{reps: 3, decisionTime: time.Second, growthCalls: 2000, fleetTime: 4500 * time.Millisecond, benchTime: "500ms"}
+	cfg := config{reps: 3, decisionReps: 5, decisionTime: 600 * time.Millisecond, growthCalls: 2000, fleetTime: 4500 * time.Millisecond, benchTime: "500ms"}
 	if *quick {
-		cfg = config{reps: 1, decisionTime: 200 * time.Millisecond, growthCalls: 300, fleetTime: 2500 * time.Millisecond, benchTime: "100ms", quick: true}
+		cfg = config{reps: 1, decisionReps: 1, decisionTime: 200 * time.Millisecond, growthCalls: 300, fleetTime: 2500 * time.Millisecond, benchTime: "100ms", quick: true}
 	}
 	cfg.command = "cd bench && go run ."
 	if *quick {

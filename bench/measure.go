@@ -208,7 +208,7 @@ func (e *env) decisions(ctx context.Context, progress func(string)) ([]decisionR
 	}
 	all := map[key][]sample{}
 	ratios := map[key][][4]float64{}
-	for rep := range e.cfg.reps {
+	for rep := range e.cfg.decisionReps {
 		for _, c := range []int{1, 32} {
 			got := map[string]sample{}
 			for _, o := range ops {
@@ -221,7 +221,7 @@ func (e *env) decisions(ctx context.Context, progress func(string)) ([]decisionR
 				}
 				got[o.name] = s
 				all[key{o.name, c}] = append(all[key{o.name, c}], s)
-				progress(fmt.Sprintf("decisions rep %d/%d, %2d callers: %-28s p50 %6.1fµs  %7.0f/s  cpu %5.1fµs", rep+1, e.cfg.reps, c, o.name, us(s.pct(.5)), s.perSec(), s.cpuPerCall()))
+				progress(fmt.Sprintf("decisions rep %d/%d, %2d callers: %-28s p50 %6.1fµs  %7.0f/s  cpu %5.1fµs", rep+1, e.cfg.decisionReps, c, o.name, us(s.pct(.5)), s.perSec(), s.cpuPerCall()))
 			}
 			ping, rr := got["PING"], got[kRedisRate]
 			for _, o := range ops {

@@ -173,7 +173,7 @@ func (r *report) markdown() string {
 	p("| Go | %s |\n", runtime.Version())
 	p("| redis-server | %s, on loopback, the same machine |\n", r.redisVersion)
 	p("| peers | %s |\n", moduleVersions())
-	p("| repetitions | %d per row; the tables give medians, and ratios are taken within a repetition |\n", r.cfg.reps)
+	p("| repetitions | %d per decision row (short runs, limiters in turn, so that a burst of other work hits few of them), %d per other row; the tables give medians, and ratios are taken within a repetition |\n", r.cfg.decisionReps, r.cfg.reps)
 	p("| run time | %s |\n", r.took.Round(time.Second))
 	p("| load average (1 min) | %s at the start, %s at the end (%d cores: above that, other work competed with the run) |\n\n", r.loadStart, r.loadEnd, runtime.NumCPU())
 	p("The machine is small: client, Redis and (in the fleet) upstream share its cores, so absolute times move from run to run. Compare within a table; the ratios are what the targets judge.\n\n")
@@ -188,7 +188,7 @@ func (r *report) markdown() string {
 
 	if len(r.decisions) > 0 {
 		p("## One decision\n\n")
-		p("Each limiter decides for one request at a time on %d keys taken in turn, under a limit of %d per %s per key that never refuses, so these rows measure a decision and not a log's length (the next table does that). Each row runs for %s after a warm-up, at 1 and at 32 concurrent callers (goroutines of one process sharing a go-redis pool of 40). *× PING* is the latency's ratio to a `PING` measured the same way in the same repetition. *Redis CPU* is the server's `used_cpu_sys + used_cpu_user` (INFO cpu) over the row divided by its decisions. *Client CPU* is this process's user + system time (getrusage) over the row per decision: the client's side, go-redis included. *Commands* counts every command the server ran (INFO commandstats, those inside scripts and transactions included); *round trips* counts what the client sent (a go-redis hook: one per command, pipeline or transaction).\n\n", decisionKeys, decisionLimit.N, decisionLimit.Per, r.cfg.decisionTime)
+		p("Each limiter decides for one request at a time on %d keys taken in turn, under a limit of %d per %s per key that never refuses, so these rows measure a decision and not a log's length (the next table does that). Each row runs for %s after a warm-up, %d times (the medians are shown), at 1 and at 32 concurrent callers (goroutines of one process sharing a go-redis pool of 40). *× PING* is the latency's ratio to a `PING` measured the same way in the same repetition. *Redis CPU* is the server's `used_cpu_sys + used_cpu_user` (INFO cpu) over the row divided by its decisions. *Client CPU* is this process's user + system time (getrusage) over the row per decision: the client's side, go-redis included. *Commands* counts every command the server ran (INFO commandstats, those inside scripts and transactions included); *round trips* counts what the client sent (a go-redis hook: one per command, pipeline or transaction).\n\n", decisionKeys, decisionLimit.N, decisionLimit.Per, r.cfg.decisionTime, r.cfg.decisionReps)
 		for _, c := range []int{1, 32} {
 			p("**%d caller(s)**\n\n| limiter | p50 | p99 | p50 × PING | p99 × PING | decisions/s | × redis_rate | Redis CPU per decision | × redis_rate | client CPU per decision | commands | round trips |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n", c)
 			for _, d := range r.decisions {

@@ -78,12 +78,20 @@ func fleetSVG(runs []fleetResult) string {
 	p(`<text x="%d" y="%d" text-anchor="middle">seconds since the fleet started</text>`+"\n", left+int(pw/2), height-12)
 	p(`<text x="16" y="%d" transform="rotate(-90 16 %d)" text-anchor="middle">sends in the last %s</text>`+"\n", top+int(ph/2), top+int(ph/2), fleetW)
 	p(`<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="black" stroke-width="1.5" stroke-dasharray="6 4"/><text x="%d" y="%.1f" text-anchor="end">limit %d</text>`+"\n", left, width-right, y(fleetN), y(fleetN), width-right-4, y(fleetN)-5, fleetN)
-	for li, l := range lines {
+	// Drawn in reverse, so that throttle's line is on top.
+	for li := len(lines) - 1; li >= 0; li-- {
+		l := lines[li]
 		var pts []string
 		for i, v := range l.counts {
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(i), y(v)))
 		}
-		p(`<polyline fill="none" stroke="%s" stroke-width="1.8" points="%s"/>`+"\n", l.colour, strings.Join(pts, " "))
+		width := 1.6
+		if li == 0 {
+			width = 2.4
+		}
+		p(`<polyline fill="none" stroke="%s" stroke-width="%.1f" points="%s"/>`+"\n", l.colour, width, strings.Join(pts, " "))
+	}
+	for li, l := range lines {
 		ly := top + 14 + 16*li
 		p(`<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="3"/><text x="%d" y="%d">%s</text>`+"\n", left+10, left+30, ly, ly, l.colour, left+36, ly+4, l.name)
 	}

@@ -79,7 +79,7 @@ type workerResult struct {
 	// throttle only: slots given back and taken again after a late
 	// wake-up (Decision.Retaken), and reservations refused (a slot past
 	// the end of the run), each one Redis call more than one per request.
-	Retaken, Limited int
+	Retaken, Limited, Canceled int
 	WaitsMs          []float64 // per sent request: from asking to sending
 	Err              string
 }
@@ -128,8 +128,11 @@ func runWorker(arg string) {
 			mu.Lock()
 			defer mu.Unlock()
 			res.Retaken += d.Retaken
-			if d.Outcome == throttle.Limited {
+			switch d.Outcome {
+			case throttle.Limited:
 				res.Limited++
+			case throttle.Canceled:
+				res.Canceled++
 			}
 		})
 		tr, err := throttle.New(base, st, throttle.WithRule(rule), onDecision)
@@ -159,6 +162,10 @@ func runWorker(arg string) {
 				time.Sleep(retry)
 			}
 		}
+	}
+	if err := openConns(ctx, rdb, cfg.Workers+2); err != nil {
+		res.Err = err.Error()
+		return
 	}
 	time.Sleep(time.Until(cfg.Start))
 	trips0 := trips.n.Load()
@@ -262,6 +269,7 @@ type fleetResult struct {
 	errors         int
 	retaken        int
 	limited        int
+	canceled       int
 	start, stop    time.Time
 	sends          []time.Time // every arrival at the upstream, accepted or not
 }
@@ -358,6 +366,7 @@ func (e *env) fleetRun(ctx context.Context, fk fleetKind, bursty bool) (fleetRes
 		fr.errors += o.res.Errors
 		fr.retaken += o.res.Retaken
 		fr.limited += o.res.Limited
+		fr.canceled += o.res.Canceled
 		trips += o.res.Trips
 		waits = append(waits, o.res.WaitsMs...)
 	}
@@ -398,6 +407,15 @@ func (e *env) fleetRun(ctx context.Context, fk fleetKind, bursty bool) (fleetRes
 }
 
 func (e *env) fleet(ctx context.Context, progress func(string)) ([]fleetResult, error) {
+	if only := os.Getenv("BENCH_FLEET_ONLY"); only != "" { // debugging: one row
+		var keep []fleetKind
+		for _, fk := range fleetKinds {
+			if strings.Contains(fk.name, only) {
+				keep = append(keep, fk)
+			}
+		}
+		fleetKinds = keep
+	}
 	var out []fleetResult
 	for _, bursty := range []bool{false, true} {
 		for _, fk := range fleetKinds {
@@ -405,8 +423,8 @@ func (e *env) fleet(ctx context.Context, progress func(string)) ([]fleetResult, 
 			if err != nil {
 				return nil, fmt.Errorf("fleet %s: %w", fk.name, err)
 			}
-			progress(fmt.Sprintf("fleet %-10s %-45s 429s %4d accepted %4d/%4d (%.1f%%) steady %.1f%% calls/sent %.2f wait p50 %v p99 %v errors %d",
-				fr.load, fr.name, fr.tooMany, fr.accepted, fr.optimum, 100*fr.share(), 100*fr.steady, fr.callsPerSent, fr.waitP50.Round(time.Millisecond), fr.waitP99.Round(time.Millisecond), fr.errors))
+			progress(fmt.Sprintf("fleet %-10s %-45s 429s %4d accepted %4d/%4d (%.1f%%) steady %.1f%% calls/sent %.3f wait p50 %v p99 %v errors %d sent %d limited %d canceled %d retaken %d",
+				fr.load, fr.name, fr.tooMany, fr.accepted, fr.optimum, 100*fr.share(), 100*fr.steady, fr.callsPerSent, fr.waitP50.Round(time.Millisecond), fr.waitP99.Round(time.Millisecond), fr.errors, fr.sent, fr.limited, fr.canceled, fr.retaken))
 			out = append(out, fr)
 		}
 	}

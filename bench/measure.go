@@ -52,6 +52,9 @@ func (s sample) tripsPerCall() float64  { return float64(s.trips) / float64(s.n)
 // goroutine's index and its call number.
 func (e *env) run(ctx context.Context, c int, d time.Duration, maxCalls int, op func(ctx context.Context, g, i int) error) (sample, error) {
 	// Warm-up: connections, script caches, the branch predictor.
+	if err := openConns(ctx, e.rdb, c); err != nil {
+		return sample{}, err
+	}
 	for g := range c {
 		for i := range 20 {
 			if err := op(ctx, g, -1-i); err != nil {

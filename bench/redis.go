@@ -187,8 +187,29 @@ func (h *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 }
 
 func newClient(addr string, pool int) (*redis.Client, *tripCounter) {
-	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: pool, MinIdleConns: min(pool, 8)})
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: pool})
 	h := &tripCounter{}
 	c.AddHook(h)
 	return c, h
+}
+
+// openConns makes the pool hold n open connections, so that no connection
+// is set up (HELLO, CLIENT SETINFO: round trips the hook counts) while a row
+// is measured.
+func openConns(ctx context.Context, c *redis.Client, n int) error {
+	conns := make([]*redis.Conn, n)
+	defer func() {
+		for _, cn := range conns {
+			if cn != nil {
+				_ = cn.Close()
+			}
+		}
+	}()
+	for i := range conns {
+		conns[i] = c.Conn()
+		if err := conns[i].Ping(ctx).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -244,7 +244,7 @@ func (r *report) markdown() string {
 	if len(r.fleet) > 0 {
 		p("## A fleet against a strict upstream\n\n")
 		p("%d OS processes (this binary re-executed as workers) of %d goroutines each share the suite's Redis and send `POST /v1/charges` to one strict upstream, throttle's `internal/upstream/strictapi` in its own process: an exact sliding log of %d per %s on arrival that answers 429 to any excess. Each run lasts %s from a common start. *Saturating*: every goroutine sends as fast as its limiter lets it. *Bursty*: the goroutines send as fast as allowed for the first half of every %s and stay idle for the second. throttle waits for its reserved slot; each peer is used as its users use it: ask, and when refused sleep (its retry-after when it gives one, else %s) and ask again.\n\n", fleetProcs, fleetWorkers, fleetN, fleetW, r.cfg.fleetTime, fleetW, fleetPoll)
-		p("*Accepted / optimum*: the requests the upstream accepted over the most a limiter that never causes a 429 could have had accepted, N·ceil(span/W) from the first accepted arrival to the end. *Steady share*: W over the mean time between an accepted arrival and the one N later, the long-run rate as a share of N/W. *Redis calls per sent request*: the workers' round trips to Redis over the requests they sent. *Wait*: from asking the limiter to sending, per sent request.\n\n")
+		p("*Accepted / optimum*: the requests the upstream accepted over the most a limiter that never causes a 429 could have had accepted, N·ceil(span/W) from the first accepted arrival to the end. *Steady share*: W over the mean time between an accepted arrival and the one N later, the long-run rate as a share of N/W. *Redis calls per sent request*: the workers' round trips to Redis (a go-redis hook) over the requests they sent; each worker process opens its connections before the start, so connection set-up is not counted. *Wait*: from asking the limiter to sending, per sent request.\n\n")
 		p("| load | limiter | 429s | accepted / optimum | steady share | Redis calls per sent request | wait p50 | wait p99 |\n|---|---|---|---|---|---|---|---|\n")
 		for _, f := range r.fleet {
 			p("| %s | %s | %d | %d / %d (%.1f %%) | %.1f %% | %.3f | %s | %s |\n", f.load, f.name, f.tooMany, f.accepted, f.optimum, 100*f.share(), 100*f.steady, f.callsPerSent, f.waitP50.Round(100*time.Microsecond), f.waitP99.Round(100*time.Microsecond))
@@ -253,7 +253,7 @@ func (r *report) markdown() string {
 		var notes []string
 		for _, f := range r.fleet {
 			if strings.HasPrefix(f.name, "throttle") {
-				notes = append(notes, fmt.Sprintf("%s, %s: %d reservations refused because their slot fell after the end of the run, %d slots retaken after a late wake-up (a Cancel and a Reserve each)", f.load, f.name, f.limited, f.retaken))
+				notes = append(notes, fmt.Sprintf("%s, %s: %d reservations refused because their slot fell after the end of the run, %d given back when the run ended during their wait, %d slots retaken after a late wake-up (a Cancel and a Reserve each)", f.load, f.name, f.limited, f.canceled, f.retaken))
 			}
 		}
 		p("%s. Transport errors (neither a response nor a refusal) in all runs: %d.\n\n", strings.Join(notes, "; "), func() (n int) {

@@ -80,8 +80,8 @@ type workerResult struct {
 	// wake-up (Decision.Retaken), and reservations refused (a slot past
 	// the end of the run), each one Redis call more than one per request.
 	Retaken, Limited, Canceled int
-	WaitsMs          []float64 // per sent request: from asking to sending
-	Err              string
+	WaitsMs                    []float64 // per sent request: from asking to sending
+	Err                        string
 }
 
 type waitKey struct{}

@@ -16,20 +16,23 @@ import (
 //
 //   - full: the limit is L, so each decision is refused and the log stays at
 //     L (a saturated key in fail-fast mode);
-//   - admitted: the limit is L + the decisions measured, so each is admitted
-//     and appended, the log growing from L (the key of a busy fleet).
+//   - admitted: the limit is L plus a batch, so each decision is admitted
+//     and appended (the key of a busy fleet); the decisions come in batches
+//     of growthBatch, the entries they appended removed after each, so the
+//     log holds between L and L + growthBatch.
 var growthSizes = []int{100, 5_000, 100_000}
 
 const growthWindow = time.Hour
 
 type growthResult struct {
-	kind    string
-	size    int
-	mode    string // "full" or "admitted"
-	p50     time.Duration
-	cpuUS   float64
-	cmds    float64
-	bytesPE float64 // MEMORY USAGE / entries at the start, "full" only
+	kind     string
+	size     int
+	mode     string // "full" or "admitted"
+	p50      time.Duration
+	cpuUS    float64
+	scriptUS float64 // commandstats µs of the script call (EVALSHA, EVAL) per decision
+	cmds     float64
+	bytesPE  float64 // MEMORY USAGE / entries at the start, "full" only
 }
 
 // prefill writes size live entries, spread over the last minute, into the
@@ -71,6 +74,18 @@ func prefill(ctx context.Context, rdb *redis.Client, kind, redisKey string, size
 	return rdb.ZCard(ctx, redisKey).Result()
 }
 
+// growthBatch is the number of admitted decisions between two restorations
+// of the log: a tenth of the smallest size.
+const growthBatch = 10
+
+// logLen is the number of entries in the log of kind.
+func logLen(ctx context.Context, rdb *redis.Client, kind, redisKey string) (int64, error) {
+	if kind == kThrottle {
+		return rdb.LLen(ctx, redisKey).Result()
+	}
+	return rdb.ZCard(ctx, redisKey).Result()
+}
+
 func (e *env) growth(ctx context.Context, progress func(string)) ([]growthResult, error) {
 	type gk struct {
 		kind, mode string
@@ -86,42 +101,62 @@ func (e *env) growth(ctx context.Context, progress func(string)) ([]growthResult
 					if err := reset(ctx, e.rdb); err != nil {
 						return nil, err
 					}
-					n := size
+					// Full: one run; the log stays at size. Admitted: batches
+					// of growthBatch decisions, the entries they appended
+					// removed after each, so that the log holds between size
+					// and size + growthBatch whatever the size.
+					batch, n := calls, size
 					if mode == "admitted" {
-						n = size + calls + 100 // the warm-up's calls too
+						batch, n = growthBatch, size+growthBatch
 					}
 					l, err := newLimiter(ctx, kind, e.rdb, n, growthWindow, 0)
 					if err != nil {
 						return nil, err
 					}
 					rk := l.logKeys("grow")[0]
-					got, err := prefill(ctx, e.rdb, kind, rk, size)
-					if err != nil {
-						return nil, err
-					}
-					if got != int64(size) {
-						return nil, fmt.Errorf("%s: prefilled %d entries, the server holds %d", kind, size, got)
-					}
-					if mode == "full" {
-						mem, err := e.rdb.MemoryUsage(ctx, rk, 0).Result()
-						if err != nil {
-							return nil, err
-						}
-						bytes[gk{kind, mode, size}] = float64(mem) / float64(size)
-					}
 					want := mode == "admitted"
-					s, err := e.run(ctx, 1, 0, calls, func(ctx context.Context, _, _ int) error {
+					op := func(ctx context.Context, _, _ int) error {
 						ok, _, _, err := l.decide(ctx, "grow")
 						if err == nil && ok != want {
 							err = fmt.Errorf("%s with %d entries (%s): allowed=%v", kind, size, mode, ok)
 						}
 						return err
-					})
+					}
+					if _, err := prefill(ctx, e.rdb, kind, rk, size); err != nil {
+						return nil, err
+					}
+					mem, err := e.rdb.MemoryUsage(ctx, rk, 0).Result()
 					if err != nil {
 						return nil, err
 					}
+					bytes[gk{kind, mode, size}] = float64(mem) / float64(size)
+					var s sample
+					for done := 0; done < calls; done += batch {
+						if got, err := logLen(ctx, e.rdb, kind, rk); err != nil || got != int64(size) {
+							return nil, fmt.Errorf("%s: the log holds %d entries, not %d (%v)", kind, got, size, err)
+						}
+						warm := 0
+						if mode == "full" {
+							warm = 20 // refused: the log does not grow
+						}
+						b, err := e.runWarm(ctx, 1, 0, min(batch, calls-done), warm, op)
+						if err != nil {
+							return nil, err
+						}
+						s = s.add(b)
+						if mode == "admitted" { // drop what the batch appended
+							if kind == kThrottle {
+								err = e.rdb.RPopCount(ctx, rk, b.n).Err()
+							} else {
+								err = e.rdb.ZRemRangeByRank(ctx, rk, int64(-b.n), -1).Err()
+							}
+							if err != nil {
+								return nil, err
+							}
+						}
+					}
 					samples[gk{kind, mode, size}] = append(samples[gk{kind, mode, size}], s)
-					progress(fmt.Sprintf("growth rep %d/%d: %-28s %7d entries %-8s p50 %6.1fµs cpu %6.1fµs", rep+1, e.cfg.reps, kind, size, mode, us(s.pct(.5)), s.cpuPerCall()))
+					progress(fmt.Sprintf("growth rep %d/%d: %-28s %7d entries %-8s p50 %6.1fµs script %6.1fµs cpu %6.1fµs", rep+1, e.cfg.reps, kind, size, mode, us(s.pct(.5)), s.scriptPerCall(), s.cpuPerCall()))
 				}
 			}
 		}
@@ -133,10 +168,11 @@ func (e *env) growth(ctx context.Context, progress func(string)) ([]growthResult
 				ss := samples[gk{kind, mode, size}]
 				out = append(out, growthResult{
 					kind: kind, size: size, mode: mode,
-					p50:     time.Duration(median(ss, func(s sample) float64 { return float64(s.pct(.5)) })),
-					cpuUS:   median(ss, sample.cpuPerCall),
-					cmds:    median(ss, sample.cmdsPerCall),
-					bytesPE: bytes[gk{kind, "full", size}],
+					p50:      time.Duration(median(ss, func(s sample) float64 { return float64(s.pct(.5)) })),
+					cpuUS:    median(ss, sample.cpuPerCall),
+					scriptUS: median(ss, sample.scriptPerCall),
+					cmds:     median(ss, sample.cmdsPerCall),
+					bytesPE:  bytes[gk{kind, "full", size}],
 				})
 			}
 		}

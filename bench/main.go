@@ -47,7 +47,7 @@ func main() {
 		runWorker(*worker)
 		return
 	}
-	cfg := config{reps: 3, decisionReps: 5, decisionTime: 600 * time.Millisecond, growthCalls: 2000, fleetTime: 4500 * time.Millisecond, benchTime: "500ms"}
+	cfg := config{reps: 3, decisionReps: 5, decisionTime: 600 * time.Millisecond, growthCalls: 5000, fleetTime: 4500 * time.Millisecond, benchTime: "500ms"}
 	if *quick {
 		cfg = config{reps: 1, decisionReps: 1, decisionTime: 200 * time.Millisecond, growthCalls: 300, fleetTime: 2500 * time.Millisecond, benchTime: "100ms", quick: true}
 	}

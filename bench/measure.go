@@ -32,6 +32,7 @@ type sample struct {
 	cpu      float64 // Redis CPU seconds during the run
 	client   float64 // this process's CPU seconds during the run (getrusage)
 	commands int64   // Redis commands, those inside scripts and transactions included
+	scriptUS int64   // INFO commandstats microseconds of EVAL and EVALSHA
 	trips    int64   // client round trips
 }
 
@@ -44,19 +45,25 @@ func (s sample) pct(p float64) time.Duration {
 func (s sample) perSec() float64        { return float64(s.n) / s.elapsed.Seconds() }
 func (s sample) cpuPerCall() float64    { return s.cpu / float64(s.n) * 1e6 } // µs
 func (s sample) cmdsPerCall() float64   { return float64(s.commands) / float64(s.n) }
-func (s sample) clientPerCall() float64 { return s.client / float64(s.n) * 1e6 } // µs
+func (s sample) clientPerCall() float64 { return s.client / float64(s.n) * 1e6 }      // µs
+func (s sample) scriptPerCall() float64 { return float64(s.scriptUS) / float64(s.n) } // µs
 func (s sample) tripsPerCall() float64  { return float64(s.trips) / float64(s.n) }
 
 // run calls op from c goroutines until d has passed (or each has made
 // maxCalls calls, if positive), after a warm-up, and measures it. op gets the
 // goroutine's index and its call number.
 func (e *env) run(ctx context.Context, c int, d time.Duration, maxCalls int, op func(ctx context.Context, g, i int) error) (sample, error) {
+	return e.runWarm(ctx, c, d, maxCalls, 20, op)
+}
+
+// runWarm is run with warm calls per goroutine first.
+func (e *env) runWarm(ctx context.Context, c int, d time.Duration, maxCalls, warm int, op func(ctx context.Context, g, i int) error) (sample, error) {
 	// Warm-up: connections, script caches, the branch predictor.
 	if err := openConns(ctx, e.rdb, c); err != nil {
 		return sample{}, err
 	}
 	for g := range c {
-		for i := range 20 {
+		for i := range warm {
 			if err := op(ctx, g, -1-i); err != nil {
 				return sample{}, fmt.Errorf("warm-up: %w", err)
 			}
@@ -106,7 +113,8 @@ func (e *env) run(ctx context.Context, c int, d time.Duration, maxCalls int, op 
 			return sample{}, err
 		}
 	}
-	s := sample{elapsed: elapsed, cpu: b.cpu - a.cpu, commands: commandsSince(a, b), trips: trips, client: client}
+	s := sample{elapsed: elapsed, cpu: b.cpu - a.cpu, commands: commandsSince(a, b), trips: trips, client: client,
+		scriptUS: b.usec["evalsha"] - a.usec["evalsha"] + b.usec["eval"] - a.usec["eval"]}
 	for _, l := range lats {
 		s.lat = append(s.lat, l...)
 	}
@@ -258,6 +266,20 @@ func (e *env) decisions(ctx context.Context, progress func(string)) ([]decisionR
 		}
 	}
 	return out, nil
+}
+
+// add merges two samples of the same operation.
+func (s sample) add(t sample) sample {
+	s.lat = append(s.lat, t.lat...)
+	slices.Sort(s.lat)
+	s.n += t.n
+	s.elapsed += t.elapsed
+	s.cpu += t.cpu
+	s.client += t.client
+	s.commands += t.commands
+	s.scriptUS += t.scriptUS
+	s.trips += t.trips
+	return s
 }
 
 func median[T any](xs []T, f func(T) float64) float64 {

@@ -104,6 +104,7 @@ func infoField(info, name string) string {
 type snapshot struct {
 	cpu   float64          // used_cpu_sys + used_cpu_user, seconds
 	calls map[string]int64 // INFO commandstats calls per command
+	usec  map[string]int64 // INFO commandstats microseconds per command
 }
 
 func takeSnapshot(ctx context.Context, c *redis.Client) (snapshot, error) {
@@ -116,7 +117,7 @@ func takeSnapshot(ctx context.Context, c *redis.Client) (snapshot, error) {
 	if err1 != nil || err2 != nil {
 		return snapshot{}, fmt.Errorf("INFO cpu: unexpected reply")
 	}
-	s := snapshot{cpu: sys + user, calls: map[string]int64{}}
+	s := snapshot{cpu: sys + user, calls: map[string]int64{}, usec: map[string]int64{}}
 	for _, line := range strings.Split(info, "\r\n") {
 		rest, ok := strings.CutPrefix(line, "cmdstat_")
 		if !ok {
@@ -130,6 +131,10 @@ func takeSnapshot(ctx context.Context, c *redis.Client) (snapshot, error) {
 			if v, ok := strings.CutPrefix(f, "calls="); ok {
 				n, _ := strconv.ParseInt(v, 10, 64)
 				s.calls[name] = n
+			}
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				s.usec[name] = n
 			}
 		}
 	}

@@ -71,8 +71,8 @@ func (r *report) targets() []target {
 	for _, mode := range []string{"full", "admitted"} {
 		a, b := r.growthOf(kThrottle, mode, 100), r.growthOf(kThrottle, mode, 100_000)
 		if a != nil && b != nil {
-			x := b.cpuUS / a.cpuUS
-			ts = append(ts, target{"Redis CPU per decision at 100,000 live entries ≤ 1.2× at 100 (" + mode + " log)", fmt.Sprintf("%.2f× (%.1f µs vs %.1f µs)", x, b.cpuUS, a.cpuUS), x <= 1.2})
+			x := b.scriptUS / a.scriptUS
+			ts = append(ts, target{"cost of a decision (the script's time in Redis) at 100,000 live entries ≤ 1.2× at 100 (" + mode + " log)", fmt.Sprintf("%.2f× (%.1f µs vs %.1f µs)", x, b.scriptUS, a.scriptUS), x <= 1.2})
 		}
 	}
 	for _, m := range r.memory {
@@ -208,11 +208,11 @@ func (r *report) markdown() string {
 
 	if len(r.growth) > 0 {
 		p("## Cost as the log grows\n\n")
-		p("One key whose log holds L live entries (spread over the last minute, limit per hour), one caller, %d decisions per repetition. *Full*: the limit is L, every decision is refused and the log stays at L (a saturated key in fail-fast mode). *Admitted*: the limit is L + the decisions, every decision is admitted and appended (the log grows from L). *Redis CPU* per decision as above; *bytes per entry* is `MEMORY USAGE` of the key over L.\n\n", r.cfg.growthCalls)
-		p("| limiter | log | live entries | p50 | Redis CPU per decision | × at 100 | commands | bytes per entry |\n|---|---|---|---|---|---|---|---|\n")
+		p("One key whose log holds L live entries (spread over the last minute, limit per hour), one caller, %d decisions per repetition. *Full*: the limit is L, every decision is refused and the log stays at L (a saturated key in fail-fast mode). *Admitted*: every decision is admitted and appended (the key of a busy fleet); they come in batches of %d, the entries each batch appended removed after it, so the log holds between L and L + %d. *Script time* is the server's own time in the script call per decision (`INFO commandstats` usec of EVALSHA or EVAL): the cost that a longer log could raise, free of the network and of the suite's own commands; *Redis CPU* as above (in the admitted rows it includes the suite's `INFO` between batches); *bytes per entry* is `MEMORY USAGE` of the key over L.\n\n", r.cfg.growthCalls, growthBatch, growthBatch)
+		p("| limiter | log | live entries | p50 | script time per decision | × at 100 | Redis CPU per decision | commands | bytes per entry |\n|---|---|---|---|---|---|---|---|---|\n")
 		for _, g := range r.growth {
 			base := r.growthOf(g.kind, g.mode, 100)
-			p("| %s | %s | %d | %.1f µs | %.1f µs | %.2f | %.1f | %.1f |\n", g.kind, g.mode, g.size, us(g.p50), g.cpuUS, g.cpuUS/base.cpuUS, g.cmds, g.bytesPE)
+			p("| %s | %s | %d | %.1f µs | %.2f µs | %.2f | %.1f µs | %.1f | %.1f |\n", g.kind, g.mode, g.size, us(g.p50), g.scriptUS, g.scriptUS/base.scriptUS, g.cpuUS, g.cmds, g.bytesPE)
 		}
 		p("\n")
 	}

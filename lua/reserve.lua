@@ -136,7 +136,18 @@ end
 -- Idle keys vanish once their newest entry has left the largest window.
 -- A TTL is never shortened: another caller's longer window may need it.
 local ttl = math.floor((wait + max_w) / 1000) + 1
-if redis.call('PTTL', key) < ttl then
+if len == 0 then
+  -- The log did not exist, or the trim emptied (deleted) it: no TTL to keep.
   redis.call('PEXPIRE', key, string.format('%.0f', ttl))
+else
+  -- Every write sets a TTL, so the log has one: PEXPIRE GT (Redis 7.0)
+  -- extends it in one call. An older server answers GT with an error; then
+  -- the TTL is read and compared.
+  local r = redis.pcall('PEXPIRE', key, string.format('%.0f', ttl), 'GT')
+  if type(r) == 'table' and r.err then
+    if redis.call('PTTL', key) < ttl then
+      redis.call('PEXPIRE', key, string.format('%.0f', ttl))
+    end
+  end
 end
 return { 1, wait, s, limit, source }

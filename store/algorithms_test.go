@@ -471,3 +471,17 @@ func serverCPU(t *testing.T, c *redis.Client, f func()) float64 {
 	f()
 	return read() - before
 }
+
+// TestMemoryDefaultClock runs feedback and every algorithm on a Memory store
+// with its own clock (no WithClock), as programs use it.
+func TestMemoryDefaultClock(t *testing.T) {
+	m, err := store.NewMemory()
+	require.NoError(t, err)
+	require.NoError(t, m.Learn(ctx, "k", store.Learned{Pause: time.Millisecond}))
+	for _, alg := range append([]store.Algorithm{store.SlidingLog}, countingAlgorithms...) {
+		res := reserve(t, m, "k", algReq(alg, 1, time.Second, lim(1, time.Second)))
+		require.True(t, res.Allowed, alg.String())
+		assert.True(t, res.Upstream, "%s: the pause holds the slot", alg)
+		assert.Greater(t, res.Delay, time.Duration(0), alg.String())
+	}
+}

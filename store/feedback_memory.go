@@ -34,7 +34,7 @@ func (m *Memory) Learn(ctx context.Context, key string, l Learned) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := m.now().UnixMicro()
+	now := m.micros()
 	if m.feedback == nil {
 		m.feedback = make(map[string]*memFeedback)
 	}

@@ -12,7 +12,13 @@ import (
 // trims a bounded number per call; that changes memory, not answers). It is safe for concurrent use
 // and starts no goroutine; expired keys are dropped lazily.
 type Memory struct {
-	now func() time.Time
+	now func() time.Time // nil: the monotonic clock, from start
+	// start is when the store was made; without WithClock, now is
+	// start's wall time plus the monotonic time since: one cheap clock
+	// read per call (time.Since reads only the monotonic clock), and
+	// immune to steps of the wall clock.
+	start     time.Time
+	startWall int64 // start.UnixMicro()
 
 	mu       sync.Mutex
 	logs     map[string]*memLog
@@ -21,6 +27,14 @@ type Memory struct {
 	feedback map[string]*memFeedback
 	calls    int // Reserve calls since the last sweep of expired keys
 	kept     int // keys left by the last sweep
+}
+
+// micros reads the store's clock in microseconds; m.mu is held.
+func (m *Memory) micros() int64 {
+	if m.now != nil {
+		return m.now().UnixMicro()
+	}
+	return m.startWall + int64(time.Since(m.start)/time.Microsecond)
 }
 
 // memLog is the log of one key: send times in microseconds, oldest first,
@@ -46,7 +60,9 @@ const sweepEvery = 4096
 // MemoryOption configures NewMemory.
 type MemoryOption func(*Memory) error
 
-// WithClock replaces time.Now as the clock of a Memory store, e.g. for tests.
+// WithClock replaces the clock of a Memory store, e.g. for tests. Without it,
+// the store reads the monotonic clock (the wall time at NewMemory plus the
+// time elapsed since), so steps of the wall clock do not move its slots.
 func WithClock(now func() time.Time) MemoryOption {
 	return func(m *Memory) error {
 		if now == nil {
@@ -59,7 +75,8 @@ func WithClock(now func() time.Time) MemoryOption {
 
 // NewMemory returns an empty Memory store.
 func NewMemory(opts ...MemoryOption) (*Memory, error) {
-	m := &Memory{now: time.Now, logs: make(map[string]*memLog), counters: make(map[counterKey]*counterState)}
+	start := time.Now()
+	m := &Memory{start: start, startWall: start.UnixMicro(), logs: make(map[string]*memLog), counters: make(map[counterKey]*counterState)}
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("store: NewMemory: nil option")
@@ -87,7 +104,7 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (Reservat
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	// Read under the lock, so that calls see the clock in order.
-	now := m.now().UnixMicro()
+	now := m.micros()
 	m.calls++
 	// Sweeping costs a pass over the map: doing it once per max(sweepEvery,
 	// keys kept last time) calls keeps its cost per call constant however
@@ -116,6 +133,7 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (Reservat
 	}
 	if lg == nil {
 		lg = &memLog{}
+		m.logs[key] = lg
 	}
 	// As in reserve.lua: entries at or before min(now, last) - maxW are
 	// outside every window a later call checks, even after a Cancel.
@@ -163,7 +181,6 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (Reservat
 	}
 	// Like the script's PEXPIRE, never shortened.
 	lg.expires = max(lg.expires, s+maxW+1000)
-	m.logs[key] = lg
 	res.Allowed, res.Delay, res.Slot = true, time.Duration(wait)*time.Microsecond, s
 	return res, nil
 }

@@ -171,6 +171,8 @@ func (f *failure) setup(t *Transport) error {
 	return nil
 }
 
+func noop() {}
+
 // reserve reserves a slot for req in the shared store or, when that fails or
 // is marked down and the policy is FailLocal, in the local limiter. It returns
 // the store that holds the reservation (for Cancel) and, when the shared
@@ -182,7 +184,13 @@ func (t *Transport) reserve(ctx context.Context, r *rule, key string, req store.
 	var cause error
 	try := h.begin(t.now())
 	if try != skip {
-		sctx, cancel := context.WithTimeout(ctx, t.storeFailure.timeout)
+		// The timeout is for stores that do I/O; a Memory store never waits
+		// on anything but its lock, and a timer per call would cost it more
+		// than the call (3 allocations and a timer).
+		sctx, cancel := ctx, context.CancelFunc(noop)
+		if _, inProcess := t.store.(*store.Memory); !inProcess {
+			sctx, cancel = context.WithTimeout(ctx, t.storeFailure.timeout)
+		}
 		res, err := t.store.Reserve(sctx, key, req)
 		cancel()
 		switch {

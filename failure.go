@@ -161,7 +161,7 @@ func (f *failure) setup(t *Transport) error {
 		for i, l := range r.eff {
 			// The epsilon keeps 300 × (1/3) at 100 despite rounding.
 			n := max(1, int(math.Floor(float64(l.N)*f.share+1e-9)))
-			r.local[i] = Limit{N: n, Per: l.Per}
+			r.local[i] = Limit{N: n, Per: l.Per, Precision: l.Precision}
 			if r.localMinN == 0 || n < r.localMinN {
 				r.localMinN = n
 			}
@@ -234,8 +234,9 @@ func (t *Transport) mirror(r *rule, key string, cost int) {
 	if t.storeFailure.local == nil || cost > r.localMinN {
 		return
 	}
+	// The rule's algorithm, as reserve uses: each keeps its own state.
 	_, _ = t.storeFailure.local.Reserve(context.Background(), key,
-		store.Request{Limits: r.local, Cost: cost, MaxWait: r.localMaxPer})
+		store.Request{Limits: r.local, Cost: cost, MaxWait: r.localMaxPer, Algorithm: r.Algorithm})
 }
 
 // attempt says how a request may use the shared store.

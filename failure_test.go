@@ -352,8 +352,23 @@ func TestStoreTimeoutOption(t *testing.T) {
 // limiter, so a process that used its share of the window just before the
 // store died waits for the window to pass instead of adding a share on top.
 func TestFailLocalStartsFromOwnSends(t *testing.T) {
+	// The local limiter counts with the rule's algorithm, mirrored sends
+	// included (each algorithm keeps its own state in a Memory store).
+	for _, tc := range []struct {
+		alg   Algorithm
+		limit Limit
+	}{
+		{SlidingLog, PerSecond(8)},
+		{FixedWindow, PerSecond(8)},
+		{Buckets, Limit{N: 8, Per: time.Second, Precision: 100 * time.Millisecond}},
+	} {
+		t.Run(tc.alg.String(), func(t *testing.T) { failLocalStartsFromOwnSends(t, tc.alg, tc.limit) })
+	}
+}
+
+func failLocalStartsFromOwnSends(t *testing.T, alg Algorithm, limit Limit) {
 	synctest.Test(t, func(t *testing.T) {
-		rule := Rule{Name: "r", Host: "api.example.com", Key: Fixed("k"), Limits: []Limit{PerSecond(8)}, Margin: NoMargin}
+		rule := Rule{Name: "r", Host: "api.example.com", Key: Fixed("k"), Limits: []Limit{limit}, Margin: NoMargin, Algorithm: alg}
 		g := newOutageRig(t, rule, WithStoreFailure(FailLocal), WithLocalShare(0.25))
 		start := time.Now()
 		for range 2 { // its share of the window, through the shared store

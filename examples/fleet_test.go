@@ -426,7 +426,7 @@ func TestFleet(t *testing.T) {
 		explain429(t, st, rate, time.Second)
 
 		require.Zero(t, st.Rejected, "429s at the upstream\n%s", res.output)
-		require.Equal(t, received, tot.sent, "requests sent by the processes and received by the upstream")
+		requireSentReceived(t, tot.sent, received, procs*workersPerProc, "payments")
 		require.Zero(t, tot.errors, res.output)
 		require.GreaterOrEqual(t, share, 0.99, "accepted %d of an optimum of %d", st.Accepted, opt)
 		require.LessOrEqual(t, perReq, 1.05, "script calls per request")
@@ -507,13 +507,23 @@ func TestFleet(t *testing.T) {
 			explain429(t, ks, n, w)
 		}
 		require.Zero(t, st.Total.Rejected, "429s at the upstream\n%s", res.output)
-		require.Equal(t, st.Total.Accepted, tot.sent)
+		requireSentReceived(t, tot.sent, st.Total.Accepted, procs*workersPerProc, "instagram")
 		require.Zero(t, tot.errors, res.output)
 		for i := range tokens {
 			require.GreaterOrEqual(t, shares[i], 0.99, "token %d: accepted %.2f%% of an optimum of %d", i+1, 100*shares[i], opts[i])
 		}
 		t.Logf("script calls=%d per request=%.3f", res.calls, float64(res.calls)/float64(st.Total.Accepted+st.Total.Rejected))
 	})
+}
+
+// requireSentReceived checks that the upstream received what the processes
+// sent, but for requests still in flight when a run's context ended: a
+// process counts a request as sent when its slot comes, and the end of the
+// run may cancel it before the upstream has read it; at most one per worker.
+func requireSentReceived(t *testing.T, sent, received, workers int, what string) {
+	t.Helper()
+	require.LessOrEqual(t, received, sent, "%s: the upstream received requests no process sent", what)
+	require.LessOrEqual(t, sent-received, workers, "%s: sent %d, received %d: more lost than requests in flight at the end", what, sent, received)
 }
 
 // assertNoTokens scans every Redis key and fails if a key name or a value

@@ -29,18 +29,7 @@ func prec(n int, per, precision time.Duration) store.Limit {
 // TestAlgorithmCases checks each counting algorithm's exact slots on every
 // store, on a fake clock that starts on a whole second (so windows and
 // buckets of whole milliseconds start with it).
-func TestAlgorithmCases(t *testing.T) {
-	for _, im := range impls(t) {
-		t.Run(im.name, func(t *testing.T) {
-			for _, c := range algorithmCases {
-				t.Run(c.name, func(t *testing.T) {
-					clock := newFakeClock()
-					c.run(t, im.open(t, clock.Now), clock, uniqueKey(t))
-				})
-			}
-		})
-	}
-}
+func TestAlgorithmCases(t *testing.T) { runCases(t, algorithmCases) }
 
 type allowed struct {
 	delay time.Duration

@@ -116,10 +116,13 @@ func lim(n int, per time.Duration) store.Limit { return store.Limit{N: n, Per: p
 
 // TestConformance runs the same cases, with the same expectations, on every
 // store, on a fake clock so that every slot is exact.
-func TestConformance(t *testing.T) {
+func TestConformance(t *testing.T) { runCases(t, conformanceCases) }
+
+// runCases runs cases on every store, each on a fresh fake clock and key.
+func runCases(t *testing.T, cases []conformanceCase) {
 	for _, im := range impls(t) {
 		t.Run(im.name, func(t *testing.T) {
-			for _, c := range conformanceCases {
+			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) {
 					clock := newFakeClock()
 					c.run(t, im.open(t, clock.Now), clock, uniqueKey(t))

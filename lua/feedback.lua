@@ -5,6 +5,9 @@
 --          Fields (times in microseconds on the same clock as reserve.lua):
 --          p = pause until; n, w, le = learned limit of n per w, valid until
 --          le; b, r = budget of b units left until the reset r.
+-- KEYS[2]  optional: the key's log (see reserve.lua), whose last entry is
+--          marked (made negative) so that the next reserve.lua reads the
+--          feedback: it reads the hash only when it finds a mark.
 -- ARGV[1]  now in microseconds, or "" to read the server clock with TIME.
 -- ARGV[2]  pause in microseconds from now (0: none).
 -- ARGV[3]  learned limit N (0: none); ARGV[4] its window W and ARGV[5] how
@@ -62,6 +65,10 @@ if last > now then
   if redis.call('PTTL', fb) < ttl_ms then
     redis.call('PEXPIRE', fb, string.format('%.0f', ttl_ms))
   end
+end
+if last > now and KEYS[2] then
+  local e = redis.call('LINDEX', KEYS[2], -1)
+  if e and tonumber(e) > 0 then redis.call('LSET', KEYS[2], -1, -tonumber(e)) end
 end
 if p > now then return p - now end
 return 0

@@ -2,7 +2,9 @@
 -- reservation sliding log of DESIGN.md).
 --
 -- KEYS[1]   the log: a LIST of send times in microseconds, oldest first.
---           Times at or after "now" are reservations not yet sent.
+--           Times at or after "now" are reservations not yet sent. A
+--           negative entry is the time -entry, marked: the key has (or had
+--           when it was written) upstream feedback to read; see below.
 -- ARGV[1]   cost: how many units the request takes (integer, 1 <= cost <= every N).
 -- ARGV[2]   max wait in microseconds (integer >= 0): a slot further away is refused.
 -- KEYS[2]   optional: the key's feedback, a HASH beside the log under the same
@@ -16,7 +18,7 @@
 --
 -- Reply: { allowed, wait, slot, limit, source }
 --   allowed  1 when cost entries were appended at slot, 0 when nothing was
---            recorded (old entries may still have been trimmed).
+--            recorded.
 --   wait     microseconds from now until the slot (the delay when allowed,
 --            the time to retry when refused).
 --   slot     the reserved send time in microseconds (0 when refused); Cancel
@@ -29,66 +31,72 @@
 -- The slot s is max(now, last entry, max_i(entry[-(N_i - cost + 1)] + W_i)):
 -- never before the last entry, so the log stays ordered and the only window a
 -- new entry can fill is the one ending at s, which then holds exactly N_i.
+--
+-- Cost: every Redis command a script runs costs about as much as a short
+-- script's whole fixed overhead, so the common call runs four: TIME, LINDEX
+-- of the last entry, LINDEX of the entry that decides, RPUSH. The TTL, the
+-- trim and the feedback are paid only when they can matter (see each).
 
 local key = KEYS[1]
-local cost = tonumber(ARGV[1])
-local max_wait = tonumber(ARGV[2])
+-- Strings become numbers by arithmetic (x + 0): cheaper than tonumber here.
+local cost = ARGV[1] + 0
 
 local now
 if ARGV[3] == '' then
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = t[1] * 1000000 + t[2]
 else
-  now = tonumber(ARGV[3])
+  now = ARGV[3] + 0
 end
 
-local max_w = 0
-for i = 6, #ARGV, 2 do
-  local w = tonumber(ARGV[i])
-  if w > max_w then max_w = w end
+-- The newest entry: the slot never goes before it, and nil says the log is
+-- empty (Redis deletes an empty LIST). A mark on it says there is feedback.
+local last = redis.call('LINDEX', key, -1)
+local marked = true
+if last then
+  last = last + 0
+  if last < 0 then last = -last else marked = false end
 end
 
--- Trim: entries at or before min(now, last) - max_w lie outside every window
--- a later call will check, because its slot is at or after its own now and
--- after the last entry. Against now alone, a caller with an older now could
--- come next; against last alone, a Cancel could take the last entry away.
--- A bounded number go per call: each call appends cost entries and may drop
--- cost + 2, so a busy log keeps no more than it must and no call pays for a
--- long gap (an idle log expires whole). The log thus holds about the N of the
--- longest window, plus the units of reservations still waiting, plus old
--- entries not trimmed yet.
-local len = redis.call('LLEN', key)
-local last
-if len > 0 then
-  last = tonumber(redis.call('LINDEX', key, -1))
-  local horizon = math.min(now, last) - max_w
-  local dropped = 0
-  while dropped < cost + 2 and dropped < len do
-    if tonumber(redis.call('LINDEX', key, 0)) > horizon then break end
-    redis.call('LPOP', key)
-    dropped = dropped + 1
-  end
-  len = len - dropped
-end
-
+-- One pass over the limits: the slot they allow, and the largest N and W
+-- (for the trim and the TTL). Entries too old to matter may still be in the
+-- log (trimming is lazy, below): they are at least max_w before now, so they
+-- never set a slot.
 local s, limit, source = now, 0, 0
+local max_w, max_n = 0, 0
 for i = 5, #ARGV, 2 do
-  local k = tonumber(ARGV[i]) - cost + 1
-  if k <= len then
-    local t = tonumber(redis.call('LINDEX', key, -k)) + tonumber(ARGV[i + 1])
-    if t > s then s, limit = t, (i - 3) / 2 end
+  local n, w = ARGV[i] + 0, ARGV[i + 1] + 0
+  if w > max_w then max_w = w end
+  if n > max_n then max_n = n end
+  if last then
+    local k = n - cost + 1
+    local e = last
+    if k > 1 then
+      e = redis.call('LINDEX', key, -k)
+      if e then
+        e = e + 0
+        if e < 0 then e = -e end
+      end
+    end
+    if e then
+      e = e + w
+      if e > s then s, limit = e, (i - 3) / 2 end
+    end
   end
 end
 
--- What the upstream said (one HMGET): a pause and an exhausted budget hold
--- the slot back to their end, refused at once past the max server wait; a
--- learned limit counts like one more limit of the request.
-local fb, budget = KEYS[2], nil
-if fb then
+-- What the upstream said (one HMGET), read when the log is new or its last
+-- entry is marked: feedback.lua marks it when it writes, and each call marks
+-- its own entry while the feedback lasts. A pause and an exhausted budget
+-- hold the slot back to their end, refused at once past the max server
+-- wait; a learned limit counts like one more limit of the request.
+local fb, budget, active = KEYS[2], nil, false
+if fb and marked then
   local f = redis.call('HMGET', fb, 'p', 'n', 'w', 'le', 'b', 'r')
   local hold = tonumber(f[1]) or 0
   local b, r = tonumber(f[5]), tonumber(f[6])
   if b and r and r > now then
+    active = true
     if b < cost then
       hold = math.max(hold, r)
     else
@@ -96,17 +104,26 @@ if fb then
     end
   end
   if hold > now then
+    active = true
     if hold - now > tonumber(ARGV[4]) then
       return { 0, hold - now, 0, 0, 1 }
     end
     if hold >= s then s, limit, source = hold, 0, 1 end
   end
   local n, w, le = tonumber(f[2]), tonumber(f[3]), tonumber(f[4])
-  if n and w and le and le > now and w <= max_w then
-    local k = math.max(n - cost + 1, 1)
-    if k <= len then
-      local t = tonumber(redis.call('LINDEX', key, -k)) + w
-      if t > s then s, limit, source = t, 0, 2 end
+  if n and w and le and le > now then
+    active = true
+    if last and w <= max_w then
+      local e = last
+      local k = math.max(n - cost + 1, 1)
+      if k > 1 then
+        e = redis.call('LINDEX', key, -k)
+        if e then
+          e = tonumber(e)
+          if e < 0 then e = -e end
+        end
+      end
+      if e and e + w > s then s, limit, source = e + w, 0, 2 end
     end
   end
 end
@@ -115,38 +132,89 @@ end
 if last and last > s then s, limit, source = last, 0, 0 end
 
 local wait = s - now
-if wait > max_wait then
+if wait > ARGV[2] + 0 then
   return { 0, wait, 0, limit, source }
 end
 -- A slot before the budget's reset spends it.
 if budget and s < budget then redis.call('HINCRBY', fb, 'b', -cost) end
 
-local slot = string.format('%.0f', s)
--- RPUSH in chunks: unpack of a large table overflows the Lua stack.
-local chunk = {}
-for j = 1, math.min(cost, 1000) do chunk[j] = slot end
-local left = cost
-while left > 0 do
-  if left < #chunk then
-    for j = left + 1, #chunk do chunk[j] = nil end
-  end
-  redis.call('RPUSH', key, unpack(chunk))
-  left = left - #chunk
-end
--- Idle keys vanish once their newest entry has left the largest window.
--- A TTL is never shortened: another caller's longer window may need it.
-local ttl = math.floor((wait + max_w) / 1000) + 1
-if len == 0 then
-  -- The log did not exist, or the trim emptied (deleted) it: no TTL to keep.
-  redis.call('PEXPIRE', key, string.format('%.0f', ttl))
+-- Lua numbers that hold integers reach Redis as integers (%.17g before
+-- Redis 7.2, an integer conversion since): times in microseconds stay below
+-- 2^53, so they are exact.
+local entry = s
+if active then entry = -s end
+local len
+if cost == 1 then
+  len = redis.call('RPUSH', key, entry)
 else
-  -- Every write sets a TTL, so the log has one: PEXPIRE GT (Redis 7.0)
-  -- extends it in one call. An older server answers GT with an error; then
-  -- the TTL is read and compared.
-  local r = redis.pcall('PEXPIRE', key, string.format('%.0f', ttl), 'GT')
-  if type(r) == 'table' and r.err then
-    if redis.call('PTTL', key) < ttl then
-      redis.call('PEXPIRE', key, string.format('%.0f', ttl))
+  -- RPUSH in chunks: unpack of a large table overflows the Lua stack.
+  local chunk = {}
+  for j = 1, math.min(cost, 1000) do chunk[j] = entry end
+  local left = cost
+  while left > 0 do
+    if left < #chunk then
+      for j = left + 1, #chunk do chunk[j] = nil end
+    end
+    len = redis.call('RPUSH', key, unpack(chunk))
+    left = left - #chunk
+  end
+end
+
+-- Trim, lazily: entries at or before min(now, last) - max_w lie outside
+-- every window a later call will check, because its slot is at or after its
+-- own now and after the last entry. (Against now alone, a caller with an
+-- older now could come next; against last alone, a Cancel could take the
+-- last entry away.) Only the newest max_n entries can set a slot, so the
+-- older ones go once they have left the window, in one LTRIM, each time the
+-- log grows past another multiple of `slack`: most calls pay nothing, and
+-- the log holds at most max_n + slack entries plus those still inside the
+-- window (reservations waiting, entries kept for a Cancel).
+local slack = 8
+if max_n > 64 then slack = math.ceil(max_n / 8) end
+if last and len > max_n + 1 and len % slack < cost then
+  local horizon = math.min(now, last) - max_w
+  local function at(i)
+    return math.abs(tonumber(redis.call('LINDEX', key, i)))
+  end
+  local idx = len - max_n - 1 -- the (max_n + 1)-th newest, from the front
+  if at(idx) <= horizon then
+    redis.call('LTRIM', key, idx + 1, -1)
+  elseif at(0) <= horizon then
+    -- Reservations still inside the window: drop the old entries before
+    -- them, found by bisection (entry[lo] <= horizon < entry[hi]).
+    local lo, hi = 0, idx
+    while hi - lo > 1 do
+      local mid = math.floor((lo + hi) / 2)
+      if at(mid) <= horizon then lo = mid else hi = mid end
+    end
+    redis.call('LTRIM', key, lo + 1, -1)
+  end
+end
+
+-- Idle keys vanish once their newest entry has left the largest window. Each
+-- TTL covers every slot of the half window ("period") the new entry is in,
+-- so only the first entry of each period pays for a PEXPIRE (an idle log
+-- lives at most 1.5 windows); a TTL is never shortened (GT): another
+-- caller's longer window may need it.
+local period = max_w / 2
+if period < 1000 then period = 1000 end
+period = period - period % 1
+local start = s - s % period -- the period's start
+if not last or last - last % period < start then
+  local ttl = start + period + max_w - now
+  ttl = (ttl - ttl % 1000) / 1000 + 1
+  if not last then
+    -- The log did not exist: no TTL to keep.
+    redis.call('PEXPIRE', key, ttl)
+  else
+    -- Every write of a log sets a TTL, so it has one: PEXPIRE GT (Redis 7.0)
+    -- extends it in one call. An older server answers GT with an error;
+    -- then the TTL is read and compared.
+    local r = redis.pcall('PEXPIRE', key, ttl, 'GT')
+    if type(r) == 'table' and r.err then
+      if redis.call('PTTL', key) < ttl then
+        redis.call('PEXPIRE', key, ttl)
+      end
     end
   end
 end

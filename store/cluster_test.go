@@ -78,7 +78,7 @@ func TestClusterKeysAndSlots(t *testing.T) {
 			switch cmd {
 			case "TIME":
 				continue
-			case "LLEN", "LINDEX", "LPOP", "RPUSH", "PTTL", "PEXPIRE", "LREM",
+			case "LLEN", "LINDEX", "LPOP", "LTRIM", "RPUSH", "PTTL", "PEXPIRE", "LREM",
 				"HMGET", "HGET", "HGETALL", "HSET", "HDEL", "HINCRBY":
 			default:
 				t.Errorf("a script ran %s, which this test does not know: %s", cmd, l)
@@ -91,7 +91,8 @@ func TestClusterKeysAndSlots(t *testing.T) {
 	}
 	t.Logf("%d Redis keys (a log and a feedback key per rate key) in %d slots on %d masters; %d keyed commands run by scripts, each on the caller's keys",
 		len(passed), len(slots), len(masters), keyed)
-	assert.Greater(t, keyed, 60*3*4, "MONITOR saw the scripts' commands")
+	// Each reservation runs at least LINDEX and RPUSH on its key.
+	assert.Greater(t, keyed, 60*3*2, "MONITOR saw the scripts' commands")
 }
 
 type monitor struct {

@@ -45,6 +45,28 @@ func learn(t *testing.T, fb store.Feedback, key string, l store.Learned) {
 }
 
 var feedbackCases = []feedbackCase{
+	{"feedback to a busy key holds its next slots, also after the last one is cancelled", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+		r := req(1, 2*time.Second, lim(100, time.Second))
+		for range 3 {
+			require.Zero(t, reserve(t, s, key, r).Delay)
+		}
+		learn(t, fb, key, store.Learned{Limit: lim(1, time.Second), LimitTTL: 10 * time.Second})
+		res := reserve(t, s, key, r)
+		assert.Equal(t, time.Second, res.Delay, "the learned 1/s holds the next slot a second after the last")
+		assert.True(t, res.Learned)
+		require.NoError(t, s.Cancel(ctx, res))
+		res = reserve(t, s, key, r)
+		assert.Equal(t, time.Second, res.Delay, "the cancelled reservation took nothing of the learned limit with it")
+		assert.True(t, res.Learned)
+		clock.Advance(11 * time.Second)
+		res = reserve(t, s, key, r)
+		assert.Zero(t, res.Delay, "the learned limit has expired")
+		assert.False(t, res.Learned)
+		require.NoError(t, fb.Pause(ctx, key, time.Second))
+		res = reserve(t, s, key, r)
+		assert.Equal(t, time.Second, res.Delay, "a pause after the learned limit expired is seen")
+		assert.True(t, res.Upstream)
+	}},
 	{"a pause holds every slot back to its end", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
 		require.NoError(t, fb.Pause(ctx, key, 2*time.Second))
 		res := reserve(t, s, key, req(1, time.Minute, lim(10, time.Second)))
@@ -335,4 +357,38 @@ func TestFeedbackCluster(t *testing.T) {
 			c.run(t, st, st, clock, uniqueKey(t))
 		})
 	}
+}
+
+// TestRedisFeedbackMark checks the mark that lets reserve.lua skip reading
+// the feedback hash: feedback marks the log's last entry, reservations mark
+// theirs while the feedback lasts, and the first one after it ends does not.
+func TestRedisFeedbackMark(t *testing.T) {
+	c := realRedis(t)
+	clock := newFakeClock()
+	s, err := store.NewRedis(c, store.WithClientTime(clock.Now))
+	require.NoError(t, err)
+	key := uniqueKey(t)
+	rk := s.RedisKey(key)
+	lastEntry := func() int64 {
+		t.Helper()
+		v, err := c.LIndex(ctx, rk, -1).Int64()
+		require.NoError(t, err)
+		return v
+	}
+	r := req(1, time.Minute, lim(100, time.Second))
+	reserve(t, s, key, r)
+	clock.Advance(time.Millisecond) // two slots, not two equal entries
+	second := reserve(t, s, key, r)
+	assert.Positive(t, lastEntry(), "no feedback: no mark")
+	require.NoError(t, s.Pause(ctx, key, 500*time.Millisecond))
+	assert.Equal(t, -second.Slot, lastEntry(), "feedback marks the last entry")
+	require.NoError(t, s.Cancel(ctx, second))
+	assert.Negative(t, lastEntry(), "Cancel of a marked entry moves the mark to the new last entry")
+	res := reserve(t, s, key, r)
+	assert.True(t, res.Upstream, "the pause is seen after the marked entry was cancelled")
+	assert.Equal(t, -res.Slot, lastEntry(), "a reservation while the pause lasts carries the mark")
+	clock.Advance(time.Second)
+	res = reserve(t, s, key, r)
+	assert.False(t, res.Upstream)
+	assert.Equal(t, res.Slot, lastEntry(), "once the pause is over the mark is dropped")
 }

@@ -400,7 +400,8 @@ func (r *Redis) Pause(ctx context.Context, key string, d time.Duration) error {
 }
 
 // Learn implements Feedback: one script call that merges l into the key's
-// feedback hash.
+// feedback hash and marks the key's log, so that its next reservation reads
+// the hash (reservations skip the read while no mark says there is one).
 func (r *Redis) Learn(ctx context.Context, key string, l Learned) error {
 	if err := l.Validate(key); err != nil {
 		return err
@@ -413,7 +414,7 @@ func (r *Redis) Learn(ctx context.Context, key string, l Learned) error {
 		now = strconv.FormatInt(r.clock().UnixMicro(), 10)
 	}
 	// Validate ensures a limit comes with its window and TTL.
-	err := feedbackScript.Run(ctx, r.client, []string{r.FeedbackKey(key)},
+	err := feedbackScript.Run(ctx, r.client, []string{r.FeedbackKey(key), r.RedisKey(key)},
 		now, micros(l.Pause), l.Limit.N, micros(l.Limit.Per), micros(l.LimitTTL),
 		l.Remaining, micros(l.Reset), micros(ResetSlack)).Err()
 	if err != nil {

@@ -32,6 +32,7 @@ type limiter struct {
 // The kinds of limiter, in the order of the tables.
 const (
 	kThrottle   = "throttle"
+	kThrottleB  = "throttle, batched"
 	kRedisRate  = "redis_rate"
 	kRedisRate1 = "redis_rate burst 1"
 	kUlule      = "ulule/limiter"
@@ -42,8 +43,15 @@ const (
 
 var redisKinds = []string{kThrottle, kRedisRate, kRedisRate1, kUlule, kSeed004, kSeed000, kSeed003}
 
+// decisionKinds are the limiters of the decision rows: redisKinds, with
+// throttle's batched store after throttle.
+func decisionKinds() []string {
+	return append([]string{kThrottle, kThrottleB}, redisKinds[1:]...)
+}
+
 var abouts = map[string]string{
 	kThrottle:   "throttle's store.NewRedis(client).Reserve: one EVALSHA of lua/reserve.lua, reservation sliding log in a LIST, server clock",
+	kThrottleB:  "the same store with store.WithBatching(64): reservations made while two batches are on their way go together in the next pipeline (one script call each); a lone call goes at once",
 	kRedisRate:  "github.com/go-redis/redis_rate/v10 Allow, GCRA, Limit{Rate: N, Period: W, Burst: N} (what PerSecond(N) gives)",
 	kRedisRate1: "redis_rate Allow with Burst 1: requests evenly spaced W/N apart",
 	kUlule:      "github.com/ulule/limiter/v3 with its Redis store: fixed window, INCRBY + PEXPIRE in a script",
@@ -57,8 +65,12 @@ var abouts = map[string]string{
 func newLimiter(ctx context.Context, kind string, rdb *redis.Client, n int, w, maxWait time.Duration) (*limiter, error) {
 	l := &limiter{name: kind, about: abouts[kind]}
 	switch kind {
-	case kThrottle:
-		st, err := store.NewRedis(rdb)
+	case kThrottle, kThrottleB:
+		var opts []store.RedisOption
+		if kind == kThrottleB {
+			opts = append(opts, store.WithBatching(64))
+		}
+		st, err := store.NewRedis(rdb, opts...)
 		if err != nil {
 			return nil, err
 		}

@@ -146,7 +146,7 @@ func (e *env) decisionOps(ctx context.Context) ([]decisionOp, error) {
 	}
 	pick := func(g, i int) string { return keys[(g*7919+i+decisionKeys)%decisionKeys] }
 	ops := []decisionOp{{"PING", func(ctx context.Context, _, _ int) error { return e.rdb.Ping(ctx).Err() }}}
-	for _, kind := range redisKinds {
+	for _, kind := range decisionKinds() {
 		l, err := newLimiter(ctx, kind, e.rdb, decisionLimit.N, decisionLimit.Per, 0)
 		if err != nil {
 			return nil, err

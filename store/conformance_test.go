@@ -92,6 +92,18 @@ func impls(t *testing.T) []impl {
 	return []impl{
 		memory,
 		{name, redisOn(func(t *testing.T) *redistest.Server { return redistest.Shared(t) })},
+		// The same server through WithBatching: concurrent reservations share
+		// pipelines (the property tests), lone ones go alone (the cases). Its
+		// own prefix: the differential tests use one key on every store.
+		{name + "-batched", func(t *testing.T, clock func() time.Time) store.Store {
+			opts := []store.RedisOption{store.WithBatching(64), store.WithPrefix("batched:")}
+			if clock != nil {
+				opts = append(opts, store.WithClientTime(clock))
+			}
+			r, err := store.NewRedis(redistest.Shared(t).Client(t), opts...)
+			require.NoError(t, err)
+			return r
+		}},
 		// The examples run on miniredis: the scripts must behave the same there.
 		{"miniredis", redisOn(func(t *testing.T) *redistest.Server { return redistest.Mini(t) })},
 		// A real Redis Cluster (3 masters, 3 replicas) through a ClusterClient:

@@ -50,6 +50,8 @@ type Redis struct {
 	// WithReplicaAck).
 	ackReplicas int
 	ackTimeout  time.Duration
+	// batch, if set, sends concurrent reservations together (WithBatching).
+	batch *batcher
 }
 
 // ErrReplicaAck is matched, with errors.Is, by the error of a reservation
@@ -144,6 +146,9 @@ func NewRedis(client redis.Scripter, opts ...RedisOption) (*Redis, error) {
 			return nil, err
 		}
 	}
+	if r.ackReplicas > 0 && r.batch != nil {
+		return nil, errors.New("store: WithBatching and WithReplicaAck cannot be combined: WAIT must follow each script on its own connection")
+	}
 	if r.ackReplicas > 0 {
 		switch client.(type) {
 		case *redis.Client, *redis.ClusterClient:
@@ -194,15 +199,23 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 	keys := []string{r.RedisKeyFor(key, req.Algorithm), r.FeedbackKey(key)}
 	var reply []any
 	var err error
-	if r.ackReplicas > 0 {
+	switch {
+	case r.ackReplicas > 0:
 		reply, err = r.reserveAcked(ctx, script, src, keys, args)
-	} else {
+	case r.batch != nil:
+		reply, err = r.batch.do(ctx, script, src, keys, args, key, req)
+	default:
 		reply, err = script.Run(ctx, r.client, keys, args...).Slice()
 	}
 	if err != nil {
 		r.failed(err)
 		return Reservation{}, fmt.Errorf("store: redis reserve: %w", err)
 	}
+	return r.parseReserve(key, req, reply)
+}
+
+// parseReserve reads the reply of a reserve script.
+func (r *Redis) parseReserve(key string, req Request, reply []any) (Reservation, error) {
 	v, err := int64s(reply)
 	if err != nil {
 		return Reservation{}, fmt.Errorf("store: redis reserve: %w", err)

@@ -35,7 +35,7 @@ func BenchmarkReserveScriptFeedback(b *testing.B) {
 	st, err := store.NewRedis(rdb)
 	require.NoError(b, err)
 	ctx := context.Background()
-	// A limit that never binds: every call appends and trims one entry.
+	// A limit that never binds: every call appends one entry.
 	args := []any{1, 0, "", 0, 1_000_000_000, int64(time.Second / time.Microsecond)}
 	for _, c := range []struct {
 		name  string

@@ -57,7 +57,6 @@ type pipeliner interface{ Pipeline() redis.Pipeliner }
 type pending struct {
 	ctx    context.Context
 	script *redis.Script
-	src    string
 	keys   []string
 	args   []any
 	key    string
@@ -86,30 +85,23 @@ type batcher struct {
 	running int
 }
 
-func (b *batcher) do(ctx context.Context, script *redis.Script, src string, keys []string, args []any, key string, req Request) ([]any, error) {
+func (b *batcher) do(ctx context.Context, script *redis.Script, keys []string, args []any, key string, req Request) ([]any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // as the client would: nothing is sent
 	}
-	p := &pending{ctx: ctx, script: script, src: src, keys: keys, args: args, key: key, req: req, done: make(chan batchReply, 1)}
+	p := &pending{ctx: ctx, script: script, keys: keys, args: args, key: key, req: req, done: make(chan batchReply, 1)}
 	b.mu.Lock()
-	b.queue = append(b.queue, p)
 	if b.running < batchesInFlight {
+		// Fewer batches on their way than allowed means none waits to be
+		// sent (calls queue only when the limit is reached, and the last
+		// batch to come back sends what queued): this call goes alone, at
+		// once, by its caller and on its own context, as without batching.
 		b.running++
-		batch := b.takeLocked()
 		b.mu.Unlock()
-		if len(batch) == 1 && batch[0] == p {
-			// Alone (the queue is empty whenever a batch may start): sent
-			// on the caller's own context, by the caller, as without
-			// batching.
-			b.run(ctx, batch)
-			b.next()
-		} else {
-			go func() {
-				b.run(context.WithoutCancel(ctx), batch)
-				b.next()
-			}()
-		}
+		b.run(ctx, []*pending{p})
+		b.next()
 	} else {
+		b.queue = append(b.queue, p)
 		b.mu.Unlock()
 	}
 	select {

@@ -203,7 +203,7 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 	case r.ackReplicas > 0:
 		reply, err = r.reserveAcked(ctx, script, src, keys, args)
 	case r.batch != nil:
-		reply, err = r.batch.do(ctx, script, src, keys, args, key, req)
+		reply, err = r.batch.do(ctx, script, keys, args, key, req)
 	default:
 		reply, err = script.Run(ctx, r.client, keys, args...).Slice()
 	}

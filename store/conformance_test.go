@@ -323,13 +323,15 @@ var conformanceCases = []conformanceCase{
 	}},
 	{"invalid requests are refused with ErrInvalidRequest", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		for name, r := range map[string]store.Request{
-			"no limits":      {Cost: 1},
-			"cost 0":         req(0, 0, lim(1, time.Second)),
-			"cost above N":   req(3, 0, lim(5, time.Second), lim(2, time.Second)),
-			"N 0":            req(1, 0, lim(0, time.Second)),
-			"window 0":       req(1, 0, lim(1, 0)),
-			"negative wait":  req(1, -time.Second, lim(1, time.Second)),
-			"negative limit": req(1, 0, lim(-1, time.Second)),
+			"no limits":            {Cost: 1},
+			"cost 0":               req(0, 0, lim(1, time.Second)),
+			"cost above N":         req(3, 0, lim(5, time.Second), lim(2, time.Second)),
+			"N 0":                  req(1, 0, lim(0, time.Second)),
+			"window 0":             req(1, 0, lim(1, 0)),
+			"negative wait":        req(1, -time.Second, lim(1, time.Second)),
+			"negative limit":       req(1, 0, lim(-1, time.Second)),
+			"window 1ns":           req(1, 0, lim(1, time.Nanosecond)),
+			"negative server wait": {Limits: []store.Limit{lim(1, time.Second)}, Cost: 1, MaxServerWait: -time.Second},
 		} {
 			_, err := s.Reserve(ctx, key, r)
 			assert.ErrorIs(t, err, store.ErrInvalidRequest, name)

@@ -89,20 +89,29 @@ func NewMemory(opts ...MemoryOption) (*Memory, error) {
 }
 
 // Reserve implements Store.
-func (m *Memory) Reserve(ctx context.Context, key string, req Request) (Reservation, error) {
-	if err := req.Validate(key); err != nil {
-		return Reservation{}, err
+//
+// The result is named and filled in place: Reserve returns a struct of
+// several words by value, and copying it out costs as much as a map lookup.
+func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Reservation, err error) {
+	// The checks of req.Validate, in the loop that finds the longest
+	// window: a valid request (every call but a broken one) pays for one
+	// pass, and an invalid one gets Validate's error.
+	maxW, ok := int64(0), key != "" && req.Cost >= 1 && req.MaxWait >= 0 && req.MaxServerWait >= 0 &&
+		len(req.Limits) > 0 && int(req.Algorithm) < len(algorithmNames)
+	for _, l := range req.Limits {
+		ok = ok && l.N >= 1 && l.Per >= time.Microsecond && req.Cost <= l.N && l.Precision == 0
+		maxW = max(maxW, micros(l.Per))
+	}
+	if !ok {
+		if err := req.Validate(key); err != nil {
+			return Reservation{}, err
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return Reservation{}, err
 	}
-	maxW := int64(0)
-	for _, l := range req.Limits {
-		maxW = max(maxW, micros(l.Per))
-	}
 
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	// Read under the lock, so that calls see the clock in order.
 	now := m.micros()
 	m.calls++
@@ -124,7 +133,9 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (Reservat
 			delete(m.feedback, key)
 			f = nil
 		}
-		return reserveCounts(st, key, req, now, f), nil
+		res := reserveCounts(st, key, req, now, f)
+		m.mu.Unlock()
+		return res, nil
 	}
 	lg := m.logs[key]
 	if lg != nil && lg.expires <= now {
@@ -153,19 +164,26 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (Reservat
 			}
 		}
 	}
-	s, source, budgetReset, refuse := m.feedbackSlot(key, now, s, req.Cost, live, maxW, microsDown(req.serverWait()))
-	if refuse > 0 {
-		return Reservation{Limit: -1, Key: key, Cost: req.Cost, Upstream: true, RetryAfter: time.Duration(refuse) * time.Microsecond}, nil
-	}
-	if source != 0 {
-		limit = -1
+	var source int
+	var budgetReset int64
+	if len(m.feedback) > 0 {
+		var refuse int64
+		s, source, budgetReset, refuse = m.feedbackSlot(key, now, s, req.Cost, live, maxW, microsDown(req.serverWait()))
+		if refuse > 0 {
+			m.mu.Unlock()
+			return Reservation{Limit: -1, Key: key, Cost: req.Cost, Upstream: true, RetryAfter: time.Duration(refuse) * time.Microsecond}, nil
+		}
+		if source != 0 {
+			limit = -1
+		}
 	}
 	if len(live) > 0 && live[len(live)-1] > s {
 		s, limit, source = live[len(live)-1], -1, 0
 	}
 	wait := s - now
-	res := Reservation{Limit: limit, Key: key, Cost: req.Cost, Upstream: source == 1, Learned: source == 2}
+	res.Limit, res.Key, res.Cost, res.Upstream, res.Learned = limit, key, req.Cost, source == 1, source == 2
 	if wait > microsDown(req.MaxWait) {
+		m.mu.Unlock()
 		res.RetryAfter = time.Duration(wait) * time.Microsecond
 		return res, nil
 	}
@@ -181,6 +199,7 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (Reservat
 	}
 	// Like the script's PEXPIRE, never shortened.
 	lg.expires = max(lg.expires, s+maxW+1000)
+	m.mu.Unlock()
 	res.Allowed, res.Delay, res.Slot = true, time.Duration(wait)*time.Microsecond, s
 	return res, nil
 }

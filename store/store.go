@@ -62,6 +62,8 @@ type Request struct {
 var ErrInvalidRequest = errors.New("store: invalid request")
 
 // Validate reports whether r is well formed; every store calls it first.
+// (Memory.Reserve checks the same conditions in its own loop and calls
+// Validate only when one fails: a check added here must be added there.)
 func (r Request) Validate(key string) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty key", ErrInvalidRequest)
@@ -93,18 +95,21 @@ func (r Request) Validate(key string) error {
 // When not Allowed, nothing was recorded and RetryAfter says when a request of
 // the same cost would have been admitted, had nobody else reserved meanwhile.
 type Reservation struct {
-	Allowed    bool
+	Allowed bool
+	// Upstream is set when the upstream's feedback (a pause, or a budget
+	// of remaining units that ran out; see Feedback) set the slot or the
+	// refusal. Learned is set when a limit learned from the upstream did.
+	Upstream bool
+	Learned  bool
+	// alg is the algorithm that decided (here so that the flags share
+	// one word: Reserve returns the struct by value on every call).
+	alg        Algorithm
 	Delay      time.Duration
 	RetryAfter time.Duration
 	// Limit is the index in Request.Limits of the limit that set the slot,
 	// or -1 when none did (the slot was free at once, or came from the order
 	// of earlier reservations).
 	Limit int
-	// Upstream is set when the upstream's feedback (a pause, or a budget
-	// of remaining units that ran out; see Feedback) set the slot or the
-	// refusal. Learned is set when a limit learned from the upstream did.
-	Upstream bool
-	Learned  bool
 
 	// Key, Slot and Cost identify the recorded entries for Cancel. Slot is
 	// the reserved send time in microseconds on the store's clock.
@@ -114,7 +119,6 @@ type Reservation struct {
 
 	// The counting algorithms need the windows to find the counters of
 	// the slot again.
-	alg    Algorithm
 	limits []Limit
 }
 

@@ -38,10 +38,12 @@ const (
 	fleetPoll    = 10 * time.Millisecond
 )
 
-// fleetKinds are the fleet's rows: throttle at its default margin and at a
-// small one, then the peers.
+// fleetKinds are the fleet's rows: throttle at its default margin and at two
+// smaller ones (the price of the margin against the headroom it leaves: see
+// the closest-pair column), then the peers.
 var fleetKinds = []fleetKind{
 	{name: "throttle (wait, default margin 20 ms)", kind: kThrottle, margin: 0},
+	{name: "throttle (wait, margin 10 ms)", kind: kThrottle, margin: 10 * time.Millisecond},
 	{name: "throttle (wait, margin 5 ms)", kind: kThrottle, margin: 5 * time.Millisecond},
 	{name: kRedisRate + " + sleep RetryAfter", kind: kRedisRate},
 	{name: kRedisRate1 + " + sleep RetryAfter", kind: kRedisRate1},
@@ -262,7 +264,9 @@ type fleetResult struct {
 	tooMany        int
 	accepted, sent int
 	optimum        int
-	steady         float64 // W over the mean gap between an accepted arrival and the one N later
+	steady         float64       // W over the mean gap between an accepted arrival and the one N later
+	tightest       time.Duration // the least gap between an arrival and the one N later, minus W
+	pairs          bool          // more than N arrivals: tightest is defined
 	callsPerSent   float64
 	waitP50        time.Duration
 	waitP99        time.Duration
@@ -395,6 +399,13 @@ func (e *env) fleetRun(ctx context.Context, fk fleetKind, bursty bool) (fleetRes
 		}
 		fr.steady = fleetW.Seconds() / (sum.Seconds() / float64(len(a)-fleetN))
 	}
+	if a := fr.sends; len(a) > fleetN {
+		fr.pairs = true
+		fr.tightest = a[fleetN].Sub(a[0]) - fleetW
+		for i := fleetN; i < len(a); i++ {
+			fr.tightest = min(fr.tightest, a[i].Sub(a[i-fleetN])-fleetW)
+		}
+	}
 	if fr.sent > 0 {
 		fr.callsPerSent = float64(trips) / float64(fr.sent)
 	}
@@ -423,8 +434,8 @@ func (e *env) fleet(ctx context.Context, progress func(string)) ([]fleetResult, 
 			if err != nil {
 				return nil, fmt.Errorf("fleet %s: %w", fk.name, err)
 			}
-			progress(fmt.Sprintf("fleet %-10s %-45s 429s %4d accepted %4d/%4d (%.1f%%) steady %.1f%% calls/sent %.3f wait p50 %v p99 %v errors %d sent %d limited %d canceled %d retaken %d",
-				fr.load, fr.name, fr.tooMany, fr.accepted, fr.optimum, 100*fr.share(), 100*fr.steady, fr.callsPerSent, fr.waitP50.Round(time.Millisecond), fr.waitP99.Round(time.Millisecond), fr.errors, fr.sent, fr.limited, fr.canceled, fr.retaken))
+			progress(fmt.Sprintf("fleet %-10s %-45s 429s %4d accepted %4d/%4d (%.1f%%) steady %.1f%% tightest %v calls/sent %.3f wait p50 %v p99 %v errors %d sent %d limited %d canceled %d retaken %d",
+				fr.load, fr.name, fr.tooMany, fr.accepted, fr.optimum, 100*fr.share(), 100*fr.steady, fr.tightest.Round(10*time.Microsecond), fr.callsPerSent, fr.waitP50.Round(time.Millisecond), fr.waitP99.Round(time.Millisecond), fr.errors, fr.sent, fr.limited, fr.canceled, fr.retaken))
 			out = append(out, fr)
 		}
 	}

@@ -120,20 +120,30 @@ func inprocCases() []inprocCase {
 	}
 }
 
+// inproc runs every case once per repetition, the cases in turn within a
+// repetition (as the decision rows do), so that a slow spell of the machine
+// falls on all of them rather than on the rows that happened to run then.
 func (e *env) inproc(progress func(string)) []inprocResult {
-	var out []inprocResult
-	for _, c := range inprocCases() {
-		for _, parallel := range []bool{false, true} {
-			var rs []testing.BenchmarkResult
-			for range e.cfg.reps {
-				rs = append(rs, testing.Benchmark(c.bench(parallel)))
+	cases := inprocCases()
+	runs := make([][2][]testing.BenchmarkResult, len(cases))
+	for rep := range e.cfg.decisionReps {
+		progress(fmt.Sprintf("in-process: repetition %d of %d", rep+1, e.cfg.decisionReps))
+		for i, c := range cases {
+			for p, parallel := range []bool{false, true} {
+				runs[i][p] = append(runs[i][p], testing.Benchmark(c.bench(parallel)))
 			}
+		}
+	}
+	var out []inprocResult
+	for i, c := range cases {
+		for p, parallel := range []bool{false, true} {
+			rs := runs[i][p]
 			r := inprocResult{name: c.name, path: c.path, parallel: parallel,
-				ns:     median(rs, func(r testing.BenchmarkResult) float64 { return float64(r.NsPerOp()) }),
+				ns:     median(rs, func(r testing.BenchmarkResult) float64 { return float64(r.T) / float64(r.N) }),
 				allocs: int64(median(rs, func(r testing.BenchmarkResult) float64 { return float64(r.AllocsPerOp()) })),
 				bytes:  int64(median(rs, func(r testing.BenchmarkResult) float64 { return float64(r.AllocedBytesPerOp()) })),
 			}
-			progress(fmt.Sprintf("in-process: %-45s %-8s parallel=%-5v %8.1f ns/op %d allocs/op", c.name, c.path, parallel, r.ns, r.allocs))
+			progress(fmt.Sprintf("in-process: %-45s %-8s parallel=%-5v %6.1f ns/op %d allocs/op", c.name, c.path, parallel, r.ns, r.allocs))
 			out = append(out, r)
 		}
 	}

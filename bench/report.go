@@ -101,11 +101,22 @@ func (r *report) targets() []target {
 			target{"fleet, " + f.load + ": ≤ 1.05 Redis calls per sent request", fmt.Sprintf("%.3f", f.callsPerSent), f.callsPerSent <= 1.05},
 		)
 	}
-	m, x, g := r.inprocOf("throttle store.Memory Reserve", "admitted", false), r.inprocOf("x/time/rate AllowN", "admitted", false), r.inprocOf("go-limiter memorystore Take", "admitted", false)
-	if m != nil && x != nil && g != nil {
-		ts = append(ts,
-			target{"memory store decision within 2× of x/time/rate AllowN", fmt.Sprintf("%.2f× (%.0f ns vs %.0f ns)", m.ns/x.ns, m.ns, x.ns), m.ns <= 2*x.ns},
-			target{"memory store decision faster than go-limiter memorystore Take", fmt.Sprintf("%.2f× (%.0f ns vs %.0f ns)", m.ns/g.ns, m.ns, g.ns), m.ns < g.ns})
+	// The memory store's targets are judged on every path of the table:
+	// admitted and refused, serially and in parallel.
+	for _, path := range []string{"admitted", "refused"} {
+		for _, parallel := range []bool{false, true} {
+			m, x, g := r.inprocOf("throttle store.Memory Reserve", path, parallel), r.inprocOf("x/time/rate AllowN", path, parallel), r.inprocOf("go-limiter memorystore Take", path, parallel)
+			if m == nil || x == nil || g == nil {
+				continue
+			}
+			how := path + ", serial"
+			if parallel {
+				how = path + ", parallel"
+			}
+			ts = append(ts,
+				target{"memory store decision within 2× of x/time/rate AllowN (" + how + ")", fmt.Sprintf("%.2f× (%.1f ns vs %.1f ns)", m.ns/x.ns, m.ns, x.ns), m.ns <= 2*x.ns},
+				target{"memory store decision faster than go-limiter memorystore Take (" + how + ")", fmt.Sprintf("%.2f× (%.1f ns vs %.1f ns)", m.ns/g.ns, m.ns, g.ns), m.ns < g.ns})
+		}
 	}
 	if rt := r.inprocOf("throttle Transport.RoundTrip (memory store)", "admitted", false); rt != nil {
 		ts = append(ts, target{"≤ 3 allocations per RoundTrip, allowed path, memory store", fmt.Sprint(rt.allocs), rt.allocs <= 3})
@@ -236,7 +247,7 @@ func (r *report) markdown() string {
 	}
 
 	if len(r.inproc) > 0 {
-		p("## In process\n\nOne key, measured with `testing.Benchmark` (benchtime %s, the median of %d), serially and with `b.RunParallel` on %d cores. *Admitted*: a limit no run reaches; *refused*: one unit per hour, spent before the loop. The RoundTrip rows go through `throttle.New` with the memory store to a base transport that answers at once. The same benchmarks live in the root module: `go test -run '^$' -bench . -benchmem . ./store/`.\n\n| | path | serial ns/op | parallel ns/op | allocs/op | B/op |\n|---|---|---|---|---|---|\n", r.cfg.benchTime, r.cfg.reps, runtime.GOMAXPROCS(0))
+		p("## In process\n\nOne key, measured with `testing.Benchmark` (benchtime %s, the median of %d repetitions, the cases in turn within each), serially and with `b.RunParallel` on %d cores. *Admitted*: a limit no run reaches; *refused*: one unit per hour, spent before the loop. The RoundTrip rows go through `throttle.New` with the memory store to a base transport that answers at once. The same benchmarks live in the root module: `go test -run '^$' -bench . -benchmem . ./store/`.\n\n| | path | serial ns/op | parallel ns/op | allocs/op | B/op |\n|---|---|---|---|---|---|\n", r.cfg.benchTime, r.cfg.decisionReps, runtime.GOMAXPROCS(0))
 		for _, x := range r.inproc {
 			if x.parallel {
 				continue
@@ -250,10 +261,14 @@ func (r *report) markdown() string {
 	if len(r.fleet) > 0 {
 		p("## A fleet against a strict upstream\n\n")
 		p("%d OS processes (this binary re-executed as workers) of %d goroutines each share the suite's Redis and send `POST /v1/charges` to one strict upstream, throttle's `internal/upstream/strictapi` in its own process: an exact sliding log of %d per %s on arrival that answers 429 to any excess. Each run lasts %s from a common start. *Saturating*: every goroutine sends as fast as its limiter lets it. *Bursty*: the goroutines send as fast as allowed for the first half of every %s and stay idle for the second. throttle waits for its reserved slot; each peer is used as its users use it: ask, and when refused sleep (its retry-after when it gives one, else %s) and ask again.\n\n", fleetProcs, fleetWorkers, fleetN, fleetW, r.cfg.fleetTime, fleetW, fleetPoll)
-		p("*Accepted / optimum*: the requests the upstream accepted over the most a limiter that never causes a 429 could have had accepted, N·ceil(span/W) from the first accepted arrival to the end. *Steady share*: W over the mean time between an accepted arrival and the one N later, the long-run rate as a share of N/W. *Redis calls per sent request*: the workers' round trips to Redis (a go-redis hook) over the requests they sent; each worker process opens its connections before the start, so connection set-up is not counted. *Wait*: from asking the limiter to sending, per sent request.\n\n")
-		p("| load | limiter | 429s | accepted / optimum | steady share | Redis calls per sent request | wait p50 | wait p99 |\n|---|---|---|---|---|---|---|---|\n")
+		p("*Accepted / optimum*: the requests the upstream accepted over the most a limiter that never causes a 429 could have had accepted, N·ceil(span/W) from the first accepted arrival to the end. *Steady share*: W over the mean time between an accepted arrival and the one N later, the long-run rate as a share of N/W. *Closest pair*: the least time between any arrival (accepted or not) and the N-th after it, minus W: how much of its margin a limiter left unused at its tightest moment; below zero, that window held more than N and the upstream answered 429. *Redis calls per sent request*: the workers' round trips to Redis (a go-redis hook) over the requests they sent; each worker process opens its connections before the start, so connection set-up is not counted. *Wait*: from asking the limiter to sending, per sent request.\n\n")
+		p("| load | limiter | 429s | accepted / optimum | steady share | closest pair | Redis calls per sent request | wait p50 | wait p99 |\n|---|---|---|---|---|---|---|---|---|\n")
 		for _, f := range r.fleet {
-			p("| %s | %s | %d | %d / %d (%.1f %%) | %.1f %% | %.3f | %s | %s |\n", f.load, f.name, f.tooMany, f.accepted, f.optimum, 100*f.share(), 100*f.steady, f.callsPerSent, f.waitP50.Round(100*time.Microsecond), f.waitP99.Round(100*time.Microsecond))
+			closest := "— (at most N arrivals)"
+			if f.pairs {
+				closest = fmt.Sprintf("W %+.2f ms", float64(f.tightest)/float64(time.Millisecond))
+			}
+			p("| %s | %s | %d | %d / %d (%.1f %%) | %.1f %% | %s | %.3f | %s | %s |\n", f.load, f.name, f.tooMany, f.accepted, f.optimum, 100*f.share(), 100*f.steady, closest, f.callsPerSent, f.waitP50.Round(100*time.Microsecond), f.waitP99.Round(100*time.Microsecond))
 		}
 		p("\nthrottle's calls beyond one per sent request: ")
 		var notes []string

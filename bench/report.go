@@ -190,7 +190,7 @@ func (r *report) markdown() string {
 	p("| Go | %s |\n", runtime.Version())
 	p("| redis-server | %s, on loopback, the same machine |\n", r.redisVersion)
 	p("| peers | %s |\n", moduleVersions())
-	p("| repetitions | %d per decision row (short runs, limiters in turn, so that a burst of other work hits few of them), %d per other row; the tables give medians, and ratios are taken within a repetition |\n", r.cfg.decisionReps, r.cfg.reps)
+	p("| repetitions | %d per decision row and per in-process row (short runs, limiters in turn, so that a burst of other work hits few of them), %d per other row; the tables give medians, and ratios are taken within a repetition |\n", r.cfg.decisionReps, r.cfg.reps)
 	p("| run time | %s |\n", r.took.Round(time.Second))
 	p("| load average (1 min) | %s at the start, %s at the end (%d cores: above that, other work competed with the run) |\n\n", r.loadStart, r.loadEnd, runtime.NumCPU())
 	p("The machine is small: client, Redis and (in the fleet) upstream share its cores, so absolute times move from run to run. Compare within a table; the ratios are what the targets judge.\n\n")

@@ -112,6 +112,7 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 	}
 
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	// Read under the lock, so that calls see the clock in order.
 	now := m.micros()
 	m.calls++
@@ -133,9 +134,7 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 			delete(m.feedback, key)
 			f = nil
 		}
-		res := reserveCounts(st, key, req, now, f)
-		m.mu.Unlock()
-		return res, nil
+		return reserveCounts(st, key, req, now, f), nil
 	}
 	lg := m.logs[key]
 	if lg != nil && lg.expires <= now {
@@ -170,7 +169,6 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 		var refuse int64
 		s, source, budgetReset, refuse = m.feedbackSlot(key, now, s, req.Cost, live, maxW, microsDown(req.serverWait()))
 		if refuse > 0 {
-			m.mu.Unlock()
 			return Reservation{Limit: -1, Key: key, Cost: req.Cost, Upstream: true, RetryAfter: time.Duration(refuse) * time.Microsecond}, nil
 		}
 		if source != 0 {
@@ -183,7 +181,6 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 	wait := s - now
 	res.Limit, res.Key, res.Cost, res.Upstream, res.Learned = limit, key, req.Cost, source == 1, source == 2
 	if wait > microsDown(req.MaxWait) {
-		m.mu.Unlock()
 		res.RetryAfter = time.Duration(wait) * time.Microsecond
 		return res, nil
 	}
@@ -199,7 +196,6 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 	}
 	// Like the script's PEXPIRE, never shortened.
 	lg.expires = max(lg.expires, s+maxW+1000)
-	m.mu.Unlock()
 	res.Allowed, res.Delay, res.Slot = true, time.Duration(wait)*time.Microsecond, s
 	return res, nil
 }

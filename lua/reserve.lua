@@ -14,23 +14,35 @@
 -- ARGV[3]   now in microseconds, or "" to read the server clock with TIME.
 -- ARGV[4]   max server wait in microseconds (integer >= 0): a pause, or an
 --           exhausted budget, ending further away is refused at once.
--- ARGV[5..] the limits, as pairs: N (integer >= 1), W (window in microseconds >= 1).
+-- ARGV[5]   allowance in microseconds (integer >= 0): how late after its slot
+--           the caller may send. The entries are recorded at the latest time
+--           the request may be sent, not at its slot (see below).
+-- ARGV[6..] the limits, as pairs: N (integer >= 1), W (window in microseconds >= 1).
 --
--- Reply: { allowed, wait, slot, limit, source }
---   allowed  1 when cost entries were appended at slot, 0 when nothing was
---            recorded.
+-- Reply: { allowed, wait, slot, limit, source, entry }
+--   allowed  1 when cost entries were appended, 0 when nothing was recorded.
 --   wait     microseconds from now until the slot (the delay when allowed,
 --            the time to retry when refused).
---   slot     the reserved send time in microseconds (0 when refused); Cancel
---            removes cost entries of this value.
+--   slot     the reserved send time in microseconds (0 when refused).
 --   limit    1-based index of the limit that set the slot, 0 when none did.
 --   source   what set the slot (or the refusal): 0 the log and its limits,
 --            1 the upstream (a pause or an exhausted budget), 2 the learned
 --            limit.
+--   entry    the value the cost entries were recorded at (0 when refused);
+--            Cancel removes cost entries of this value.
 --
--- The slot s is max(now, last entry, max_i(entry[-(N_i - cost + 1)] + W_i)):
--- never before the last entry, so the log stays ordered and the only window a
--- new entry can fill is the one ending at s, which then holds exactly N_i.
+-- The slot s is max(now, max_i(entry[-(N_i - cost + 1)] + W_i)), and the
+-- entries are recorded at e = max(s + allowance, last entry): the latest time
+-- the caller may send, and never before the last entry, so the log stays
+-- ordered. Take any window (t - W, t] of the upstream and, of the requests
+-- that reached it then, the one reserved last, sent at a >= s. Every other
+-- one was sent after t - W >= a - W >= s - W, so its entry (at or after its
+-- send) is after s - W: the slot's check counted it. So no window holds more
+-- than N, whatever each caller's allowance. Without an allowance the entry is
+-- the slot, so the slot is never before the last entry: FIFO across the fleet
+-- even if clocks step back. (With one, a request may be sent before an
+-- earlier one that was recorded later: waiting behind another caller's
+-- allowance would cost rate for nothing.)
 --
 -- Cost: every Redis command a script runs costs about as much as a short
 -- script's whole fixed overhead, so the common call runs four: TIME, LINDEX
@@ -40,6 +52,7 @@
 local key = KEYS[1]
 -- Strings become numbers by arithmetic (x + 0): cheaper than tonumber here.
 local cost = ARGV[1] + 0
+local allowance = ARGV[5] + 0
 
 local now
 if ARGV[3] == '' then
@@ -64,7 +77,7 @@ end
 -- never set a slot.
 local s, limit, source = now, 0, 0
 local max_w, max_n = 0, 0
-for i = 5, #ARGV, 2 do
+for i = 6, #ARGV, 2 do
   local n, w = ARGV[i] + 0, ARGV[i + 1] + 0
   if w > max_w then max_w = w end
   if n > max_n then max_n = n end
@@ -80,7 +93,7 @@ for i = 5, #ARGV, 2 do
     end
     if e then
       e = e + w
-      if e > s then s, limit = e, (i - 3) / 2 end
+      if e > s then s, limit = e, (i - 4) / 2 end
     end
   end
 end
@@ -127,9 +140,10 @@ if fb and marked then
     end
   end
 end
--- Never before the last entry: the log stays ordered (FIFO across the fleet)
--- even if clocks step back.
-if last and last > s then s, limit, source = last, 0, 0 end
+-- Without an allowance, never before the last entry: the log stays ordered
+-- (FIFO across the fleet) even if clocks step back. With one, the entry is
+-- kept in order below instead.
+if allowance == 0 and last and last > s then s, limit, source = last, 0, 0 end
 
 local wait = s - now
 if wait > ARGV[2] + 0 then
@@ -141,8 +155,10 @@ if budget and s < budget then redis.call('HINCRBY', fb, 'b', -cost) end
 -- Lua numbers that hold integers reach Redis as integers (%.17g before
 -- Redis 7.2, an integer conversion since): times in microseconds stay below
 -- 2^53, so they are exact.
-local entry = s
-if active then entry = -s end
+local rec = s + allowance
+if last and last > rec then rec = last end
+local entry = rec
+if active then entry = -rec end
 local len
 if cost == 1 then
   len = redis.call('RPUSH', key, entry)
@@ -199,7 +215,7 @@ end
 local period = max_w / 2
 if period < 1000 then period = 1000 end
 period = period - period % 1
-local start = s - s % period -- the period's start
+local start = rec - rec % period -- the period's start
 if not last or last - last % period < start then
   local ttl = start + period + max_w - now
   ttl = (ttl - ttl % 1000) / 1000 + 1
@@ -218,4 +234,4 @@ if not last or last - last % period < start then
     end
   end
 end
-return { 1, wait, s, limit, source }
+return { 1, wait, s, limit, source, rec }

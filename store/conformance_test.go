@@ -321,6 +321,38 @@ var conformanceCases = []conformanceCase{
 		clock.Advance(3 * time.Second)
 		assert.Equal(t, time.Duration(0), reserve(t, s, key, r).Delay)
 	}},
+	{"an allowance records the units that much after the slot", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		r := req(1, time.Hour, lim(2, time.Second))
+		r.Allowance = 100 * time.Millisecond
+		first := reserve(t, s, key, r)
+		require.True(t, first.Allowed)
+		assert.Equal(t, time.Duration(0), first.Delay, "the slot itself is not moved")
+		assert.Equal(t, first.Slot+100_000, first.Entry)
+		second := reserve(t, s, key, req(1, time.Hour, lim(2, time.Second)))
+		assert.Equal(t, 100*time.Millisecond, second.Delay, "without an allowance, never before the last entry")
+		assert.Equal(t, first.Entry, second.Entry)
+		third := reserve(t, s, key, r)
+		assert.Equal(t, 1100*time.Millisecond, third.Delay, "one window after the first unit's latest send")
+		assert.Equal(t, third.Slot+100_000, third.Entry)
+		// Cancel removes the entries by their recorded time.
+		require.NoError(t, s.Cancel(ctx, third))
+		again := reserve(t, s, key, r)
+		assert.Equal(t, 1100*time.Millisecond, again.Delay, "the cancelled slot is free again")
+	}},
+	{"a reservation with an allowance is not held behind a later entry", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		slow := req(1, time.Hour, lim(3, time.Second))
+		slow.Allowance = 300 * time.Millisecond
+		a := reserve(t, s, key, slow)
+		fast := req(1, time.Hour, lim(3, time.Second))
+		fast.Allowance = time.Millisecond
+		b := reserve(t, s, key, fast)
+		assert.Equal(t, time.Duration(0), b.Delay)
+		assert.Equal(t, a.Entry, b.Entry, "recorded at the last entry, which is later than its own slot + allowance")
+		c := reserve(t, s, key, fast)
+		assert.Equal(t, time.Duration(0), c.Delay)
+		d := reserve(t, s, key, fast)
+		assert.Equal(t, 1300*time.Millisecond, d.Delay, "the oldest of the three is counted at its latest send")
+	}},
 	{"invalid requests are refused with ErrInvalidRequest", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		for name, r := range map[string]store.Request{
 			"no limits":            {Cost: 1},
@@ -332,6 +364,8 @@ var conformanceCases = []conformanceCase{
 			"negative limit":       req(1, 0, lim(-1, time.Second)),
 			"window 1ns":           req(1, 0, lim(1, time.Nanosecond)),
 			"negative server wait": {Limits: []store.Limit{lim(1, time.Second)}, Cost: 1, MaxServerWait: -time.Second},
+			"negative allowance":   {Limits: []store.Limit{lim(1, time.Second)}, Cost: 1, Allowance: -time.Millisecond},
+			"counted allowance":    {Limits: []store.Limit{lim(1, time.Second)}, Cost: 1, Allowance: time.Millisecond, Algorithm: store.FixedWindow},
 		} {
 			_, err := s.Reserve(ctx, key, r)
 			assert.ErrorIs(t, err, store.ErrInvalidRequest, name)
@@ -371,7 +405,26 @@ func TestProperty(t *testing.T) {
 		t.Run(im.name, func(t *testing.T) {
 			for seed := range uint64(3) {
 				t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-					runProperty(t, im, seed)
+					runProperty(t, im, seed, nil)
+				})
+			}
+		})
+	}
+}
+
+// TestPropertyAllowance is TestProperty with callers of different
+// allowances, each sending anywhere within its own: at its slot, at the end
+// of its allowance, or in between. No window may hold more than N. (Recording
+// the units at the slot instead of slot + allowance, in either store, fails
+// it at once: 13 units in a window of 12, 17 in one of 15.)
+func TestPropertyAllowance(t *testing.T) {
+	allowances := []time.Duration{0, 0, 0, 0, time.Millisecond, time.Millisecond, 3 * time.Millisecond, 3 * time.Millisecond,
+		20 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond, 50 * time.Millisecond, 200 * time.Millisecond, 0, 0, 0}
+	for _, im := range impls(t) {
+		t.Run(im.name, func(t *testing.T) {
+			for seed := range uint64(3) {
+				t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+					runProperty(t, im, seed, allowances)
 				})
 			}
 		})
@@ -383,7 +436,10 @@ type sent struct {
 	cost int
 }
 
-func runProperty(t *testing.T, im impl, seed uint64) {
+// runProperty reserves from 16 workers at once and checks the windows of
+// what they sent. Worker w has allowances[w] (none when nil), and sends at
+// its slot, at the end of its allowance or in between, at random.
+func runProperty(t *testing.T, im impl, seed uint64, allowances []time.Duration) {
 	rng := rand.New(rand.NewPCG(seed, 42))
 	limits := make([]store.Limit, 1+rng.IntN(3))
 	maxCost := 3
@@ -405,6 +461,7 @@ func runProperty(t *testing.T, im impl, seed uint64) {
 
 	var mu sync.Mutex
 	var log []sent
+	var bound atomic.Int64 // reservations whose slot a limit set
 	var wg sync.WaitGroup
 	const workers, each = 16, 40
 	for w := range workers {
@@ -414,19 +471,33 @@ func runProperty(t *testing.T, im impl, seed uint64) {
 			r := rand.New(rand.NewPCG(seed, uint64(w)))
 			for range each {
 				cost := 1 + r.IntN(maxCost)
-				res, err := s.Reserve(ctx, key, req(cost, time.Duration(r.IntN(3000))*time.Millisecond, limits...))
+				rq := req(cost, time.Duration(r.IntN(3000))*time.Millisecond, limits...)
+				if allowances != nil {
+					rq.Allowance = allowances[w]
+				}
+				res, err := s.Reserve(ctx, key, rq)
 				if !assert.NoError(t, err) {
 					return
 				}
 				if !res.Allowed {
 					continue
 				}
+				if res.Limit >= 0 {
+					bound.Add(1)
+				}
 				if r.IntN(5) == 0 {
 					assert.NoError(t, s.Cancel(ctx, res))
 					continue
 				}
+				at := res.Slot
+				switch a := rq.Allowance.Microseconds(); r.IntN(3) {
+				case 1:
+					at += a
+				case 2:
+					at += r.Int64N(a + 1)
+				}
 				mu.Lock()
-				log = append(log, sent{res.Slot, cost})
+				log = append(log, sent{at, cost})
 				mu.Unlock()
 			}
 		}()
@@ -456,12 +527,20 @@ func runProperty(t *testing.T, im impl, seed uint64) {
 			t.Fatalf("limit %s: %d units in the window ending at %d", l, n, at)
 		}
 	}
-	// The check has teeth: the same log overfills a window one unit smaller.
+	// The check has teeth: without allowances, the same log overfills a
+	// window one unit smaller. With them, sends later than their slots may
+	// leave every window short of N; then the limits must at least have
+	// set slots (breaking the allowance's record fails this test: see
+	// TestPropertyAllowance).
 	tight := false
 	for _, l := range limits {
 		if n, _ := maxInWindow(log, l.Per); n == l.N {
 			tight = true
 		}
+	}
+	if allowances != nil {
+		t.Logf("%d slots set by a limit, some window full: %v", bound.Load(), tight)
+		tight = tight || bound.Load() > 0
 	}
 	assert.True(t, tight, "the load never filled a window; the test proves nothing")
 }

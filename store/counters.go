@@ -261,7 +261,7 @@ func reserveCounts(st *counterState, key string, req Request, now int64, f *memF
 		st.c[i][k] += cost
 		st.expires = max(st.expires, countsUntil(req.Algorithm, l, k))
 	}
-	res.Allowed, res.Delay, res.Slot = true, usDuration(wait), t
+	res.Allowed, res.Delay, res.Slot, res.Entry = true, usDuration(wait), t, t
 	res.alg, res.limits = req.Algorithm, req.Limits
 	return res
 }

@@ -36,7 +36,7 @@ func BenchmarkReserveScriptFeedback(b *testing.B) {
 	require.NoError(b, err)
 	ctx := context.Background()
 	// A limit that never binds: every call appends one entry.
-	args := []any{1, 0, "", 0, 1_000_000_000, int64(time.Second / time.Microsecond)}
+	args := []any{1, 0, "", 0, 0, 1_000_000_000, int64(time.Second / time.Microsecond)}
 	for _, c := range []struct {
 		name  string
 		keys  func(key string) []string

@@ -97,7 +97,8 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 	// window: a valid request (every call but a broken one) pays for one
 	// pass, and an invalid one gets Validate's error.
 	maxW, ok := int64(0), key != "" && req.Cost >= 1 && req.MaxWait >= 0 && req.MaxServerWait >= 0 &&
-		len(req.Limits) > 0 && int(req.Algorithm) < len(algorithmNames)
+		len(req.Limits) > 0 && int(req.Algorithm) < len(algorithmNames) &&
+		(req.Allowance == 0 || req.Allowance > 0 && req.Algorithm == SlidingLog)
 	for _, l := range req.Limits {
 		ok = ok && l.N >= 1 && l.Per >= time.Microsecond && req.Cost <= l.N && l.Precision == 0
 		maxW = max(maxW, micros(l.Per))
@@ -175,7 +176,10 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 			limit = -1
 		}
 	}
-	if len(live) > 0 && live[len(live)-1] > s {
+	// As in reserve.lua: without an allowance, never before the last
+	// entry; with one, the entry is kept in order below instead.
+	allowance := micros(req.Allowance)
+	if allowance == 0 && len(live) > 0 && live[len(live)-1] > s {
 		s, limit, source = live[len(live)-1], -1, 0
 	}
 	wait := s - now
@@ -187,16 +191,20 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 	if budgetReset > 0 && s < budgetReset {
 		m.spend(key, req.Cost)
 	}
+	rec := s + allowance
+	if len(live) > 0 {
+		rec = max(rec, live[len(live)-1])
+	}
 	for range req.Cost {
-		lg.times = append(lg.times, s)
+		lg.times = append(lg.times, rec)
 	}
 	if lg.head > 32 && lg.head*2 > len(lg.times) {
 		lg.times = append(lg.times[:0], lg.times[lg.head:]...)
 		lg.head = 0
 	}
 	// Like the script's PEXPIRE, never shortened.
-	lg.expires = max(lg.expires, s+maxW+1000)
-	res.Allowed, res.Delay, res.Slot = true, time.Duration(wait)*time.Microsecond, s
+	lg.expires = max(lg.expires, rec+maxW+1000)
+	res.Allowed, res.Delay, res.Slot, res.Entry = true, time.Duration(wait)*time.Microsecond, s, rec
 	return res, nil
 }
 
@@ -217,14 +225,14 @@ func (m *Memory) Cancel(_ context.Context, res Reservation) error {
 	if lg == nil {
 		return nil
 	}
-	// The log is ordered, so the entries equal to the slot are one run,
-	// [lo, hi); remove up to Cost of them.
+	// The log is ordered, so the entries equal to the reservation's are one
+	// run, [lo, hi); remove up to Cost of them.
 	hi := len(lg.times)
-	for hi > lg.head && lg.times[hi-1] > res.Slot {
+	for hi > lg.head && lg.times[hi-1] > res.Entry {
 		hi--
 	}
 	lo := hi
-	for lo > lg.head && lg.times[lo-1] == res.Slot && hi-lo < res.Cost {
+	for lo > lg.head && lg.times[lo-1] == res.Entry && hi-lo < res.Cost {
 		lo--
 	}
 	lg.times = append(lg.times[:lo], lg.times[hi:]...)

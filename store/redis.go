@@ -177,7 +177,7 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 	if err := req.Validate(key); err != nil {
 		return Reservation{}, err
 	}
-	args := make([]any, 0, 4+2*len(req.Limits))
+	args := make([]any, 0, 5+3*len(req.Limits))
 	args = append(args, req.Cost, microsDown(req.MaxWait))
 	if r.clock != nil {
 		args = append(args, r.clock().UnixMicro())
@@ -188,6 +188,8 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 	script, src := reserveScript, lua.Reserve
 	if req.Algorithm != SlidingLog {
 		script, src = countScripts[req.Algorithm], countSources[req.Algorithm]
+	} else {
+		args = append(args, micros(req.Allowance))
 	}
 	for _, l := range req.Limits {
 		if req.Algorithm == Buckets {
@@ -220,14 +222,14 @@ func (r *Redis) parseReserve(key string, req Request, reply []any) (Reservation,
 	if err != nil {
 		return Reservation{}, fmt.Errorf("store: redis reserve: %w", err)
 	}
-	if v[0] != 0 && v[0] != 1 || v[1] < 0 || v[0] == 1 && v[2] <= 0 ||
+	if v[0] != 0 && v[0] != 1 || v[1] < 0 || v[0] == 1 && (v[2] <= 0 || v[5] < v[2]) ||
 		v[3] < 0 || v[3] > int64(len(req.Limits)) || v[4] < 0 || v[4] > 2 {
 		return Reservation{}, fmt.Errorf("store: redis reserve: unexpected reply %v", v)
 	}
 	res := Reservation{Limit: int(v[3]) - 1, Key: key, Cost: req.Cost, Upstream: v[4] == 1, Learned: v[4] == 2}
 	wait := time.Duration(v[1]) * time.Microsecond
 	if v[0] == 1 {
-		res.Allowed, res.Delay, res.Slot = true, wait, v[2]
+		res.Allowed, res.Delay, res.Slot, res.Entry = true, wait, v[2], v[5]
 		if req.Algorithm != SlidingLog {
 			res.alg, res.limits = req.Algorithm, req.Limits // for Cancel
 		}
@@ -249,7 +251,7 @@ func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
 	}
 	script, src := cancelScript, lua.Cancel
 	keys := []string{r.RedisKey(res.Key)}
-	args := []any{strconv.FormatInt(res.Slot, 10), res.Cost}
+	args := []any{strconv.FormatInt(res.Entry, 10), res.Cost}
 	if res.alg != SlidingLog {
 		script, src = cancelCountsScript, lua.CancelCounts
 		keys[0] = r.RedisKeyFor(res.Key, res.alg)
@@ -387,9 +389,11 @@ func runOnce(ctx context.Context, p processor, script *redis.Script, src string,
 	return err
 }
 
-// int64s checks that a script reply is a list of five integers.
-func int64s(reply []any) (out [5]int64, err error) {
-	if len(reply) != len(out) {
+// int64s checks that a script reply is a list of five or six integers: a
+// reply of five (a refusal, or a counting algorithm, which records at the
+// slot) gets the slot as its sixth, the entry.
+func int64s(reply []any) (out [6]int64, err error) {
+	if len(reply) != len(out) && len(reply) != len(out)-1 {
 		return out, fmt.Errorf("unexpected reply of %d elements", len(reply))
 	}
 	for i, e := range reply {
@@ -398,6 +402,9 @@ func int64s(reply []any) (out [5]int64, err error) {
 			return out, fmt.Errorf("unexpected reply element %d of type %T", i, e)
 		}
 		out[i] = v
+	}
+	if len(reply) < len(out) {
+		out[5] = out[2]
 	}
 	return out, nil
 }

@@ -48,6 +48,16 @@ type Request struct {
 	MaxServerWait time.Duration
 	// Algorithm is how the units are counted; the zero value is SlidingLog.
 	Algorithm Algorithm
+	// Allowance is how late after its slot the caller may send
+	// (SlidingLog only; the counting algorithms refuse one). The units are
+	// recorded at slot + Allowance, or at the log's last entry if that is
+	// later, so that later reservations count them at the latest time they
+	// may reach the upstream: no window then holds more than N, however
+	// late within its allowance each caller sends, and a caller's
+	// allowance costs rate only to the reservations that come one window
+	// after its own. Zero: the units are recorded at the slot, which is
+	// then never before the log's last entry.
+	Allowance time.Duration
 }
 
 // A key should always be reserved with the same limits: a log is trimmed
@@ -76,6 +86,9 @@ func (r Request) Validate(key string) error {
 	}
 	if r.MaxWait < 0 || r.MaxServerWait < 0 {
 		return fmt.Errorf("%w: negative max wait %s or max server wait %s", ErrInvalidRequest, r.MaxWait, r.MaxServerWait)
+	}
+	if r.Allowance < 0 || r.Allowance != 0 && r.Algorithm != SlidingLog {
+		return fmt.Errorf("%w: allowance %s: must be >= 0, and only SlidingLog takes one", ErrInvalidRequest, r.Allowance)
 	}
 	for _, l := range r.Limits {
 		if l.N < 1 || l.Per < time.Microsecond {
@@ -111,11 +124,14 @@ type Reservation struct {
 	// of earlier reservations).
 	Limit int
 
-	// Key, Slot and Cost identify the recorded entries for Cancel. Slot is
-	// the reserved send time in microseconds on the store's clock.
-	Key  string
-	Slot int64
-	Cost int
+	// Key, Entry and Cost identify the recorded entries for Cancel. Slot is
+	// the reserved send time in microseconds on the store's clock; Entry
+	// is the time the units were recorded at: the slot, or later with an
+	// Allowance (see Request.Allowance).
+	Key   string
+	Slot  int64
+	Entry int64
+	Cost  int
 
 	// The counting algorithms need the windows to find the counters of
 	// the slot again.

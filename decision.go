@@ -52,9 +52,15 @@ type Decision struct {
 	// Delay is how long the request waited for its slot (Sent, Canceled).
 	Delay time.Duration
 	// Retaken counts the slots the request gave back because it woke more
-	// than half the rule's Margin after them (a stalled process), taking
-	// the next free one instead; at most 2.
+	// than its Allowance plus half the rule's Margin after them (a stalled
+	// process), taking the next free one instead; at most 2.
 	Retaken int
+	// Allowance is how late after its slot the request could be sent
+	// without retaking it: the latest lateness this process measured in
+	// the last second or two (see Rule.Margin). The log recorded the
+	// request that much after its slot. Zero for the counting algorithms
+	// and with NoMargin.
+	Allowance time.Duration
 	// RetryAfter is when a request would be admitted (Limited).
 	RetryAfter time.Duration
 	// Upstream is set when the refusal came from a wait the upstream

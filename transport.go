@@ -37,6 +37,7 @@ type Transport struct {
 	storeFailure failure // the policy and its state: failure.go
 	now          func() time.Time
 	sleep        func(context.Context, time.Duration) error // sleep, or a test's
+	late         lateness                                   // lateness.go: the allowance of this process's reservations
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -202,13 +203,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// nor trim each other's entries with their shorter windows.
 	skey := r.scope + key
 	for {
+		asked := t.now()
 		wait := time.Duration(0)
 		if r.Mode == Wait {
-			wait = maxWait(ctx, t.now(), r.maxWait)
+			wait = maxWait(ctx, asked, r.maxWait)
+		}
+		// The log records the request at its slot plus this process's
+		// allowance (lateness.go); only the sliding log takes one.
+		d.Allowance = 0
+		if r.Margin > 0 && r.Algorithm == store.SlidingLog {
+			d.Allowance = t.late.allowance(asked)
 		}
 		// reserve (failure.go) applies the store failure policy: st holds
 		// the reservation; down says why the shared store did not decide.
-		res, st, down, err := t.reserve(ctx, r, skey, store.Request{Limits: r.eff, Cost: d.Cost, MaxWait: wait, MaxServerWait: r.maxServerWait, Algorithm: r.Algorithm})
+		res, st, down, err := t.reserve(ctx, r, skey, store.Request{Limits: r.eff, Cost: d.Cost, MaxWait: wait, MaxServerWait: r.maxServerWait, Algorithm: r.Algorithm, Allowance: d.Allowance})
 		d.Local = down != nil && t.storeFailure.policy == FailLocal
 		d.Err = nil
 		if d.Local {
@@ -238,7 +246,6 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return fail(&LimitError{Rule: r.Name, Key: key, Limit: d.Limit, RetryAfter: res.RetryAfter, Upstream: res.Upstream})
 		}
 
-		got := t.now()
 		d.Delay += res.Delay
 		if err := t.sleep(ctx, res.Delay); err != nil {
 			// The slot will not be used: give it back so that others
@@ -254,12 +261,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			d.Outcome = Canceled
 			return fail(err)
 		}
-		// A request that wakes later than half the margin after its slot
-		// (a stalled or starved process) would send into the headroom the
-		// margin keeps for the upstream's view of the next window. It
-		// gives the slot back and takes the next free one instead.
-		late := t.now().Sub(got) - res.Delay
-		if r.Margin == 0 || late <= r.Margin/2 || d.Retaken == maxRetakes {
+		// A request that wakes later than its allowance plus half the
+		// margin after its slot (a stalled or starved process) would send
+		// into the headroom the margin keeps for the upstream's view of the
+		// next window. It gives the slot back and takes the next free one
+		// instead. Its lateness (an upper bound: from before the Reserve
+		// call, so it includes the store's round trip) feeds the allowance
+		// of the reservations to come.
+		if r.Margin == 0 {
+			break
+		}
+		woke := t.now()
+		late := woke.Sub(asked) - res.Delay
+		t.late.observe(woke, late, d.Allowance, r.Margin)
+		if late <= d.Allowance+r.Margin/2 || d.Retaken == maxRetakes {
 			break
 		}
 		// If the Cancel fails (the store just died), the old slot stays

@@ -1,0 +1,156 @@
+package throttle
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/throttle-go/throttle/store"
+)
+
+func TestLatenessPeriods(t *testing.T) {
+	var l lateness
+	t0 := time.Unix(1_700_000_000, 0)
+	const margin = 5 * time.Millisecond
+	assert.Equal(t, time.Duration(0), l.allowance(t0), "no sample yet")
+	l.observe(t0, 3*time.Millisecond, time.Hour, margin)
+	l.observe(t0.Add(time.Millisecond), 2*time.Millisecond, time.Hour, margin)
+	assert.Equal(t, 3*time.Millisecond, l.allowance(t0.Add(2*time.Millisecond)), "the largest sample")
+	l.observe(t0.Add(1500*time.Millisecond), time.Millisecond, time.Hour, margin)
+	assert.Equal(t, 3*time.Millisecond, l.allowance(t0.Add(1600*time.Millisecond)), "the previous period still counts")
+	assert.Equal(t, time.Millisecond, l.allowance(t0.Add(2600*time.Millisecond)), "a period on, only the newer one")
+	assert.Equal(t, time.Millisecond, l.allowance(t0.Add(time.Hour)), "an idle process remembers its last period with samples")
+	l.observe(t0.Add(time.Hour), 500*time.Microsecond, time.Hour, margin)
+	assert.Equal(t, time.Millisecond, l.allowance(t0.Add(time.Hour)))
+	assert.Equal(t, 500*time.Microsecond, l.allowance(t0.Add(time.Hour+time.Second)), "until a newer period has its own")
+	l.observe(t0.Add(2*time.Hour), time.Minute, 2*time.Millisecond, margin)
+	assert.Equal(t, 28*time.Millisecond, l.allowance(t0.Add(2*time.Hour)), "one stall raises it to at most 4 (allowance + Margin)")
+	l.observe(t0.Add(2*time.Hour), time.Hour, time.Hour, margin)
+	assert.Equal(t, maxAllowance, l.allowance(t0.Add(2*time.Hour)), "bounded")
+}
+
+// TestAllowanceFollowsALateProcess: a process that sends one request in four
+// 8ms after its slot (the others on time) retakes its first late slots, then
+// reserves with an allowance of 8ms, so that the upstream still sees a full
+// Margin between a send and the N-th after it. (Without the allowance in the
+// log, an on-time send comes 8ms too early after a late one.)
+func TestAllowanceFollowsALateProcess(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st, err := store.NewMemory()
+		require.NoError(t, err)
+		var sent []time.Time
+		var decisions []Decision
+		tr, err := New(roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			sent = append(sent, time.Now())
+			return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
+		}), st,
+			WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{Per(3, time.Second)}}),
+			WithOnDecision(func(d Decision) { decisions = append(decisions, d) }))
+		require.NoError(t, err)
+		const late = 8 * time.Millisecond
+		calls := 0
+		tr.sleep = func(ctx context.Context, d time.Duration) error {
+			calls++
+			if calls%4 == 1 {
+				d += late
+			}
+			return sleep(ctx, d)
+		}
+		for range 16 {
+			req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
+			require.NoError(t, err)
+			resp, err := tr.RoundTrip(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+		}
+		retaken := 0
+		for _, d := range decisions {
+			retaken += d.Retaken
+		}
+		// Allowance 0 is too small for 8ms (beyond half the margin), then
+		// it is 8ms.
+		assert.Equal(t, 1, retaken)
+		assert.Equal(t, late, decisions[len(decisions)-1].Allowance)
+		for i := 3; i < len(sent); i++ {
+			assert.GreaterOrEqual(t, sent[i].Sub(sent[i-3]), time.Second+DefaultMargin/2, "send %d", i)
+		}
+		for i := 4; i < len(sent); i++ {
+			assert.GreaterOrEqual(t, sent[i].Sub(sent[i-3]), time.Second+DefaultMargin, "send %d, after the allowance settled", i)
+		}
+	})
+}
+
+// TestMixedProcessesShareALog: a late process and a prompt one reserve on
+// the same store (two transports, as two processes would). The late one's
+// allowance makes the log count its requests when they really go, so the
+// upstream never sees more than N sends in W (without it: 975ms between a
+// send and the N-th after it), and the prompt one never retakes a slot.
+func TestMixedProcessesShareALog(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st, err := store.NewMemory()
+		require.NoError(t, err)
+		var mu sync.Mutex
+		var sent []time.Time
+		base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			mu.Lock()
+			sent = append(sent, time.Now())
+			mu.Unlock()
+			return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
+		})
+		rule := Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{Per(5, time.Second)}}
+		var retaken sync.Map
+		newTransport := func(name string, late time.Duration) *Transport {
+			tr, err := New(base, st, WithRule(rule), WithOnDecision(func(d Decision) {
+				if d.Retaken > 0 {
+					retaken.Store(name, d.Retaken)
+				}
+			}))
+			require.NoError(t, err)
+			tr.sleep = func(ctx context.Context, d time.Duration) error { return sleep(ctx, d+late) }
+			return tr
+		}
+		var wg sync.WaitGroup
+		late, prompt := newTransport("late", 30*time.Millisecond), newTransport("prompt", 0)
+		// More workers than N, so that the N-th entry before a reservation
+		// is another worker's: with one worker per unit of N, each would
+		// follow its own previous send, and a constant lateness cancels.
+		for i, tr := range []*Transport{late, prompt, late, prompt, prompt, prompt, prompt} {
+			{
+				wg.Go(func() {
+					for range 10 {
+						req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
+						if !assert.NoError(t, err) {
+							return
+						}
+						resp, err := tr.RoundTrip(req)
+						if !assert.NoError(t, err, "transport %d", i) {
+							return
+						}
+						resp.Body.Close()
+					}
+				})
+			}
+		}
+		wg.Wait()
+		_, promptRetook := retaken.Load("prompt")
+		assert.False(t, promptRetook, "the prompt process is never late")
+		slices.SortFunc(sent, func(a, b time.Time) int { return a.Compare(b) })
+		require.Len(t, sent, 70)
+		// The late process's first request retakes its slot twice while
+		// its allowance grows (0, 20ms, 30ms); from then on every send is
+		// within its allowance, and at least half the margin is left.
+		least := time.Hour
+		for i := 5; i < len(sent); i++ {
+			least = min(least, sent[i].Sub(sent[i-5]))
+		}
+		t.Logf("least gap between a send and the 5th after it: %v", least)
+		assert.GreaterOrEqual(t, least, time.Second+DefaultMargin/2)
+	})
+}

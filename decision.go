@@ -55,11 +55,12 @@ type Decision struct {
 	// than its Allowance plus half the rule's Margin after them (a stalled
 	// process), taking the next free one instead; at most 2.
 	Retaken int
-	// Allowance is how late after its slot the request could be sent
-	// without retaking it: the latest lateness this process measured in
-	// the last second or two (see Rule.Margin). The log recorded the
-	// request that much after its slot. Zero for the counting algorithms
-	// and with NoMargin.
+	// Allowance is the allowance the request reserved with: the largest
+	// lateness this process measured in the current second and the last
+	// earlier second with requests (see Rule.Margin). The log recorded the
+	// request at least that much after its slot; a request later than its
+	// Allowance plus half the Margin retakes its slot. At least 1µs on
+	// SlidingLog rules; zero for the counting algorithms and with NoMargin.
 	Allowance time.Duration
 	// RetryAfter is when a request would be admitted (Limited).
 	RetryAfter time.Duration

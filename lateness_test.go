@@ -18,21 +18,20 @@ import (
 func TestLatenessPeriods(t *testing.T) {
 	var l lateness
 	t0 := time.Unix(1_700_000_000, 0)
-	const margin = 5 * time.Millisecond
-	assert.Equal(t, time.Duration(0), l.allowance(t0), "no sample yet")
-	l.observe(t0, 3*time.Millisecond, time.Hour, margin)
-	l.observe(t0.Add(time.Millisecond), 2*time.Millisecond, time.Hour, margin)
+	assert.Equal(t, minAllowance, l.allowance(t0), "no sample yet: the floor")
+	l.observe(t0, 3*time.Millisecond, time.Hour)
+	l.observe(t0.Add(time.Millisecond), 2*time.Millisecond, time.Hour)
 	assert.Equal(t, 3*time.Millisecond, l.allowance(t0.Add(2*time.Millisecond)), "the largest sample")
-	l.observe(t0.Add(1500*time.Millisecond), time.Millisecond, time.Hour, margin)
+	l.observe(t0.Add(1500*time.Millisecond), time.Millisecond, time.Hour)
 	assert.Equal(t, 3*time.Millisecond, l.allowance(t0.Add(1600*time.Millisecond)), "the previous period still counts")
 	assert.Equal(t, time.Millisecond, l.allowance(t0.Add(2600*time.Millisecond)), "a period on, only the newer one")
 	assert.Equal(t, time.Millisecond, l.allowance(t0.Add(time.Hour)), "an idle process remembers its last period with samples")
-	l.observe(t0.Add(time.Hour), 500*time.Microsecond, time.Hour, margin)
+	l.observe(t0.Add(time.Hour), 500*time.Microsecond, time.Hour)
 	assert.Equal(t, time.Millisecond, l.allowance(t0.Add(time.Hour)))
 	assert.Equal(t, 500*time.Microsecond, l.allowance(t0.Add(time.Hour+time.Second)), "until a newer period has its own")
-	l.observe(t0.Add(2*time.Hour), time.Minute, 2*time.Millisecond, margin)
-	assert.Equal(t, 28*time.Millisecond, l.allowance(t0.Add(2*time.Hour)), "one stall raises it to at most 4 (allowance + Margin)")
-	l.observe(t0.Add(2*time.Hour), time.Hour, time.Hour, margin)
+	l.observe(t0.Add(2*time.Hour), time.Minute, 2*time.Millisecond)
+	assert.Equal(t, 28*time.Millisecond, l.allowance(t0.Add(2*time.Hour)), "one stall raises it to at most 4 (allowance + DefaultMargin)")
+	l.observe(t0.Add(2*time.Hour), time.Hour, time.Hour)
 	assert.Equal(t, maxAllowance, l.allowance(t0.Add(2*time.Hour)), "bounded")
 }
 

@@ -221,6 +221,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		d.Err = nil
 		if d.Local {
 			d.Err = down
+			// The in-process limiter answered at once, after the failed
+			// call to the shared store: that call is no lateness.
+			asked = t.now()
 		}
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
@@ -273,7 +276,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		woke := t.now()
 		late := woke.Sub(asked) - res.Delay
-		t.late.observe(woke, late, d.Allowance, r.Margin)
+		t.late.observe(woke, late, d.Allowance)
 		if late <= d.Allowance+r.Margin/2 || d.Retaken == maxRetakes {
 			break
 		}

@@ -442,8 +442,8 @@ func TestFleet(t *testing.T) {
 	// the upstream. That slows the round trips to Redis, which a fixed
 	// margin had to cover (429s in 2 of 3 runs at a 20 ms margin before
 	// the allowance); each process's allowance now measures them, and the
-	// run keeps the default margin (0 429s in 6 runs, and in 4 more beside
-	// two busy loops).
+	// run keeps the default margin (README, "Redis Cluster": 0 429s in 6
+	// runs, and in 4 more beside two busy loops).
 	t.Run("payments_cluster", func(t *testing.T) {
 		c := redistest.StartCluster(t)
 		cc := c.Client(t)

@@ -62,8 +62,9 @@ else
   now = ARGV[3] + 0
 end
 
--- The newest entry: the slot never goes before it, and nil says the log is
--- empty (Redis deletes an empty LIST). A mark on it says there is feedback.
+-- The newest entry: a new entry never goes before it (nor, without an
+-- allowance, the slot), and nil says the log is empty (Redis deletes an empty
+-- LIST). A mark on it says there is feedback.
 local last = redis.call('LINDEX', key, -1)
 local marked = true
 if last then
@@ -178,9 +179,12 @@ end
 
 -- Trim, lazily: entries at or before min(now, last) - max_w lie outside
 -- every window a later call will check, because its slot is at or after its
--- own now and after the last entry. (Against now alone, a caller with an
--- older now could come next; against last alone, a Cancel could take the
--- last entry away.) Only the newest max_n entries can set a slot, so the
+-- own now, and (without an allowance) after the last entry. (Against now
+-- alone, a caller with an older now could come next; against last alone, a
+-- Cancel could take the last entry away. A caller with an allowance and an
+-- older now, a clock that stepped back, may find an entry it would have
+-- counted trimmed: its clock was behind when that entry was sent, so the
+-- entry was sent earlier than it reads.) Only the newest max_n entries can set a slot, so the
 -- older ones go once they have left the window, in one LTRIM, each time the
 -- log grows past another multiple of `slack`: most calls pay nothing, and
 -- the log holds at most max_n + slack entries plus those still inside the

@@ -365,6 +365,7 @@ var conformanceCases = []conformanceCase{
 			"window 1ns":           req(1, 0, lim(1, time.Nanosecond)),
 			"negative server wait": {Limits: []store.Limit{lim(1, time.Second)}, Cost: 1, MaxServerWait: -time.Second},
 			"negative allowance":   {Limits: []store.Limit{lim(1, time.Second)}, Cost: 1, Allowance: -time.Millisecond},
+			"allowance too large":  {Limits: []store.Limit{lim(1, time.Second)}, Cost: 1, Allowance: store.MaxAllowance + time.Microsecond},
 			"counted allowance":    {Limits: []store.Limit{lim(1, time.Second)}, Cost: 1, Allowance: time.Millisecond, Algorithm: store.FixedWindow},
 		} {
 			_, err := s.Reserve(ctx, key, r)

@@ -9,7 +9,9 @@ import (
 
 // Memory is a Store in the memory of one process, with the semantics of Redis:
 // the same slots and refusals (it trims old entries eagerly where the script
-// trims a bounded number per call; that changes memory, not answers). It is safe for concurrent use
+// trims a bounded number per call; that changes memory, not answers, except
+// for a request with an Allowance on a clock that stepped back: see the trim
+// in reserve.lua). It is safe for concurrent use
 // and starts no goroutine; expired keys are dropped lazily.
 type Memory struct {
 	now func() time.Time // nil: the monotonic clock, from start
@@ -98,7 +100,7 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 	// pass, and an invalid one gets Validate's error.
 	maxW, ok := int64(0), key != "" && req.Cost >= 1 && req.MaxWait >= 0 && req.MaxServerWait >= 0 &&
 		len(req.Limits) > 0 && int(req.Algorithm) < len(algorithmNames) &&
-		(req.Allowance == 0 || req.Allowance > 0 && req.Algorithm == SlidingLog)
+		(req.Allowance == 0 || req.Allowance > 0 && req.Allowance <= MaxAllowance && req.Algorithm == SlidingLog)
 	for _, l := range req.Limits {
 		ok = ok && l.N >= 1 && l.Per >= time.Microsecond && req.Cost <= l.N && l.Precision == 0
 		maxW = max(maxW, micros(l.Per))

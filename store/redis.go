@@ -112,7 +112,7 @@ func WithPrefix(prefix string) RedisOption {
 // server's TIME, for managed Redis that forbids TIME in scripts. Every client
 // of a key must then have a synchronised clock: a client that is behind by d
 // may send up to d early, and one that is ahead by d holds every other client
-// of the key back by up to d (slots never go before the last entry).
+// of the key back by up to d (entries never go before the last one).
 func WithClientTime(now func() time.Time) RedisOption {
 	return func(r *Redis) error {
 		if now == nil {
@@ -242,7 +242,7 @@ func (r *Redis) parseReserve(key string, req Request, reply []any) (Reservation,
 // Cancel implements Store. The script call is sent at most once: go-redis
 // re-sends a command after a read timeout or a broken connection, and a
 // Cancel that ran but whose reply was lost would then run again and could
-// remove the entries of another reservation at the same slot, which would be
+// remove the entries of another reservation at the same entry, which would be
 // sent uncounted. A Cancel whose reply is lost returns an error; its entries
 // may or may not be gone.
 func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
@@ -255,6 +255,7 @@ func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
 	if res.alg != SlidingLog {
 		script, src = cancelCountsScript, lua.CancelCounts
 		keys[0] = r.RedisKeyFor(res.Key, res.alg)
+		args[0] = strconv.FormatInt(res.Slot, 10) // the counters of the slot
 		totals := 0
 		if res.alg == Buckets {
 			totals = 1 // buckets.lua keeps a total per limit
@@ -361,7 +362,7 @@ type processor interface {
 // onceCmd is a script call that go-redis must not send again after it may
 // have reached the server: its client retries a command after a read
 // timeout or a broken connection by default, and a Cancel run twice removes
-// the entries of another reservation at the same slot (see Cancel). A
+// the entries of another reservation at the same entry (see Cancel). A
 // command that surely never left the client is still retried.
 type onceCmd struct{ *redis.Cmd }
 

@@ -49,14 +49,16 @@ type Request struct {
 	// Algorithm is how the units are counted; the zero value is SlidingLog.
 	Algorithm Algorithm
 	// Allowance is how late after its slot the caller may send
-	// (SlidingLog only; the counting algorithms refuse one). The units are
-	// recorded at slot + Allowance, or at the log's last entry if that is
-	// later, so that later reservations count them at the latest time they
-	// may reach the upstream: no window then holds more than N, however
-	// late within its allowance each caller sends, and a caller's
-	// allowance costs rate only to the reservations that come one window
-	// after its own. Zero: the units are recorded at the slot, which is
-	// then never before the log's last entry.
+	// (SlidingLog only; the counting algorithms refuse one; at most
+	// MaxAllowance). The units are recorded at slot + Allowance, or at the
+	// log's last entry if that is later (the log stays ordered), so that
+	// later reservations count them at the latest time they may be sent:
+	// no window then holds more than N, however late within its allowance
+	// each caller sends. An allowance costs rate to the reservations one
+	// window later, and, through the order, to those recorded soon after
+	// it: a caller much slower than the others holds back their entries
+	// too. Zero: the units are recorded at the slot, which is then never
+	// before the log's last entry (FIFO across callers).
 	Allowance time.Duration
 }
 
@@ -87,8 +89,8 @@ func (r Request) Validate(key string) error {
 	if r.MaxWait < 0 || r.MaxServerWait < 0 {
 		return fmt.Errorf("%w: negative max wait %s or max server wait %s", ErrInvalidRequest, r.MaxWait, r.MaxServerWait)
 	}
-	if r.Allowance < 0 || r.Allowance != 0 && r.Algorithm != SlidingLog {
-		return fmt.Errorf("%w: allowance %s: must be >= 0, and only SlidingLog takes one", ErrInvalidRequest, r.Allowance)
+	if r.Allowance < 0 || r.Allowance > MaxAllowance || r.Allowance != 0 && r.Algorithm != SlidingLog {
+		return fmt.Errorf("%w: allowance %s: must be 0 to %s, and only SlidingLog takes one", ErrInvalidRequest, r.Allowance, MaxAllowance)
 	}
 	for _, l := range r.Limits {
 		if l.N < 1 || l.Per < time.Microsecond {
@@ -101,10 +103,16 @@ func (r Request) Validate(key string) error {
 	return r.Algorithm.validate(r.Limits)
 }
 
+// MaxAllowance bounds Request.Allowance: a day, far above any lateness a
+// sender could measure, and far below where Lua's numbers lose precision.
+const MaxAllowance = 24 * time.Hour
+
 // Reservation is the answer of Reserve.
 //
-// When Allowed, Cost units are recorded at the slot, Delay from now: the caller
-// must not send before Delay has passed, and must Cancel if it will not send.
+// When Allowed, the slot is Delay from now and Cost units are recorded at
+// Entry (the slot, or later with an Allowance): the caller must not send
+// before Delay has passed, should send within its Allowance after that (a
+// later send is counted too early), and must Cancel if it will not send.
 // When not Allowed, nothing was recorded and RetryAfter says when a request of
 // the same cost would have been admitted, had nobody else reserved meanwhile.
 type Reservation struct {
@@ -144,13 +152,14 @@ type Reservation struct {
 // A refusal is a Reservation with Allowed false and a nil error; an error means
 // the store itself failed (or ctx ended) and says nothing about the limit.
 type Store interface {
-	// Reserve records Cost units at the earliest time all limits admit them,
-	// if that time is at most MaxWait away.
+	// Reserve reserves the earliest time all limits admit Cost units, if
+	// that time is at most MaxWait away, and records them (see
+	// Request.Allowance for when).
 	Reserve(ctx context.Context, key string, req Request) (Reservation, error)
 	// Cancel gives back the units of an allowed reservation that will not be
 	// sent. It is best effort: removing entries only loosens every window.
 	// Call it at most once per reservation: reservations of the same cost
-	// at the same slot are alike, so a second Cancel may remove another's
+	// at the same entry are alike, so a second Cancel may remove another's
 	// units. (The Redis store never re-sends a Cancel on its own; see
 	// Redis.Cancel.)
 	Cancel(ctx context.Context, r Reservation) error

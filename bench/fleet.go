@@ -38,13 +38,14 @@ const (
 	fleetPoll    = 10 * time.Millisecond
 )
 
-// fleetKinds are the fleet's rows: throttle at its default margin and at two
-// smaller ones (the price of the margin against the headroom it leaves: see
+// fleetKinds are the fleet's rows: throttle at its default margin, at the
+// 20 ms that was the default before each reservation carried its allowance,
+// and at 2 ms (the price of the margin against the headroom it leaves: see
 // the closest-pair column), then the peers.
 var fleetKinds = []fleetKind{
-	{name: "throttle (wait, default margin 20 ms)", kind: kThrottle, margin: 0},
-	{name: "throttle (wait, margin 10 ms)", kind: kThrottle, margin: 10 * time.Millisecond},
-	{name: "throttle (wait, margin 5 ms)", kind: kThrottle, margin: 5 * time.Millisecond},
+	{name: fmt.Sprintf("throttle (wait, default margin %d ms)", throttle.DefaultMargin/time.Millisecond), kind: kThrottle, margin: 0},
+	{name: "throttle (wait, margin 20 ms)", kind: kThrottle, margin: 20 * time.Millisecond},
+	{name: "throttle (wait, margin 2 ms)", kind: kThrottle, margin: 2 * time.Millisecond},
 	{name: kRedisRate + " + sleep RetryAfter", kind: kRedisRate},
 	{name: kRedisRate1 + " + sleep RetryAfter", kind: kRedisRate1},
 	{name: kUlule + " + sleep until Reset", kind: kUlule},
@@ -83,6 +84,7 @@ type workerResult struct {
 	// the end of the run), each one Redis call more than one per request.
 	Retaken, Limited, Canceled int
 	WaitsMs                    []float64 // per sent request: from asking to sending
+	AllowancesMs               []float64 // throttle only, per sent request: Decision.Allowance
 	Err                        string
 }
 
@@ -131,6 +133,8 @@ func runWorker(arg string) {
 			defer mu.Unlock()
 			res.Retaken += d.Retaken
 			switch d.Outcome {
+			case throttle.Sent:
+				res.AllowancesMs = append(res.AllowancesMs, float64(d.Allowance)/float64(time.Millisecond))
 			case throttle.Limited:
 				res.Limited++
 			case throttle.Canceled:
@@ -270,6 +274,8 @@ type fleetResult struct {
 	callsPerSent   float64
 	waitP50        time.Duration
 	waitP99        time.Duration
+	allowP50       time.Duration // throttle only: Decision.Allowance of the sent requests
+	allowMax       time.Duration
 	errors         int
 	retaken        int
 	limited        int
@@ -360,7 +366,7 @@ func (e *env) fleetRun(ctx context.Context, fk fleetKind, bursty bool) (fleetRes
 		}()
 	}
 	wg.Wait()
-	var waits []float64
+	var waits, allows []float64
 	var trips int64
 	for _, o := range outs {
 		if o.err != nil {
@@ -373,6 +379,7 @@ func (e *env) fleetRun(ctx context.Context, fk fleetKind, bursty bool) (fleetRes
 		fr.canceled += o.res.Canceled
 		trips += o.res.Trips
 		waits = append(waits, o.res.WaitsMs...)
+		allows = append(allows, o.res.AllowancesMs...)
 	}
 	resp, err := http.Get(url + "/_stats")
 	if err != nil {
@@ -414,6 +421,11 @@ func (e *env) fleetRun(ctx context.Context, fk fleetKind, bursty bool) (fleetRes
 		fr.waitP50 = time.Duration(waits[len(waits)/2] * float64(time.Millisecond))
 		fr.waitP99 = time.Duration(waits[min(len(waits)-1, len(waits)*99/100)] * float64(time.Millisecond))
 	}
+	slices.Sort(allows)
+	if len(allows) > 0 {
+		fr.allowP50 = time.Duration(allows[len(allows)/2] * float64(time.Millisecond))
+		fr.allowMax = time.Duration(allows[len(allows)-1] * float64(time.Millisecond))
+	}
 	return fr, nil
 }
 
@@ -434,8 +446,8 @@ func (e *env) fleet(ctx context.Context, progress func(string)) ([]fleetResult, 
 			if err != nil {
 				return nil, fmt.Errorf("fleet %s: %w", fk.name, err)
 			}
-			progress(fmt.Sprintf("fleet %-10s %-45s 429s %4d accepted %4d/%4d (%.1f%%) steady %.1f%% tightest %v calls/sent %.3f wait p50 %v p99 %v errors %d sent %d limited %d canceled %d retaken %d",
-				fr.load, fr.name, fr.tooMany, fr.accepted, fr.optimum, 100*fr.share(), 100*fr.steady, fr.tightest.Round(10*time.Microsecond), fr.callsPerSent, fr.waitP50.Round(time.Millisecond), fr.waitP99.Round(time.Millisecond), fr.errors, fr.sent, fr.limited, fr.canceled, fr.retaken))
+			progress(fmt.Sprintf("fleet %-10s %-45s 429s %4d accepted %4d/%4d (%.1f%%) steady %.1f%% tightest %v calls/sent %.3f wait p50 %v p99 %v errors %d sent %d limited %d canceled %d retaken %d allowance p50 %v max %v",
+				fr.load, fr.name, fr.tooMany, fr.accepted, fr.optimum, 100*fr.share(), 100*fr.steady, fr.tightest.Round(10*time.Microsecond), fr.callsPerSent, fr.waitP50.Round(time.Millisecond), fr.waitP99.Round(time.Millisecond), fr.errors, fr.sent, fr.limited, fr.canceled, fr.retaken, fr.allowP50.Round(10*time.Microsecond), fr.allowMax.Round(10*time.Microsecond)))
 			out = append(out, fr)
 		}
 	}

@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -34,12 +35,20 @@ import (
 // 4 × (allowance + DefaultMargin), so that one stall (a paused VM) does not
 // hold every reservation back for long, while lateness that lasts raises the
 // allowance at least fourfold per sample until it is covered.
+//
+// Reading it costs two atomic loads: the lock is taken only by a sample
+// above the period's largest so far, or when a period ends. (A sample that
+// races with the end of a period may be lost: there are many, and each
+// request is covered by its retake anyway.)
 type lateness struct {
 	mu    sync.Mutex
 	start time.Time     // the current period's start; zero before any sample
-	cur   time.Duration // the largest sample of the current period
 	prev  time.Duration // the largest sample of the last earlier period that had one
 	seen  bool          // the current period has a sample
+
+	cur   atomic.Int64 // the largest sample of the current period (ns); written under mu
+	value atomic.Int64 // the allowance, as of the last change (ns); written under mu
+	ends  atomic.Int64 // when the current period ends (UnixNano); 0 before any sample
 }
 
 // latenessPeriod is how long a sample counts for sure: while requests come,
@@ -56,20 +65,30 @@ const minAllowance = time.Microsecond
 
 // allowance returns the allowance for a reservation made at now.
 func (l *lateness) allowance(now time.Time) time.Duration {
+	if e := l.ends.Load(); e == 0 || now.UnixNano() < e {
+		return max(time.Duration(l.value.Load()), minAllowance)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.rotate(now)
-	return min(max(l.cur, l.prev, minAllowance), maxAllowance)
+	return time.Duration(l.value.Load())
 }
 
 // observe records the lateness late of a request sent at now, which was
 // reserved with allowance a.
 func (l *lateness) observe(now time.Time, late, a time.Duration) {
 	late = min(late, 4*(a+DefaultMargin))
+	if c := l.cur.Load(); c > 0 && int64(late) <= c && now.UnixNano() < l.ends.Load() {
+		return // not above this period's largest: nothing changes
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.rotate(now)
-	l.cur, l.seen = max(l.cur, late), true
+	l.seen = true
+	if int64(late) > l.cur.Load() {
+		l.cur.Store(int64(late))
+	}
+	l.publish()
 }
 
 // rotate starts a new period when the current one is over; l.mu is held.
@@ -79,8 +98,18 @@ func (l *lateness) rotate(now time.Time) {
 		l.start = now
 	case now.Sub(l.start) >= latenessPeriod:
 		if l.seen {
-			l.prev = l.cur
+			l.prev = time.Duration(l.cur.Load())
 		}
-		l.start, l.cur, l.seen = now, 0, false
+		l.start, l.seen = now, false
+		l.cur.Store(0)
+	default:
+		return
 	}
+	l.publish()
+}
+
+// publish updates what allowance reads; l.mu is held.
+func (l *lateness) publish() {
+	l.value.Store(int64(min(max(time.Duration(l.cur.Load()), l.prev, minAllowance), maxAllowance)))
+	l.ends.Store(l.start.Add(latenessPeriod).UnixNano())
 }

@@ -592,11 +592,11 @@ func TestFleetMarginSweep(t *testing.T) {
 	margins := []time.Duration{0, 2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond}
 	var table strings.Builder
 	fmt.Fprintf(&table, "\nrate=%d/s procs=%d workers=%d duration=%s transit<5ms\n", rate, procs, workersPerProc, d)
-	fmt.Fprintf(&table, "%-8s %-40s %-12s %-10s %s\n", "margin", "429s per run", "429 total", "accepted", "share of optimum (min)")
+	fmt.Fprintf(&table, "%-8s %-40s %-12s %-10s %-24s %-16s %s\n", "margin", "429s per run", "429 total", "accepted", "share of optimum (min)", "steady (min)", "tightest gap (min)")
 	for _, m := range margins {
 		var counts []string
 		total, accepted := 0, 0
-		minShare := math.Inf(1)
+		minShare, minSteady, tightest := math.Inf(1), math.Inf(1), time.Duration(math.MaxInt64)
 		for range reps {
 			f := paymentsFleet(dir, rate, d, procs, 5*time.Millisecond, "-redis", srv.Addr, "-margin", m.String())
 			res := runFleet(t, rdb, f)
@@ -605,8 +605,11 @@ func TestFleetMarginSweep(t *testing.T) {
 			total += st.Rejected
 			accepted += st.Accepted
 			minShare = min(minShare, float64(st.Accepted)/float64(optimum(rate, time.Second, st.FirstAccepted, res.end)))
+			minSteady = min(minSteady, steadyShare(rate, time.Second, st.Arrivals))
+			tightest = min(tightest, minGap(rate, st.Arrivals))
 		}
-		fmt.Fprintf(&table, "%-8s %-40s %-12d %-10d %.2f%%\n", m, strings.Join(counts, " "), total, accepted, 100*minShare)
+		fmt.Fprintf(&table, "%-8s %-40s %-12d %-10d %-24s %-16s %s\n", m, strings.Join(counts, " "), total, accepted,
+			fmt.Sprintf("%.2f%%", 100*minShare), fmt.Sprintf("%.2f%%", 100*minSteady), tightest)
 	}
 	t.Log(table.String())
 }

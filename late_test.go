@@ -31,24 +31,8 @@ func TestLateWakeRetakesTheSlot(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				st, err := store.NewMemory()
-				require.NoError(t, err)
-				var sent []time.Time
-				var decisions []Decision
-				tr, err := New(roundTripperFunc(func(r *http.Request) (*http.Response, error) {
-					sent = append(sent, time.Now())
-					return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
-				}), st,
-					WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerSecond(1)}}),
-					WithOnDecision(func(d Decision) { decisions = append(decisions, d) }))
-				require.NoError(t, err)
-				send := func() {
-					req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
-					require.NoError(t, err)
-					resp, err := tr.RoundTrip(req)
-					require.NoError(t, err)
-					resp.Body.Close()
-				}
+				r := newRecorder(t, PerSecond(1))
+				tr, send := r.tr, r.send
 				send() // at once: the log now holds one entry
 				extra := tc.oversleep
 				tr.sleep = func(ctx context.Context, d time.Duration) error {
@@ -61,6 +45,7 @@ func TestLateWakeRetakesTheSlot(t *testing.T) {
 				send() // its slot is a window and a margin later; it wakes late
 				tr.sleep = sleep
 				send() // on time
+				sent, decisions := r.sent, r.decisions
 				require.Len(t, sent, 3)
 				assert.Equal(t, tc.wantRetaken, decisions[1].Retaken)
 				assert.GreaterOrEqual(t, sent[1].Sub(sent[0]), time.Second+DefaultMargin)
@@ -73,6 +58,39 @@ func TestLateWakeRetakesTheSlot(t *testing.T) {
 			})
 		})
 	}
+}
+
+// recorder is a Transport on a memory store with one rule for pg.example,
+// whose base records when each request is sent, and which records every
+// Decision; it runs in one goroutine (synctest).
+type recorder struct {
+	t         *testing.T
+	tr        *Transport
+	sent      []time.Time
+	decisions []Decision
+}
+
+func newRecorder(t *testing.T, limits ...Limit) *recorder {
+	st, err := store.NewMemory()
+	require.NoError(t, err)
+	r := &recorder{t: t}
+	r.tr, err = New(roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		r.sent = append(r.sent, time.Now())
+		return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
+	}), st,
+		WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: limits}),
+		WithOnDecision(func(d Decision) { r.decisions = append(r.decisions, d) }))
+	require.NoError(t, err)
+	return r
+}
+
+// send sends one request and requires a response.
+func (r *recorder) send() {
+	req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
+	require.NoError(r.t, err)
+	resp, err := r.tr.RoundTrip(req)
+	require.NoError(r.t, err)
+	resp.Body.Close()
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)

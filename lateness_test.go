@@ -42,17 +42,8 @@ func TestLatenessPeriods(t *testing.T) {
 // log, an on-time send comes 8ms too early after a late one.)
 func TestAllowanceFollowsALateProcess(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		st, err := store.NewMemory()
-		require.NoError(t, err)
-		var sent []time.Time
-		var decisions []Decision
-		tr, err := New(roundTripperFunc(func(r *http.Request) (*http.Response, error) {
-			sent = append(sent, time.Now())
-			return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
-		}), st,
-			WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{Per(3, time.Second)}}),
-			WithOnDecision(func(d Decision) { decisions = append(decisions, d) }))
-		require.NoError(t, err)
+		r := newRecorder(t, Per(3, time.Second))
+		tr := r.tr
 		const late = 8 * time.Millisecond
 		calls := 0
 		tr.sleep = func(ctx context.Context, d time.Duration) error {
@@ -63,12 +54,9 @@ func TestAllowanceFollowsALateProcess(t *testing.T) {
 			return sleep(ctx, d)
 		}
 		for range 16 {
-			req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
-			require.NoError(t, err)
-			resp, err := tr.RoundTrip(req)
-			require.NoError(t, err)
-			resp.Body.Close()
+			r.send()
 		}
+		sent, decisions := r.sent, r.decisions
 		retaken := 0
 		for _, d := range decisions {
 			retaken += d.Retaken

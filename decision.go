@@ -59,8 +59,9 @@ type Decision struct {
 	// lateness this process measured in the current second and the last
 	// earlier second with requests (see Rule.Margin). The log recorded the
 	// request at least that much after its slot; a request later than its
-	// Allowance plus half the Margin retakes its slot. At least 1µs on
-	// SlidingLog rules; zero for the counting algorithms and with NoMargin.
+	// Allowance plus half the Margin retakes its slot. Zero for the
+	// counting algorithms, with NoMargin, and before the process's first
+	// measured call.
 	Allowance time.Duration
 	// RetryAfter is when a request would be admitted (Limited).
 	RetryAfter time.Duration

@@ -14,7 +14,7 @@ import (
 )
 
 // TestLateWakeRetakesTheSlot: a request that wakes later than its allowance
-// (here the 1µs floor: synctest's clock measures no lateness) plus half the
+// (here 0 at first: synctest's clock measures no lateness) plus half the
 // margin after its slot gives it back and takes the next free one, so that it
 // is recorded when it is really sent; one that wakes within it keeps its slot.
 func TestLateWakeRetakesTheSlot(t *testing.T) {

@@ -24,7 +24,12 @@ import (
 // slot is at least the ask plus the delay: the figure is an upper bound,
 // which includes the round trip to the store. (A decision of the in-process
 // limiter under FailLocal is measured from its reply instead: the failed
-// call to the shared store before it is no lateness.)
+// call to the shared store before it is no lateness.) A refusal's round trip
+// is a sample too, the least lateness a request sent then would have had:
+// before its first sample a process reserves with no allowance, and the
+// store then holds its slot back to the log's last entry, which other
+// processes' allowances put in the future (see store.Request); a FailFast
+// process refused for that would otherwise never get a first sample.
 //
 // The allowance is the largest lateness of the current period and of the
 // last earlier one that had any request: a process that sends rarely keeps
@@ -58,15 +63,10 @@ const latenessPeriod = time.Second
 // maxAllowance bounds the allowance (like maxMargin bounds the Margin).
 const maxAllowance = time.Minute
 
-// minAllowance is the least allowance a SlidingLog reservation carries: with
-// none, the store would hold the slot back to the log's last entry, which
-// other processes' allowances put in the future (see store.Request).
-const minAllowance = time.Microsecond
-
 // allowance returns the allowance for a reservation made at now.
 func (l *lateness) allowance(now time.Time) time.Duration {
 	if e := l.ends.Load(); e == 0 || now.UnixNano() < e {
-		return max(time.Duration(l.value.Load()), minAllowance)
+		return time.Duration(l.value.Load())
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -110,6 +110,6 @@ func (l *lateness) rotate(now time.Time) {
 
 // publish updates what allowance reads; l.mu is held.
 func (l *lateness) publish() {
-	l.value.Store(int64(min(max(time.Duration(l.cur.Load()), l.prev, minAllowance), maxAllowance)))
+	l.value.Store(int64(min(max(time.Duration(l.cur.Load()), l.prev), maxAllowance)))
 	l.ends.Store(l.start.Add(latenessPeriod).UnixNano())
 }

@@ -18,7 +18,7 @@ import (
 func TestLatenessPeriods(t *testing.T) {
 	var l lateness
 	t0 := time.Unix(1_700_000_000, 0)
-	assert.Equal(t, minAllowance, l.allowance(t0), "no sample yet: the floor")
+	assert.Equal(t, time.Duration(0), l.allowance(t0), "no sample yet")
 	l.observe(t0, 3*time.Millisecond, time.Hour)
 	l.observe(t0.Add(time.Millisecond), 2*time.Millisecond, time.Hour)
 	assert.Equal(t, 3*time.Millisecond, l.allowance(t0.Add(2*time.Millisecond)), "the largest sample")
@@ -140,4 +140,33 @@ func TestMixedProcessesShareALog(t *testing.T) {
 		t.Logf("least gap between a send and the 5th after it: %v", least)
 		assert.GreaterOrEqual(t, least, time.Second+DefaultMargin/2)
 	})
+}
+
+// TestFirstCallIsNotLockedOut: a process's first reservation carries no
+// allowance, so the store holds its slot back to the log's last entry, which
+// another process's allowance put in the future: a FailFast request is
+// refused. Its round trip is a sample, so the next one carries an allowance
+// and gets the free slot. (Real clock: synctest's measures no round trip.)
+func TestFirstCallIsNotLockedOut(t *testing.T) {
+	st, err := store.NewMemory()
+	require.NoError(t, err)
+	rule := Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerHour(100)}, Mode: FailFast}
+	tr, err := New(roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
+	}), st, WithRule(rule))
+	require.NoError(t, err)
+	c := tr.rules[0]
+	// Another process, with an allowance of an hour, reserved just now.
+	_, err = st.Reserve(context.Background(), c.scope+"pg1", store.Request{Limits: c.eff, Cost: 1, Allowance: time.Hour})
+	require.NoError(t, err)
+
+	req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
+	require.NoError(t, err)
+	_, err = tr.RoundTrip(req)
+	require.ErrorIs(t, err, ErrLimited, "without an allowance, the slot waits for the last entry")
+	req, err = http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
+	require.NoError(t, err)
+	resp, err := tr.RoundTrip(req)
+	require.NoError(t, err, "the refusal's round trip gave it an allowance")
+	resp.Body.Close()
 }

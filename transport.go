@@ -245,6 +245,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			d.Limit = r.Limits[res.Limit]
 		}
 		if !res.Allowed {
+			if r.Margin > 0 {
+				now := t.now()
+				t.late.observe(now, now.Sub(asked), d.Allowance) // lateness.go
+			}
 			d.Outcome, d.RetryAfter, d.Upstream = Limited, res.RetryAfter, res.Upstream
 			return fail(&LimitError{Rule: r.Name, Key: key, Limit: d.Limit, RetryAfter: res.RetryAfter, Upstream: res.Upstream})
 		}

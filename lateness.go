@@ -24,8 +24,9 @@ import (
 // slot is at least the ask plus the delay: the figure is an upper bound,
 // which includes the round trip to the store. (A decision of the in-process
 // limiter under FailLocal is measured from its reply instead: the failed
-// call to the shared store before it is no lateness.) A refusal's round trip
-// is a sample too, the least lateness a request sent then would have had:
+// call to the shared store before it is no lateness.) While the allowance
+// is zero, a refusal's round trip is a sample too, the least lateness a
+// request sent then would have had:
 // before its first sample a process reserves with no allowance, and the
 // store then holds its slot back to the log's last entry, which other
 // processes' allowances put in the future (see store.Request); a FailFast

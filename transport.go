@@ -245,9 +245,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			d.Limit = r.Limits[res.Limit]
 		}
 		if !res.Allowed {
-			if r.Margin > 0 {
+			if r.Margin > 0 && d.Allowance == 0 {
+				// Before the process's first sample: a refusal's round
+				// trip gives it one (lateness.go).
 				now := t.now()
-				t.late.observe(now, now.Sub(asked), d.Allowance) // lateness.go
+				t.late.observe(now, now.Sub(asked), d.Allowance)
 			}
 			d.Outcome, d.RetryAfter, d.Upstream = Limited, res.RetryAfter, res.Upstream
 			return fail(&LimitError{Rule: r.Name, Key: key, Limit: d.Limit, RetryAfter: res.RetryAfter, Upstream: res.Upstream})

@@ -87,6 +87,16 @@ func (e *ConfigError) Error() string {
 // Is makes errors.Is(err, ErrInvalidConfig) true.
 func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
 
+// ErrUpstreamLimited is matched, with errors.Is, by a *LimitError whose wait
+// was imposed by the upstream (a pause after a 429, a 503 with Retry-After,
+// an exhausted budget) and exceeded the rule's MaxServerWait or MaxWait.
+var ErrUpstreamLimited = errors.New("throttle: paused by the upstream")
+
+// ErrStoreTimeout is matched by the *StoreError of a store call that had no
+// answer within WithStoreTimeout. It does not match
+// context.DeadlineExceeded, which is the caller's own deadline.
+var ErrStoreTimeout = errors.New("throttle: store timeout")
+
 // ErrStoreUnavailable is matched by every *StoreError: the shared store
 // failed, or is marked down after a failure, so the request was refused
 // (FailClosed), sent uncounted (FailOpen) or counted locally (FailLocal).

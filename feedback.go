@@ -2,7 +2,6 @@ package throttle
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -16,9 +15,6 @@ import (
 // upstream said (a 429, a 503 with Retry-After, rate-limit headers) and tells
 // the store, which shares it with the whole fleet (store.Feedback).
 
-// DefaultMaxServerWait is a rule's MaxServerWait when it sets none.
-const DefaultMaxServerWait = 30 * time.Second
-
 // appUsagePause is how long a key pauses when Meta's X-App-Usage reports 100%
 // or more: Meta throttles over a rolling hour and "it can take up to an
 // hour" to be let in again, so the fleet sends one probe every appUsagePause
@@ -28,10 +24,6 @@ const appUsagePause = 5 * time.Minute
 // appUsageSlow is the X-App-Usage percentage from which the key slows down:
 // from full speed at appUsageSlow to nothing at 100%.
 const appUsageSlow = 80.0
-
-// feedbackTimeout bounds the store call that records feedback; it runs on a
-// context detached from the request's, which may end with the response.
-const feedbackTimeout = time.Second
 
 // Feedback reports what the upstream said about a key, to WithOnFeedback. It
 // never holds a secret: Key is the (hashed) rate key.
@@ -91,20 +83,6 @@ type told struct {
 // costs at most one extra store call per key).
 const maxTold = 10_000
 
-// WithOnFeedback calls f after every response that said something about its
-// key's limits (a 429, a 503 with Retry-After, a limit, a budget or a usage
-// learned from the headers), on the request's goroutine, before RoundTrip
-// returns. f must be quick and safe for concurrent use.
-func WithOnFeedback(f func(Feedback)) Option {
-	return optionFunc(func(t *Transport) error {
-		if f == nil {
-			return &ConfigError{Reason: "WithOnFeedback: nil function"}
-		}
-		t.onFeedback = f
-		return nil
-	})
-}
-
 // FeedbackStats returns the transport's counts of what upstreams said.
 func (t *Transport) FeedbackStats() FeedbackStats {
 	return FeedbackStats{
@@ -122,43 +100,54 @@ func throttledStatus(resp *http.Response) bool {
 		resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != ""
 }
 
-// listen reads resp, sent under rule r for key (skey in the store), records
-// what it says, and returns the pause it asks for (zero if none) and whether
-// the store now holds it.
-func (t *Transport) listen(ctx context.Context, r *rule, key, skey string, resp *http.Response) (pause time.Duration, held bool) {
-	throttled := throttledStatus(resp)
-	switch resp.StatusCode {
-	case http.StatusTooManyRequests:
-		t.fb.tooMany.Add(1)
-	case http.StatusServiceUnavailable:
-		if throttled {
-			t.fb.unavailable.Add(1)
-		}
+// count counts resp in FeedbackStats when it is a 429, or a 503 with
+// Retry-After, and reports whether it is either.
+func (f *feedbackState) count(resp *http.Response) (throttled bool) {
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests:
+		f.tooMany.Add(1)
+		return true
+	case throttledStatus(resp):
+		f.unavailable.Add(1)
+		return true
 	}
+	return false
+}
+
+// heard is what listen made of a response: the pause it asks for (zero if
+// none), and whether a store now holds it for the whole fleet.
+type heard struct {
+	pause time.Duration
+	held  bool
+}
+
+// listen reads resp, sent under rule r for k, records what it says through
+// the store failure policy, and reports it.
+func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Response) heard {
+	throttled := t.fb.count(resp)
 	now := t.now()
-	if r.IgnoreUpstream {
-		if throttled {
-			t.report(ctx, Feedback{Rule: r.Name, Key: key, Status: resp.StatusCode, Throttled: true})
-			// Not recorded, but a retry still waits for it.
-			return r.learn(parseSignals(resp.Header, now), true).Pause, false
-		}
-		return 0, false
-	}
 	sig := parseSignals(resp.Header, now)
 	l := r.learn(sig, throttled)
-	if !throttled && l.Pause == 0 && !t.fb.news(skey, l, now) {
-		return 0, false
+	if r.IgnoreUpstream {
+		if throttled {
+			t.report(ctx, Feedback{Rule: r.Name, Key: k.key, Status: resp.StatusCode, Throttled: true})
+		}
+		// Not recorded, but a retry still waits for it.
+		return heard{pause: l.Pause}
 	}
-	fb := Feedback{Rule: r.Name, Key: key, Status: resp.StatusCode, Throttled: throttled,
+	if !throttled && l.Pause == 0 && !t.fb.news(k.skey, l, now) {
+		return heard{}
+	}
+	fb := Feedback{Rule: r.Name, Key: k.key, Status: resp.StatusCode, Throttled: throttled,
 		Pause: l.Pause, Limit: l.Limit, Remaining: l.Remaining, Reset: l.Reset}
-	if st, ok := t.store.(store.Feedback); ok && (l.Pause > 0 || l.Limit.N > 0 || l.Reset > 0) {
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), feedbackTimeout)
-		fb.Err = st.Learn(lctx, skey, l)
-		cancel()
-		if fb.Err == nil {
+	h := heard{pause: l.Pause}
+	if l.Pause > 0 || l.Limit.N > 0 || l.Reset > 0 {
+		var recorded bool
+		recorded, fb.Err = t.policy.learn(ctx, r, k.skey, l)
+		if recorded {
 			if l.Pause > 0 {
 				t.fb.pauses.Add(1)
-				held = true
+				h.held = true
 			}
 			if l.Limit.N > 0 || l.Reset > 0 {
 				t.fb.tightenings.Add(1)
@@ -166,7 +155,7 @@ func (t *Transport) listen(ctx context.Context, r *rule, key, skey string, resp 
 		}
 	}
 	t.report(ctx, fb)
-	return l.Pause, held
+	return h
 }
 
 // news reports whether l tells the store anything it was not told lately by
@@ -323,8 +312,3 @@ func (t *Transport) report(ctx context.Context, fb Feedback) {
 	}
 	t.logger.LogAttrs(ctx, level, "throttle feedback", attrs...)
 }
-
-// ErrUpstreamLimited is matched, with errors.Is, by a *LimitError whose wait
-// was imposed by the upstream (a pause after a 429, a 503 with Retry-After,
-// an exhausted budget) and exceeded the rule's MaxServerWait or MaxWait.
-var ErrUpstreamLimited = errors.New("throttle: paused by the upstream")

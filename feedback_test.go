@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle"
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/internal/fakestore"
 )
 
 // scripted is a fake upstream that answers each request with the next of its
@@ -122,6 +122,7 @@ func rule(mut func(*throttle.Rule)) throttle.Option {
 }
 
 func TestPauseAfter429(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name      string
 		answer    func(*http.Request) *http.Response
@@ -166,6 +167,7 @@ func TestPauseAfter429(t *testing.T) {
 }
 
 func TestNoPauseWithoutThrottling(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		up := &scripted{answers: []func(*http.Request) *http.Response{
 			answer(503, ""), answer(500, "", "Retry-After", "5"), ok200}}
@@ -181,6 +183,7 @@ func TestNoPauseWithoutThrottling(t *testing.T) {
 // its store; the pause past MaxServerWait fails at once with an upstream
 // LimitError that a job queue can reschedule.
 func TestPauseIsFleetWide(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		st := newMemory(t)
 		up := &scripted{answers: []func(*http.Request) *http.Response{answer(429, "", "Retry-After", "45"), ok200}}
@@ -219,6 +222,7 @@ func TestPauseIsFleetWide(t *testing.T) {
 }
 
 func TestLearnedLimits(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		// the first response's headers; the rule allows 10 per second
@@ -271,6 +275,7 @@ func TestLearnedLimits(t *testing.T) {
 }
 
 func TestAppUsageFullPauses(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		up := &scripted{answers: []func(*http.Request) *http.Response{answer(200, "", "X-App-Usage", `{"call_count":100}`), ok200}}
 		tr := newTransport(t, up, nil, rule(func(r *throttle.Rule) { r.MaxServerWait, r.MaxWait = time.Hour, time.Hour }))
@@ -286,6 +291,7 @@ func TestAppUsageFullPauses(t *testing.T) {
 // TestBudgetFromHeaders: "remaining 2 until a reset in 10s" holds the third
 // request to the reset, with the reset read as an epoch against Date.
 func TestBudgetFromHeaders(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		// The server's clock is far from ours (synctest's is in 2000): the
 		// epoch reset is read against its Date.
@@ -308,6 +314,7 @@ func TestBudgetFromHeaders(t *testing.T) {
 }
 
 func TestIgnoreUpstream(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		up := &scripted{answers: []func(*http.Request) *http.Response{answer(429, "", "Retry-After", "30", "RateLimit-Policy", "a;q=1;w=1")}}
 		var fbs feedbackLog
@@ -329,8 +336,9 @@ func TestIgnoreUpstream(t *testing.T) {
 // TestFeedbackWithoutFeedbackStore: a store without store.Feedback still
 // works; 429s are counted and reported, nothing is paused.
 func TestFeedbackWithoutFeedbackStore(t *testing.T) {
+	t.Parallel()
 	up := &scripted{answers: []func(*http.Request) *http.Response{answer(429, "", "Retry-After", "1")}}
-	tr := newTransport(t, up, plainStore{newMemory(t)}, rule(nil))
+	tr := newTransport(t, up, fakestore.New().WithoutFeedback(), rule(nil))
 	_, err := do(t, tr, context.Background())
 	require.NoError(t, err)
 	_, err = do(t, tr, context.Background())
@@ -339,26 +347,14 @@ func TestFeedbackWithoutFeedbackStore(t *testing.T) {
 	assert.Zero(t, tr.FeedbackStats().Pauses)
 }
 
-// plainStore hides the Feedback methods of its store.
-type plainStore struct{ s store.Store }
-
-func (p plainStore) Reserve(ctx context.Context, key string, r store.Request) (store.Reservation, error) {
-	return p.s.Reserve(ctx, key, r)
-}
-func (p plainStore) Cancel(ctx context.Context, r store.Reservation) error { return p.s.Cancel(ctx, r) }
-
-// failingFeedback is a store whose Learn fails.
-type failingFeedback struct{ *store.Memory }
-
-func (failingFeedback) Learn(context.Context, string, store.Learned) error {
-	return errors.New("redis down")
-}
-
 func TestFeedbackStoreErrorIsReported(t *testing.T) {
+	t.Parallel()
 	up := &scripted{answers: []func(*http.Request) *http.Response{answer(429, "", "Retry-After", "1")}}
 	var fbs feedbackLog
 	var logs bytes.Buffer
-	tr := newTransport(t, up, failingFeedback{newMemory(t)}, fbs.option(),
+	st := fakestore.New()
+	st.FailLearn(errors.New("redis down"))
+	tr := newTransport(t, up, st, fbs.option(),
 		throttle.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))), rule(nil))
 	resp, err := do(t, tr, context.Background())
 	require.NoError(t, err)
@@ -371,6 +367,7 @@ func TestFeedbackStoreErrorIsReported(t *testing.T) {
 }
 
 func TestMaxServerWaitValidation(t *testing.T) {
+	t.Parallel()
 	_, err := throttle.New(nil, newMemory(t), rule(func(r *throttle.Rule) { r.MaxServerWait = -time.Second }))
 	assert.ErrorIs(t, err, throttle.ErrInvalidConfig)
 	_, err = throttle.New(nil, newMemory(t), rule(func(r *throttle.Rule) { r.Retries = throttle.MaxRetries + 1 }))

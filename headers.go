@@ -35,7 +35,7 @@ type signals struct {
 	// limit is X-RateLimit-Limit (its window unknown), 0 when not given.
 	limit int
 	// policies are the RateLimit-Policy items.
-	policies []policy
+	policies []ratePolicy
 	// remaining units until reset, if hasBudget.
 	remaining int
 	reset     time.Duration
@@ -56,8 +56,8 @@ var budgetFields = [...]struct {
 	{"Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset", false},
 }
 
-// policy is one RateLimit-Policy item: q units per w.
-type policy struct {
+// ratePolicy is one RateLimit-Policy item: q units per w.
+type ratePolicy struct {
 	q int
 	w time.Duration
 }
@@ -194,8 +194,8 @@ func parseReset(v string, ref func() time.Time, epochOK bool) (time.Duration, bo
 // per field or over several fields. Items without a positive q and w, or
 // with a partition key (pk) or a quota unit (qu) other than requests, are
 // skipped: they do not describe this client's count of requests.
-func parsePolicies(fields []string) []policy {
-	var out []policy
+func parsePolicies(fields []string) []ratePolicy {
+	var out []ratePolicy
 	for _, it := range sfItems(fields) {
 		q, okQ := parseCount(it.params["q"])
 		w, okW := parseCount(it.params["w"])
@@ -205,7 +205,7 @@ func parsePolicies(fields []string) []policy {
 		if qu, ok := it.params["qu"]; ok && strings.Trim(qu, `"`) != "requests" {
 			continue
 		}
-		out = append(out, policy{q: q, w: time.Duration(w) * time.Second})
+		out = append(out, ratePolicy{q: q, w: time.Duration(w) * time.Second})
 	}
 	return out
 }

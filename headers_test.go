@@ -12,6 +12,7 @@ import (
 var refTime = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 
 func TestParseRetryAfter(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		v    string
@@ -57,6 +58,7 @@ func header(kv ...string) http.Header {
 }
 
 func TestParseSignals(t *testing.T) {
+	t.Parallel()
 	// The client's clock is 10 minutes fast: dates are read against the
 	// response's Date header, not against it.
 	now := refTime.Add(10 * time.Minute)
@@ -91,16 +93,16 @@ func TestParseSignals(t *testing.T) {
 			signals{limit: 10, remaining: 3, reset: 7 * time.Second, hasBudget: true}},
 		{"IETF policy and limit",
 			header("RateLimit-Policy", `"burst";q=100;w=60, "daily";q=1000;w=86400`, "RateLimit", `"burst";r=50;t=30`),
-			signals{policies: []policy{{100, time.Minute}, {1000, 24 * time.Hour}}, remaining: 50, reset: 30 * time.Second, hasBudget: true}},
+			signals{policies: []ratePolicy{{100, time.Minute}, {1000, 24 * time.Hour}}, remaining: 50, reset: 30 * time.Second, hasBudget: true}},
 		{"IETF: tokens, several fields, the fewest remaining",
 			header("RateLimit-Policy", `default;q=10;w=1`, "RateLimit-Policy", `slow;q=100;w=60`, "RateLimit", `a;r=5;t=1, b;r=2;t=9`),
-			signals{policies: []policy{{10, time.Second}, {100, time.Minute}}, remaining: 2, reset: 9 * time.Second, hasBudget: true}},
+			signals{policies: []ratePolicy{{10, time.Second}, {100, time.Minute}}, remaining: 2, reset: 9 * time.Second, hasBudget: true}},
 		{"IETF: other quota units and broken items are skipped",
 			header("RateLimit-Policy", `"bytes";q=1;w=1;qu="content-bytes", "x";q=-1;w=5, "y";q=5;w=0, "ok";q=7;w=2`),
-			signals{policies: []policy{{7, 2 * time.Second}}}},
+			signals{policies: []ratePolicy{{7, 2 * time.Second}}}},
 		{"IETF: quoted commas and semicolons stay in their string",
 			header("RateLimit-Policy", `"a,b;c";q=3;w=1`),
-			signals{policies: []policy{{3, time.Second}}}},
+			signals{policies: []ratePolicy{{3, time.Second}}}},
 		{"X-App-Usage", header("X-App-Usage", `{"call_count":28,"total_time":91.5,"total_cputime":25}`),
 			signals{usage: 91.5, hasUsage: true}},
 		{"X-App-Usage capped, negatives ignored", header("X-App-Usage", `{"call_count":1e9,"total_time":-4}`),

@@ -29,6 +29,7 @@ func keyReq(t *testing.T, rawURL string, header ...string) *http.Request {
 }
 
 func TestKeyFuncs(t *testing.T) {
+	t.Parallel()
 	const tok = "tok-SECRET-key-1234"
 	tests := []struct {
 		name    string
@@ -138,6 +139,7 @@ func reqTo(rawURL string, header ...string) func(t *testing.T) *http.Request {
 // TestHashedKeysTellTokensApart checks that hashed keys differ per token, per
 // parameter and per key function, and agree for the same token.
 func TestHashedKeysTellTokensApart(t *testing.T) {
+	t.Parallel()
 	key := func(f throttle.KeyFunc, r *http.Request) string {
 		k, err := f(r)
 		require.NoError(t, err)
@@ -163,6 +165,7 @@ func TestHashedKeysTellTokensApart(t *testing.T) {
 // TestKeysAreBounded checks that long, huge and non-UTF-8 values give keys of
 // bounded length or a clean KeyError, and never a panic.
 func TestKeysAreBounded(t *testing.T) {
+	t.Parallel()
 	huge := strings.Repeat("é\xff", 1<<19) // 1.5 MiB, not valid UTF-8
 	tests := []struct {
 		name    string
@@ -221,6 +224,7 @@ func TestKeysAreBounded(t *testing.T) {
 // TestLongKeysShareALog checks that two requests with the same long key are
 // counted in one log, and different long keys in different ones.
 func TestLongKeysShareALog(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("tenant-", 100)
 	var sent sendLog
 	tr := newTransport(t, sent.base(), nil, throttle.WithRule(throttle.Rule{
@@ -240,6 +244,7 @@ func TestLongKeysShareALog(t *testing.T) {
 // TestFirstOfNil: a nil KeyFunc inside FirstOf refuses requests with a
 // KeyError saying so, rather than panicking at request time.
 func TestFirstOfNil(t *testing.T) {
+	t.Parallel()
 	var decisions decisionLog
 	var sent sendLog
 	tr := newTransport(t, sent.base(), nil, decisions.option(), throttle.WithRule(throttle.Rule{

@@ -16,6 +16,7 @@ import (
 )
 
 func TestLatenessPeriods(t *testing.T) {
+	t.Parallel()
 	var l lateness
 	t0 := time.Unix(1_700_000_000, 0)
 	assert.Equal(t, time.Duration(0), l.allowance(t0), "no sample yet")
@@ -41,6 +42,7 @@ func TestLatenessPeriods(t *testing.T) {
 // Margin between a send and the N-th after it. (Without the allowance in the
 // log, an on-time send comes 8ms too early after a late one.)
 func TestAllowanceFollowsALateProcess(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		r := newRecorder(t, Per(3, time.Second))
 		tr := r.tr
@@ -80,6 +82,7 @@ func TestAllowanceFollowsALateProcess(t *testing.T) {
 // upstream never sees more than N sends in W (without it: 975ms between a
 // send and the N-th after it), and the prompt one never retakes a slot.
 func TestMixedProcessesShareALog(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		st, err := store.NewMemory()
 		require.NoError(t, err)
@@ -148,6 +151,7 @@ func TestMixedProcessesShareALog(t *testing.T) {
 // refused. Its round trip is a sample, so the next one carries an allowance
 // and gets the free slot. (Real clock: synctest's measures no round trip.)
 func TestFirstCallIsNotLockedOut(t *testing.T) {
+	t.Parallel()
 	st, err := store.NewMemory()
 	require.NoError(t, err)
 	rule := Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerHour(100)}, Mode: FailFast}
@@ -170,3 +174,88 @@ func TestFirstCallIsNotLockedOut(t *testing.T) {
 	require.NoError(t, err, "the refusal's round trip gave it an allowance")
 	resp.Body.Close()
 }
+
+// TestLateWakeRetakesTheSlot: a request that wakes later than its allowance
+// (here 0 at first: synctest's clock measures no lateness) plus half the
+// margin after its slot gives it back and takes the next free one, so that it
+// is recorded when it is really sent; one that wakes within it keeps its slot.
+func TestLateWakeRetakesTheSlot(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name        string
+		oversleep   []time.Duration // added to each sleep in turn
+		wantRetaken int
+	}{
+		{"on time", nil, 0},
+		{"late within half the margin", []time.Duration{DefaultMargin / 2}, 0},
+		{"late beyond half the margin", []time.Duration{DefaultMargin/2 + time.Millisecond}, 1},
+		{"late again and again", []time.Duration{time.Second, time.Second, time.Second, time.Second}, maxRetakes},
+		{"very late, once", []time.Duration{time.Second + DefaultMargin/2 + time.Millisecond, 0}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newRecorder(t, PerSecond(1))
+				tr, send := r.tr, r.send
+				send() // at once: the log now holds one entry
+				extra := tc.oversleep
+				tr.sleep = func(ctx context.Context, d time.Duration) error {
+					if len(extra) > 0 {
+						d += extra[0]
+						extra = extra[1:]
+					}
+					return sleep(ctx, d)
+				}
+				send() // its slot is a window and a margin later; it wakes late
+				tr.sleep = sleep
+				send() // on time
+				sent, decisions := r.sent, r.decisions
+				require.Len(t, sent, 3)
+				assert.Equal(t, tc.wantRetaken, decisions[1].Retaken)
+				assert.GreaterOrEqual(t, sent[1].Sub(sent[0]), time.Second+DefaultMargin)
+				if tc.wantRetaken < maxRetakes {
+					// The late send was recorded within half the margin of
+					// when it really went, so the next one keeps at least
+					// half the margin of headroom at the upstream.
+					assert.GreaterOrEqual(t, sent[2].Sub(sent[1]), time.Second+DefaultMargin/2)
+				}
+			})
+		})
+	}
+}
+
+// recorder is a Transport on a memory store with one rule for pg.example,
+// whose base records when each request is sent, and which records every
+// Decision; it runs in one goroutine (synctest).
+type recorder struct {
+	t         *testing.T
+	tr        *Transport
+	sent      []time.Time
+	decisions []Decision
+}
+
+func newRecorder(t *testing.T, limits ...Limit) *recorder {
+	st, err := store.NewMemory()
+	require.NoError(t, err)
+	r := &recorder{t: t}
+	r.tr, err = New(roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		r.sent = append(r.sent, time.Now())
+		return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
+	}), st,
+		WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: limits}),
+		WithOnDecision(func(d Decision) { r.decisions = append(r.decisions, d) }))
+	require.NoError(t, err)
+	return r
+}
+
+// send sends one request and requires a response.
+func (r *recorder) send() {
+	req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
+	require.NoError(r.t, err)
+	resp, err := r.tr.RoundTrip(req)
+	require.NoError(r.t, err)
+	resp.Body.Close()
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

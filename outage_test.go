@@ -16,31 +16,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/fakestore"
 	"github.com/throttle-go/throttle/internal/redistest"
 	"github.com/throttle-go/throttle/internal/upstream"
 	"github.com/throttle-go/throttle/store"
 )
 
-// callLog is a store.Store that records when each Reserve reached the
-// shared store.
-type callLog struct {
-	store.Store
-	mu    sync.Mutex
-	times []time.Time
-}
-
-func (c *callLog) Reserve(ctx context.Context, key string, req store.Request) (store.Reservation, error) {
-	c.mu.Lock()
-	c.times = append(c.times, time.Now())
-	c.mu.Unlock()
-	return c.Store.Reserve(ctx, key, req)
-}
-
-func (c *callLog) between(from, to time.Time) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// between counts the calls to s in (from, to).
+func between(s *fakestore.Store, from, to time.Time) int {
+	times, _ := s.Calls()
 	n := 0
-	for _, t := range c.times {
+	for _, t := range times {
 		if t.After(from) && t.Before(to) {
 			n++
 		}
@@ -131,7 +117,7 @@ func TestRedisRestart(t *testing.T) {
 			var (
 				mu        sync.Mutex
 				decisions = make([][]stamped, workers)
-				logs      = make([]*callLog, workers)
+				logs      = make([]*fakestore.Store, workers)
 				clients   = make([]*http.Client, workers)
 			)
 			for w := range workers {
@@ -143,7 +129,7 @@ func TestRedisRestart(t *testing.T) {
 				t.Cleanup(func() { _ = rdb.Close() })
 				rs, err := store.NewRedis(rdb)
 				require.NoError(t, err)
-				logs[w] = &callLog{Store: rs}
+				logs[w] = fakestore.Wrap(rs)
 				opts := []throttle.Option{
 					throttle.WithRule(throttle.Rule{Name: "restart", Host: "127.0.0.1", Key: throttle.Fixed("api"),
 						Limits: []throttle.Limit{throttle.Per(n, window)},
@@ -250,7 +236,7 @@ func TestRedisRestart(t *testing.T) {
 			// A down store is not called by every request.
 			refusedOrLocal, calls := 0, 0
 			for w := range workers {
-				calls += logs[w].between(killed.Add(100*time.Millisecond), restarting)
+				calls += between(logs[w], killed.Add(100*time.Millisecond), restarting)
 			}
 			for k, c := range outcomes {
 				if k != throttle.Sent.String() { // sends of slots reserved before the kill

@@ -40,76 +40,13 @@ func (p StoreFailure) String() string {
 	return storeFailureNames[p]
 }
 
-// WithStoreFailure sets what requests do when the shared store fails:
-// FailClosed (the default), FailOpen or FailLocal (which needs
-// WithLocalShare).
-//
-// Whatever the policy, a store failure (an error that is not the request's
-// context ending) marks the store down: until a probe succeeds, requests do
-// not call it and take the policy's path at once, so a dead Redis costs one
-// request a connect timeout, not every request. While it is down, one request
-// at a time is let through to the store as a probe, after a backoff that
-// starts at 50ms and doubles up to at most 600ms; the first probe that succeeds marks
-// the store up again, and its answer is used.
-func WithStoreFailure(p StoreFailure) Option {
-	return optionFunc(func(t *Transport) error {
-		if p < FailClosed || p > FailLocal {
-			return &ConfigError{Reason: fmt.Sprintf("unknown StoreFailure %d", int(p))}
-		}
-		t.storeFailure.policy = p
-		return nil
-	})
-}
-
-// WithLocalShare sets the share of every limit that the in-process limiter
-// of FailLocal allows this transport while the shared store is away: a limit
-// of N per W becomes floor(N × share) per W, at least 1. With one transport per
-// worker, 1/workers keeps the fleet within the limit once every worker is
-// local (see the README for the moments of switching). While the shared
-// store is up, every send it admits is recorded in the local limiter too, so
-// that a switch to local starts from this process's recent sends. It requires
-// WithStoreFailure(FailLocal), and share must be in (0, 1].
-func WithLocalShare(share float64) Option {
-	return optionFunc(func(t *Transport) error {
-		if math.IsNaN(share) || share <= 0 || share > 1 {
-			return &ConfigError{Reason: fmt.Sprintf("WithLocalShare(%v): the share must be above 0 and at most 1", share)}
-		}
-		t.storeFailure.share = share
-		return nil
-	})
-}
-
 // DefaultStoreTimeout bounds each call a request makes to the shared store
 // when WithStoreTimeout sets no other bound.
 const DefaultStoreTimeout = time.Second
 
-// WithStoreTimeout bounds each Reserve call to the shared store (default
-// DefaultStoreTimeout). A call that takes longer, while the request's own
-// context is still live, is a store failure: it marks the store down like
-// any other. Without the bound, a client that retries its dials (go-redis
-// tries 5 dials per attempt and 4 attempts by default, about 2s against a
-// closed port) would make the request's context end first, which says
-// nothing about the store, and every request would pay it.
-func WithStoreTimeout(d time.Duration) Option {
-	return optionFunc(func(t *Transport) error {
-		if d <= 0 {
-			return &ConfigError{Reason: fmt.Sprintf("WithStoreTimeout(%s): the timeout must be positive", d)}
-		}
-		t.storeFailure.timeout = d
-		return nil
-	})
-}
-
-// errStoreTimeout is the cause of a StoreError for a call cut by the timeout.
-type errStoreTimeout struct {
-	d   time.Duration
-	err error
-}
-
-func (e *errStoreTimeout) Error() string {
-	return fmt.Sprintf("no answer within %s (WithStoreTimeout): %v", e.d, e.err)
-}
-func (e *errStoreTimeout) Unwrap() error { return e.err }
+// feedbackTimeout bounds the store call that records feedback; it runs on a
+// context detached from the request's, which may end with the response.
+const feedbackTimeout = time.Second
 
 // Backoff between probes of a store marked down. The randomisation keeps the
 // probes of a fleet apart; the largest wait is probeMaxInterval ×
@@ -122,121 +59,195 @@ const (
 	probeMultiplier      = 2
 )
 
-// failure is a transport's store failure policy and the state behind it.
-type failure struct {
-	policy  StoreFailure
-	timeout time.Duration // bound of each store call; 0: DefaultStoreTimeout
-	share   float64       // FailLocal: the share of each limit
-	local   *store.Memory // FailLocal: the in-process limiter
-	health  health
+// policy is the store failure policy: it calls the shared store (with a
+// timeout, unless the store is in-process), tracks its health, and when it
+// fails or is marked down applies FailClosed, FailOpen or FailLocal.
+type policy struct {
+	kind     StoreFailure
+	shared   store.Store
+	feedback store.Feedback // shared's, nil when it keeps no feedback
+	timeout  time.Duration  // 0: the store is in-process and needs no timer
+	health   health
+
+	// FailLocal: the in-process limiter and each rule's share of its
+	// limits, by rule scope; read-only after newPolicy.
+	local  *store.Memory
+	shares map[string]localShare
 }
 
-// setup validates the policy once every option is applied and, for
-// FailLocal, prepares the local limiter and every rule's local limits.
-func (f *failure) setup(t *Transport) error {
-	if f.timeout == 0 {
-		f.timeout = DefaultStoreTimeout
+// localShare is a rule's limits cut to the local share.
+type localShare struct {
+	limits []Limit
+	minN   int           // the least N: a cost above it cannot be counted locally
+	maxPer time.Duration // the longest window
+}
+
+// newPolicy validates the policy options of c and prepares the local limiter.
+func newPolicy(st store.Store, c config, now func() time.Time) (*policy, error) {
+	p := &policy{kind: c.storeFailure, shared: st, timeout: c.storeTimeout}
+	p.feedback, _ = st.(store.Feedback)
+	p.health.now = now
+	if p.timeout == 0 {
+		p.timeout = DefaultStoreTimeout
 	}
-	f.health.now = func() time.Time { return t.now() }
-	if f.policy != FailLocal {
-		if f.share != 0 {
-			return &ConfigError{Reason: "WithLocalShare needs WithStoreFailure(FailLocal)"}
+	// A Memory store never waits on anything but its lock, and a timer per
+	// call would cost it more than the call.
+	if _, inProcess := st.(*store.Memory); inProcess {
+		p.timeout = 0
+	}
+	if p.kind != FailLocal {
+		if c.localShare != 0 {
+			return nil, &ConfigError{Reason: "WithLocalShare needs WithStoreFailure(FailLocal)"}
 		}
-		return nil
+		return p, nil
 	}
-	if f.share == 0 {
-		return &ConfigError{Reason: "FailLocal needs WithLocalShare: the share of each limit this transport may use alone"}
+	if c.localShare == 0 {
+		return nil, &ConfigError{Reason: "FailLocal needs WithLocalShare: the share of each limit this transport may use alone"}
 	}
-	m, err := store.NewMemory(store.WithClock(func() time.Time { return t.now() }))
+	m, err := store.NewMemory(store.WithClock(now))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	f.local = m
-	for _, r := range append(t.rules[:len(t.rules):len(t.rules)], t.def) {
-		if r == nil {
-			continue
-		}
-		r.local = make([]Limit, len(r.eff))
-		r.localMinN = 0
-		for i, l := range r.eff {
-			// The epsilon keeps 300 × (1/3) at 100 despite rounding.
-			n := max(1, int(math.Floor(float64(l.N)*f.share+1e-9)))
-			r.local[i] = Limit{N: n, Per: l.Per, Precision: l.Precision}
-			if r.localMinN == 0 || n < r.localMinN {
-				r.localMinN = n
-			}
-			r.localMaxPer = max(r.localMaxPer, l.Per)
+	p.local, p.shares = m, make(map[string]localShare)
+	for _, r := range append(c.rules[:len(c.rules):len(c.rules)], c.def) {
+		if r != nil {
+			p.shares[r.scope] = shareOf(r.eff, c.localShare)
 		}
 	}
-	return nil
+	return p, nil
 }
 
-func noop() {}
-
-// reserve reserves a slot for req in the shared store or, when that fails or
-// is marked down and the policy is FailLocal, in the local limiter. It returns
-// the store that holds the reservation (for Cancel) and, when the shared
-// store could not decide, why. Its error is the store's when the context
-// ended, that *StoreError when the policy is not FailLocal, and the local
-// limiter's refusal or failure otherwise.
-func (t *Transport) reserve(ctx context.Context, r *rule, key string, req store.Request) (res store.Reservation, st store.Store, down *StoreError, err error) {
-	h := &t.storeFailure.health
-	var cause error
-	try := h.begin(t.now())
-	if try != skip {
-		// The timeout is for stores that do I/O; a Memory store never waits
-		// on anything but its lock, and a timer per call would cost it more
-		// than the call (3 allocations and a timer).
-		sctx, cancel := ctx, context.CancelFunc(noop)
-		if _, inProcess := t.store.(*store.Memory); !inProcess {
-			sctx, cancel = context.WithTimeout(ctx, t.storeFailure.timeout)
+// shareOf cuts every N of limits to floor(N × share), at least 1.
+func shareOf(limits []Limit, share float64) localShare {
+	var s localShare
+	for _, l := range limits {
+		// The epsilon keeps 300 × (1/3) at 100 despite rounding.
+		n := max(1, int(math.Floor(float64(l.N)*share+1e-9)))
+		s.limits = append(s.limits, Limit{N: n, Per: l.Per, Precision: l.Precision})
+		if s.minN == 0 || n < s.minN {
+			s.minN = n
 		}
-		res, err := t.store.Reserve(sctx, key, req)
-		cancel()
+		s.maxPer = max(s.maxPer, l.Per)
+	}
+	return s
+}
+
+// grant is the policy's answer to a reservation.
+type grant struct {
+	res  store.Reservation
+	from store.Store // holds res, for Cancel
+	// err is the failure when nothing was decided: the store's error when
+	// the context ended, a *StoreError, or the local limiter's error.
+	err error
+	// down is the *StoreError when the shared store did not decide; local
+	// is set when the policy is FailLocal then, open when it is FailOpen
+	// (send uncounted).
+	down        error
+	local, open bool
+}
+
+// reserve reserves a slot for req under r, in the shared store or, when that
+// fails or is marked down, as the policy says.
+func (p *policy) reserve(ctx context.Context, r *rule, skey string, req store.Request) grant {
+	try := p.health.begin(p.health.now())
+	var cause error
+	if try == skip {
+		cause = p.health.lastError()
+	} else {
+		res, err := p.call(ctx, skey, req)
 		switch {
 		case err == nil:
-			h.succeeded()
-			return res, t.store, nil, nil
+			p.health.succeeded()
+			return grant{res: res, from: p.shared}
 		case ctx.Err() != nil:
 			// The caller gave up; that says nothing about the store.
-			h.abandoned(try)
-			return res, nil, nil, err
-		case sctx.Err() != nil:
-			err = &errStoreTimeout{t.storeFailure.timeout, err}
+			p.health.abandoned(try)
+			return grant{err: err}
 		}
-		h.failed(try, t.now(), err)
+		p.health.failed(try, p.health.now(), err)
 		cause = err
-	} else {
-		cause = h.lastError()
 	}
-	down = &StoreError{Rule: r.Name, Err: cause, NotTried: try == skip}
-	if t.storeFailure.policy != FailLocal {
-		return res, nil, down, down
+	down := &StoreError{Rule: r.Name, Err: cause, NotTried: try == skip}
+	switch p.kind {
+	case FailOpen:
+		return grant{err: down, down: down, open: true}
+	case FailLocal:
+		s := p.shares[r.scope]
+		if req.Cost > s.minN {
+			return grant{err: fmt.Errorf("%w (and cost %d is above the local share of a limit, %d)", down, req.Cost, s.minN), down: down, local: true}
+		}
+		req.Limits = s.limits
+		res, err := p.local.Reserve(ctx, skey, req)
+		return grant{res: res, from: p.local, err: err, down: down, local: true}
 	}
-	if req.Cost > r.localMinN {
-		return res, nil, down, fmt.Errorf("%w (and cost %d is above the local share of a limit, %d)", down, req.Cost, r.localMinN)
+	return grant{err: down, down: down}
+}
+
+// call is one Reserve of the shared store, bounded by the timeout. A call cut
+// by it returns an error matching ErrStoreTimeout, not the context's
+// DeadlineExceeded, which a caller would take for its own deadline.
+func (p *policy) call(ctx context.Context, skey string, req store.Request) (store.Reservation, error) {
+	if p.timeout == 0 {
+		return p.shared.Reserve(ctx, skey, req)
 	}
-	req.Limits = r.local
-	if res, err = t.storeFailure.local.Reserve(ctx, key, req); err != nil {
-		return res, nil, down, err
+	sctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	res, err := p.shared.Reserve(sctx, skey, req)
+	if err != nil && ctx.Err() == nil && errors.Is(sctx.Err(), context.DeadlineExceeded) {
+		err = &timeoutError{p.timeout}
 	}
-	return res, t.storeFailure.local, down, nil
+	return res, err
+}
+
+// timeoutError is the cause of a *StoreError for a call cut by the timeout.
+type timeoutError struct{ d time.Duration }
+
+func (e *timeoutError) Error() string {
+	return fmt.Sprintf("no answer within %s (WithStoreTimeout)", e.d)
+}
+
+// Is makes errors.Is(err, ErrStoreTimeout) true.
+func (e *timeoutError) Is(target error) bool { return target == ErrStoreTimeout }
+
+// learn records what the upstream said about skey: in the shared store, or
+// in the local limiter while the shared store is marked down under FailLocal.
+// It reports whether a store recorded l.
+func (p *policy) learn(ctx context.Context, r *rule, skey string, l store.Learned) (recorded bool, err error) {
+	var fb store.Feedback = p.feedback
+	if p.health.isDown.Load() {
+		if p.kind != FailLocal {
+			return false, &StoreError{Rule: r.Name, Err: p.health.lastError(), NotTried: true}
+		}
+		fb = p.local
+	}
+	if fb == nil {
+		return false, nil
+	}
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), feedbackTimeout)
+	defer cancel()
+	if err := fb.Learn(lctx, skey, l); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // mirror records a send that the shared store admitted in the local limiter
 // too (FailLocal only), at the time of sending, so that when the store goes
 // away the local limiter starts from this process's own recent sends, not
-// from an empty log: a process that used its share of the last window waits
-// for it to pass instead of adding a share on top. A process that sent more
-// than its share has the excess recorded up to a window ahead (it waits
-// longer once local); what does not fit is not recorded.
-func (t *Transport) mirror(r *rule, key string, cost int) {
-	if t.storeFailure.local == nil || cost > r.localMinN {
+// from an empty log. A process that sent more than its share has the excess
+// recorded up to a window ahead (it waits longer once local); what does not
+// fit is not recorded.
+func (p *policy) mirror(r *rule, k keyed) {
+	if p.local == nil {
+		return
+	}
+	s := p.shares[r.scope]
+	if k.cost > s.minN {
 		return
 	}
 	// The rule's algorithm, as reserve uses: each keeps its own state.
-	_, _ = t.storeFailure.local.Reserve(context.Background(), key,
-		store.Request{Limits: r.local, Cost: cost, MaxWait: r.localMaxPer, Algorithm: r.Algorithm})
+	_, _ = p.local.Reserve(context.Background(), k.skey,
+		store.Request{Limits: s.limits, Cost: k.cost, MaxWait: s.maxPer, Algorithm: r.Algorithm})
 }
 
 // attempt says how a request may use the shared store.

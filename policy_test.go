@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/internal/fakestore"
 )
 
 // maxProbeGap is the longest wait between probes.
@@ -20,92 +20,48 @@ var maxProbeGap = time.Duration(float64(probeMaxInterval) * (1 + probeRandomizat
 
 var errDown = errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
 
-// flakyStore is a memory store that can be taken down: then every call fails
-// with errDown after dialTime (a connect timeout, on the synctest clock). It
-// counts calls and the most that were in flight at once.
-type flakyStore struct {
-	inner *store.Memory
-
-	mu          sync.Mutex
-	down        bool
-	dialTime    time.Duration
-	calls       int
-	inflight    int
-	maxInflight int
-	callTimes   []time.Time
-}
-
-func newFlaky(t *testing.T) *flakyStore {
-	m, err := store.NewMemory()
-	require.NoError(t, err)
-	return &flakyStore{inner: m}
-}
-
-func (f *flakyStore) set(down bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.down = down
-}
-
-func (f *flakyStore) stats() (calls, maxInflight int, times []time.Time) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls, f.maxInflight, append([]time.Time(nil), f.callTimes...)
-}
-
-func (f *flakyStore) Reserve(ctx context.Context, key string, req store.Request) (store.Reservation, error) {
-	f.mu.Lock()
-	f.calls++
-	f.callTimes = append(f.callTimes, time.Now())
-	f.inflight++
-	f.maxInflight = max(f.maxInflight, f.inflight)
-	down, dial := f.down, f.dialTime
-	f.mu.Unlock()
-	defer func() {
-		f.mu.Lock()
-		f.inflight--
-		f.mu.Unlock()
-	}()
-	if down {
-		if err := sleep(ctx, dial); err != nil {
-			return store.Reservation{}, err
-		}
-		return store.Reservation{}, errDown
-	}
-	return f.inner.Reserve(ctx, key, req)
-}
-
-func (f *flakyStore) Cancel(ctx context.Context, r store.Reservation) error {
-	return f.inner.Cancel(ctx, r)
-}
-
-// outageRig is a transport on a flakyStore with a recording base and hook.
+// outageRig is a transport on a fake store with a recording base and hook.
 type outageRig struct {
-	st *flakyStore
+	st *fakestore.Store
 	tr *Transport
 
 	mu        sync.Mutex
 	sent      []time.Time
 	decisions []Decision
+	feedback  []Feedback
+	answer    http.Header // non-nil: the base answers 429 with these headers
 }
 
 func newOutageRig(t *testing.T, rule Rule, opts ...Option) *outageRig {
-	g := &outageRig{st: newFlaky(t)}
+	g := &outageRig{st: fakestore.New()}
 	base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		g.sent = append(g.sent, time.Now())
+		if g.answer != nil {
+			return &http.Response{StatusCode: http.StatusTooManyRequests, Header: g.answer.Clone(), Body: http.NoBody, Request: r}, nil
+		}
 		return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
 	})
 	opts = append([]Option{WithRule(rule), WithOnDecision(func(d Decision) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		g.decisions = append(g.decisions, d)
+	}), WithOnFeedback(func(f Feedback) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.feedback = append(g.feedback, f)
 	})}, opts...)
 	tr, err := New(base, g.st, opts...)
 	require.NoError(t, err)
 	g.tr = tr
 	return g
+}
+
+// calls is how often the transport called the store.
+func (g *outageRig) calls() int {
+	times, _ := g.st.Calls()
+	return len(times)
 }
 
 func (g *outageRig) do(t *testing.T) (Decision, error) {
@@ -126,10 +82,10 @@ var outageRule = Rule{Name: "r", Host: "api.example.com", Key: Fixed("k"), Limit
 // (and do not pay its connect timeout) until a probe succeeds; probes come
 // one at a time, after a growing backoff of at most maxProbeGap.
 func TestDownStoreIsNotCalled(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		g := newOutageRig(t, outageRule)
-		g.st.dialTime = 3 * time.Second // a connect timeout
-		g.st.set(true)
+		g.st.Fail(errDown, 3*time.Second) // a connect timeout
 
 		// The first request pays the store timeout (not the 3s) and marks
 		// the store down.
@@ -137,7 +93,8 @@ func TestDownStoreIsNotCalled(t *testing.T) {
 		d, err := g.do(t)
 		assert.Equal(t, DefaultStoreTimeout, time.Since(start))
 		require.ErrorIs(t, err, ErrStoreUnavailable)
-		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.ErrorIs(t, err, ErrStoreTimeout)
+		assert.NotErrorIs(t, err, context.DeadlineExceeded, "the caller would take it for its own deadline")
 		assert.Contains(t, err.Error(), "no answer within 1s (WithStoreTimeout)")
 		var se *StoreError
 		require.ErrorAs(t, err, &se)
@@ -168,7 +125,8 @@ func TestDownStoreIsNotCalled(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		calls, maxInflight, times := g.st.stats()
+		times, maxInflight := g.st.Calls()
+		calls := len(times)
 		assert.Equal(t, 1, maxInflight, "one probe at a time")
 		assert.Equal(t, calls-1, tried)
 		// Probes: the first after about 50ms, then growing, capped at
@@ -187,13 +145,14 @@ func TestDownStoreIsNotCalled(t *testing.T) {
 // TestRecoveryWithinASecond: once the store is back, requests use it again
 // within the largest backoff interval plus the gap between requests.
 func TestRecoveryWithinASecond(t *testing.T) {
+	t.Parallel()
 	for _, outage := range []time.Duration{10 * time.Millisecond, time.Second, 30 * time.Second} {
 		t.Run(outage.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				g := newOutageRig(t, outageRule)
-				g.st.set(true)
+				g.st.Fail(errDown, 0)
 				back := time.Now().Add(outage)
-				time.AfterFunc(outage, func() { g.st.set(false) })
+				time.AfterFunc(outage, func() { g.st.Fail(nil, 0) })
 				var recovered time.Time
 				for recovered.IsZero() {
 					if _, err := g.do(t); err == nil {
@@ -217,10 +176,10 @@ func TestRecoveryWithinASecond(t *testing.T) {
 // TestContextErrorDoesNotMarkDown: a request whose context ends during the
 // store call is Canceled and leaves the store up.
 func TestContextErrorDoesNotMarkDown(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		g := newOutageRig(t, outageRule)
-		g.st.dialTime = time.Second
-		g.st.set(true)
+		g.st.Fail(errDown, time.Second)
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://api.example.com/x", nil)
@@ -228,10 +187,10 @@ func TestContextErrorDoesNotMarkDown(t *testing.T) {
 		_, err = g.tr.RoundTrip(req)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.NotErrorIs(t, err, ErrStoreUnavailable)
-		g.st.set(false)
+		g.st.Fail(nil, 0)
 		_, err = g.do(t)
 		require.NoError(t, err)
-		calls, _, _ := g.st.stats()
+		calls := g.calls()
 		assert.Equal(t, 2, calls, "the second request called the store: it was not marked down")
 	})
 }
@@ -239,18 +198,81 @@ func TestContextErrorDoesNotMarkDown(t *testing.T) {
 // TestFailOpenWhileDown: skipped requests are sent uncounted, with the
 // StoreError in the decision.
 func TestFailOpenWhileDown(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		g := newOutageRig(t, outageRule, WithStoreFailure(FailOpen))
-		g.st.set(true)
+		g.st.Fail(errDown, 0)
 		for range 50 {
 			d, err := g.do(t)
 			require.NoError(t, err)
 			assert.Equal(t, FailedOpen, d.Outcome)
 			assert.ErrorIs(t, d.Err, ErrStoreUnavailable)
 		}
-		calls, _, _ := g.st.stats()
+		calls := g.calls()
 		assert.Equal(t, 1, calls, "no probe is due yet")
 		assert.Len(t, g.sent, 50)
+	})
+}
+
+// TestStoreErrorIsNotATimeout: a store that answers with an error at once
+// (a refused connection, WRONGPASS, OOM) is reported with that error, not as
+// a timeout.
+func TestStoreErrorIsNotATimeout(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		g := newOutageRig(t, outageRule)
+		g.st.Fail(errDown, 0) // fails at once
+		_, err := g.do(t)
+		require.ErrorIs(t, err, ErrStoreUnavailable)
+		require.ErrorIs(t, err, errDown)
+		assert.NotErrorIs(t, err, ErrStoreTimeout)
+		assert.NotContains(t, err.Error(), "no answer within")
+	})
+}
+
+// TestFailOpenListens: a response sent uncounted while the store is down is
+// still listened to: its 429 is counted and reported, with the reason the
+// pause could not be shared.
+func TestFailOpenListens(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		g := newOutageRig(t, outageRule, WithStoreFailure(FailOpen))
+		g.st.Fail(errDown, 0)
+		g.answer = http.Header{"Retry-After": {"2"}}
+		d, err := g.do(t)
+		require.NoError(t, err)
+		assert.Equal(t, FailedOpen, d.Outcome)
+		assert.Equal(t, uint64(1), g.tr.FeedbackStats().TooManyRequests)
+		require.Len(t, g.feedback, 1)
+		assert.True(t, g.feedback[0].Throttled)
+		assert.Equal(t, 2*time.Second, g.feedback[0].Pause)
+		assert.ErrorIs(t, g.feedback[0].Err, ErrStoreUnavailable)
+		calls := g.calls()
+		assert.Equal(t, 1, calls, "the feedback does not call a store marked down")
+	})
+}
+
+// TestFailLocalHoldsPauses: while the store is down under FailLocal, a 429's
+// pause is held by the local limiter.
+func TestFailLocalHoldsPauses(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		rule := outageRule
+		rule.MaxServerWait = time.Second
+		g := newOutageRig(t, rule, WithStoreFailure(FailLocal), WithLocalShare(0.5))
+		g.st.Fail(errDown, 0)
+		g.answer = http.Header{"Retry-After": {"5"}}
+		d, err := g.do(t)
+		require.NoError(t, err)
+		assert.True(t, d.Local)
+		require.Len(t, g.feedback, 1)
+		require.NoError(t, g.feedback[0].Err)
+		assert.Equal(t, uint64(1), g.tr.FeedbackStats().Pauses)
+
+		d, err = g.do(t)
+		require.ErrorIs(t, err, ErrUpstreamLimited, "paused for 5s, more than MaxServerWait")
+		assert.True(t, d.Local)
+		assert.Equal(t, Limited, d.Outcome)
 	})
 }
 
@@ -258,10 +280,11 @@ func TestFailOpenWhileDown(t *testing.T) {
 // share of each limit, waiting as the rule says; afterwards the store decides
 // again.
 func TestFailLocal(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		rule := Rule{Name: "r", Host: "api.example.com", Key: Fixed("k"), Limits: []Limit{PerSecond(8)}, Margin: NoMargin}
 		g := newOutageRig(t, rule, WithStoreFailure(FailLocal), WithLocalShare(0.25))
-		g.st.set(true)
+		g.st.Fail(errDown, 0)
 		start := time.Now()
 		for i := range 6 {
 			d, err := g.do(t)
@@ -279,7 +302,7 @@ func TestFailLocal(t *testing.T) {
 		// FailFast locally: a LimitError, with Local set.
 		ff := newOutageRig(t, Rule{Name: "ff", Host: "api.example.com", Key: Fixed("k"), Limits: []Limit{PerSecond(4)}, Mode: FailFast},
 			WithStoreFailure(FailLocal), WithLocalShare(0.5))
-		ff.st.set(true)
+		ff.st.Fail(errDown, 0)
 		for range 2 {
 			_, err := ff.do(t)
 			require.NoError(t, err)
@@ -292,14 +315,14 @@ func TestFailLocal(t *testing.T) {
 		// A cost above the local share is refused with the store's error.
 		big := newOutageRig(t, Rule{Name: "big", Host: "api.example.com", Key: Fixed("k"), Limits: []Limit{PerSecond(4)},
 			Cost: func(*http.Request) int { return 3 }}, WithStoreFailure(FailLocal), WithLocalShare(0.5))
-		big.st.set(true)
+		big.st.Fail(errDown, 0)
 		d, err = big.do(t)
 		require.ErrorIs(t, err, ErrStoreUnavailable)
 		assert.Contains(t, err.Error(), "cost 3 is above the local share of a limit, 2")
 		assert.Equal(t, Failed, d.Outcome)
 
 		// Back: the store decides again.
-		g.st.set(false)
+		g.st.Fail(nil, 0)
 		time.Sleep(time.Second)
 		d, err = g.do(t)
 		require.NoError(t, err)
@@ -310,6 +333,7 @@ func TestFailLocal(t *testing.T) {
 
 // TestLocalShares checks the local limits derived from each share.
 func TestLocalShares(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		n     int
 		share float64
@@ -317,26 +341,27 @@ func TestLocalShares(t *testing.T) {
 	}{
 		{300, 1.0 / 3, 100}, {200, 0.25, 50}, {10, 0.01, 1}, {7, 0.5, 3}, {5, 1, 5},
 	} {
-		tr, err := New(nil, newFlaky(t).inner, WithRule(Rule{Host: "a.example", Limits: []Limit{Per(tc.n, time.Second)}, Margin: NoMargin}),
+		tr, err := New(nil, fakestore.New(), WithRule(Rule{Host: "a.example", Limits: []Limit{Per(tc.n, time.Second)}, Margin: NoMargin}),
 			WithStoreFailure(FailLocal), WithLocalShare(tc.share))
 		require.NoError(t, err)
-		assert.Equal(t, []Limit{Per(tc.want, time.Second)}, tr.rules[0].local, "%d × %v", tc.n, tc.share)
+		assert.Equal(t, []Limit{Per(tc.want, time.Second)}, tr.policy.shares[tr.rules[0].scope].limits, "%d × %v", tc.n, tc.share)
 	}
 }
 
 // TestStoreTimeoutOption: WithStoreTimeout bounds the store call, and a call
 // cut by it marks the store down like any failure.
 func TestStoreTimeoutOption(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		g := newOutageRig(t, outageRule, WithStoreTimeout(50*time.Millisecond), WithStoreFailure(FailOpen))
-		g.st.dialTime = time.Hour // a black-holed host
-		g.st.set(true)
+		g.st.Fail(errDown, time.Hour) // a black-holed host
 		start := time.Now()
 		d, err := g.do(t)
 		require.NoError(t, err)
 		assert.Equal(t, 50*time.Millisecond, time.Since(start))
 		assert.Equal(t, FailedOpen, d.Outcome)
-		assert.ErrorIs(t, d.Err, context.DeadlineExceeded)
+		assert.ErrorIs(t, d.Err, ErrStoreTimeout)
+		assert.NotErrorIs(t, d.Err, context.DeadlineExceeded)
 		assert.Contains(t, d.Err.Error(), "no answer within 50ms (WithStoreTimeout)")
 		start = time.Now()
 		d, err = g.do(t)
@@ -352,6 +377,7 @@ func TestStoreTimeoutOption(t *testing.T) {
 // limiter, so a process that used its share of the window just before the
 // store died waits for the window to pass instead of adding a share on top.
 func TestFailLocalStartsFromOwnSends(t *testing.T) {
+	t.Parallel()
 	// The local limiter counts with the rule's algorithm, mirrored sends
 	// included (each algorithm keeps its own state in a Memory store).
 	for _, tc := range []struct {
@@ -377,7 +403,7 @@ func failLocalStartsFromOwnSends(t *testing.T, alg Algorithm, limit Limit) {
 			assert.False(t, d.Local)
 		}
 		time.Sleep(100 * time.Millisecond)
-		g.st.set(true)
+		g.st.Fail(errDown, 0)
 		d, err := g.do(t)
 		require.NoError(t, err)
 		assert.True(t, d.Local)

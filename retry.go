@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-
-	"github.com/throttle-go/throttle/store"
 )
 
 // MaxRetries bounds Rule.Retries.
@@ -21,27 +19,10 @@ const MaxRetries = 10
 // longer body is not retried.
 const maxRetryBody = 64 << 10
 
-// attemptKey marks the context of a retry's request with its attempt number,
-// so that the inner RoundTrip reports it and does not retry in turn.
-type attemptKey struct{}
-
-func attemptOf(ctx context.Context) int {
-	n, _ := ctx.Value(attemptKey{}).(int)
-	return n
-}
-
-// send hands req to the base transport, listens to the response, and retries
-// a throttled response when the rule allows it.
-func (t *Transport) send(ctx context.Context, r *rule, key, skey string, req *http.Request) (*http.Response, error) {
-	resp, err := t.base.RoundTrip(req)
-	if err != nil || resp == nil {
-		return resp, err
-	}
-	pause, held := t.listen(ctx, r, key, skey, resp)
-	if r.Retries == 0 || attemptOf(ctx) > 0 || !throttledStatus(resp) || !replayable(req) {
-		return resp, nil
-	}
-	return t.retry(ctx, r, req, resp, pause, held)
+// retries reports whether a response to req may be retried under r: a
+// throttled response to a request that can be sent again.
+func (r *rule) retries(req *http.Request, resp *http.Response) bool {
+	return r.Retries > 0 && throttledStatus(resp) && replayable(req)
 }
 
 // replayable reports whether req may be sent again: an idempotent method, or
@@ -57,20 +38,20 @@ func replayable(req *http.Request) bool {
 	return req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
 }
 
-// retry sends clones of req again, after the server's wait or a backoff,
+// retry sends copies of req again, after the server's wait or a backoff,
 // whichever is longer, until a response is not throttled or the retries run
-// out; the caller gets the last response. Each attempt goes through
-// RoundTrip, so it reserves its own slot (and waits for the fleet-wide pause
-// there). Bounded by the context, MaxServerWait and Retries; the discarded
-// responses' bodies are closed.
-func (t *Transport) retry(ctx context.Context, r *rule, req *http.Request, resp *http.Response, pause time.Duration, held bool) (*http.Response, error) {
+// out; the caller gets the last response. Each attempt reserves its own slot
+// (and so waits for a fleet-wide pause there). Bounded by the context,
+// MaxServerWait, MaxWait and Retries; the discarded responses' bodies are
+// closed.
+func (t *Transport) retry(ctx context.Context, r *rule, k keyed, req *http.Request, resp *http.Response, h heard) (*http.Response, error) {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = 100 * time.Millisecond
 	b.MaxInterval = r.maxServerWait
 	b.MaxElapsedTime = 0 // bounded by Retries, MaxServerWait and ctx instead
 	b.Reset()
-	for attempt := 1; attempt <= r.Retries; attempt++ {
-		wait := max(b.NextBackOff(), pause)
+	for n := 1; n <= r.Retries && throttledStatus(resp); n++ {
+		wait := max(b.NextBackOff(), h.pause)
 		if wait > min(r.maxServerWait, r.maxWait) || !fitsDeadline(ctx, t.now(), wait) {
 			return resp, nil
 		}
@@ -81,18 +62,17 @@ func (t *Transport) retry(ctx context.Context, r *rule, req *http.Request, resp 
 		// When the store holds the fleet-wide pause, the attempt's
 		// reservation waits for it: sleep only what the backoff asks
 		// beyond it.
-		sleepFor := wait
-		if held {
-			sleepFor = wait - pause
+		if h.held {
+			wait -= h.pause
 		}
-		if err := t.sleep(ctx, sleepFor); err != nil {
+		if err := t.sleep(ctx, wait); err != nil {
 			return kept, nil
 		}
-		next, err := cloneForRetry(ctx, req, attempt)
+		next, err := cloneForRetry(req)
 		if err != nil {
 			return kept, nil
 		}
-		again, err := t.RoundTrip(next)
+		again, heard, err := t.attempt(ctx, r, k, n, next)
 		if err != nil {
 			// Refused (a longer pause meanwhile) or cut short: the
 			// caller gets the last response, unless its context ended.
@@ -103,15 +83,7 @@ func (t *Transport) retry(ctx context.Context, r *rule, req *http.Request, resp 
 			return kept, nil
 		}
 		_ = kept.Body.Close()
-		resp = again
-		if !throttledStatus(resp) {
-			return resp, nil
-		}
-		// The inner RoundTrip listened to it already; what it recorded
-		// is in the store, so only the pause it asked for matters here.
-		pause = r.learn(parseSignals(resp.Header, t.now()), true).Pause
-		_, canHold := t.store.(store.Feedback)
-		held = canHold && !r.IgnoreUpstream
+		resp, h = again, heard
 	}
 	return resp, nil
 }
@@ -142,10 +114,10 @@ func keepBody(resp *http.Response) (*http.Response, bool) {
 	return resp, true
 }
 
-// cloneForRetry returns a copy of req for attempt, with a fresh body from
-// GetBody; req itself is never modified.
-func cloneForRetry(ctx context.Context, req *http.Request, attempt int) (*http.Request, error) {
-	next := req.Clone(context.WithValue(ctx, attemptKey{}, attempt))
+// cloneForRetry returns a copy of req with a fresh body from GetBody; req
+// itself is never modified.
+func cloneForRetry(req *http.Request) (*http.Request, error) {
+	next := req.Clone(req.Context())
 	if req.Body != nil && req.Body != http.NoBody {
 		body, err := req.GetBody()
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/fakestore"
 )
 
 func retrying(n int, mut func(*throttle.Rule)) throttle.Option {
@@ -25,6 +26,7 @@ func retrying(n int, mut func(*throttle.Rule)) throttle.Option {
 }
 
 func TestRetryIdempotent(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		up := &scripted{answers: []func(*http.Request) *http.Response{answer(429, "slow down", "Retry-After", "1"), ok200}}
 		var decisions decisionLog
@@ -52,6 +54,7 @@ func TestRetryIdempotent(t *testing.T) {
 }
 
 func TestRetryOnlyWhatIsSafe(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name      string
 		method    string
@@ -97,6 +100,7 @@ func TestRetryOnlyWhatIsSafe(t *testing.T) {
 }
 
 func TestRetriesRunOut(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		up := &scripted{answers: []func(*http.Request) *http.Response{answer(429, "still busy", "Retry-After", "1")}}
 		tr := newTransport(t, up, nil, retrying(3, nil))
@@ -119,6 +123,7 @@ func TestRetriesRunOut(t *testing.T) {
 }
 
 func TestRetryBounded(t *testing.T) {
+	t.Parallel()
 	t.Run("a wait beyond MaxServerWait is not retried", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			up := &scripted{answers: []func(*http.Request) *http.Response{answer(429, "", "Retry-After", "60"), ok200}}
@@ -170,7 +175,7 @@ func TestRetryBounded(t *testing.T) {
 	t.Run("without the store's pause the retry sleeps the wait itself", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			up := &scripted{answers: []func(*http.Request) *http.Response{answer(429, "", "Retry-After", "2"), ok200}}
-			tr := newTransport(t, up, plainStore{newMemory(t)}, retrying(1, nil))
+			tr := newTransport(t, up, fakestore.New().WithoutFeedback(), retrying(1, nil))
 			var resp *http.Response
 			var err error
 			assert.Equal(t, 2*time.Second, elapsed(func() { resp, err = do(t, tr, context.Background()) }))

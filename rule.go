@@ -26,6 +26,9 @@ const (
 // DefaultMaxWait is a rule's MaxWait when it sets none.
 const DefaultMaxWait = time.Minute
 
+// DefaultMaxServerWait is a rule's MaxServerWait when it sets none.
+const DefaultMaxServerWait = 30 * time.Second
+
 // DefaultMargin is a rule's Margin when it sets none. It covers the part of
 // the time between a request's slot and the upstream seeing it that the
 // process cannot measure: from handing the request to the base transport to
@@ -125,11 +128,6 @@ type rule struct {
 	maxWait       time.Duration // 0 in FailFast mode
 	maxServerWait time.Duration
 	minN          int
-	// FailLocal only: eff with every N cut to the local share, the least
-	// N and the longest window.
-	local       []Limit
-	localMinN   int
-	localMaxPer time.Duration
 }
 
 func (r *Rule) displayName(isDefault bool) string {

@@ -1,0 +1,180 @@
+package throttle
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"reflect"
+	"time"
+)
+
+// An Option configures New.
+type Option interface{ apply(*config) error }
+
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
+
+// config is what the options set; New validates it and builds the Transport.
+type config struct {
+	rules        []*rule
+	def          *rule
+	onDecision   func(Decision)
+	onFeedback   func(Feedback)
+	logger       *slog.Logger
+	keySecret    []byte
+	storeFailure StoreFailure
+	localShare   float64
+	storeTimeout time.Duration
+}
+
+// WithRule adds a rule. Rules may be given in any order; see Rule for which
+// one a request gets.
+func WithRule(r Rule) Option {
+	return optionFunc(func(c *config) error {
+		cr, err := compile(r, false)
+		if err != nil {
+			return err
+		}
+		c.rules = append(c.rules, cr)
+		return nil
+	})
+}
+
+// WithDefault sets the rule of requests that no other rule matches. Without
+// one, such requests are sent without a limit.
+func WithDefault(r Rule) Option {
+	return optionFunc(func(c *config) error {
+		if c.def != nil {
+			return &ConfigError{Reason: "WithDefault given twice"}
+		}
+		cr, err := compile(r, true)
+		if err != nil {
+			return err
+		}
+		c.def = cr
+		return nil
+	})
+}
+
+// WithOnDecision calls f once per request with the transport's decision, on
+// the request's goroutine: after the wait and before the send for Sent, before
+// RoundTrip returns for the rest. f must be quick and safe for concurrent use.
+func WithOnDecision(f func(Decision)) Option {
+	return optionFunc(func(c *config) error {
+		if f == nil {
+			return &ConfigError{Reason: "WithOnDecision: nil function"}
+		}
+		c.onDecision = f
+		return nil
+	})
+}
+
+// WithOnFeedback calls f after every response that said something about its
+// key's limits (a 429, a 503 with Retry-After, a limit, a budget or a usage
+// learned from the headers), on the request's goroutine, before RoundTrip
+// returns. f must be quick and safe for concurrent use.
+func WithOnFeedback(f func(Feedback)) Option {
+	return optionFunc(func(c *config) error {
+		if f == nil {
+			return &ConfigError{Reason: "WithOnFeedback: nil function"}
+		}
+		c.onFeedback = f
+		return nil
+	})
+}
+
+// WithLogger logs every decision to l: refusals at Info, store failures at
+// Warn, the rest at Debug. The transport logs nothing without it.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) error {
+		if l == nil {
+			return &ConfigError{Reason: "WithLogger: nil logger"}
+		}
+		c.logger = l
+		return nil
+	})
+}
+
+// MinKeySecretLen is the shortest secret WithKeySecret accepts.
+const MinKeySecretLen = 16
+
+// WithKeySecret makes the transport replace every rate key with "hmac:" and
+// the first 128 bits of HMAC-SHA256(secret, key), in hex, before it reaches
+// the store, the decisions, the logs and the errors: without a secret, anyone
+// who can read Redis or a log can test a guessed token against its plain
+// SHA-256. Every process that shares the limits must use the same secret. The
+// secret must be at least MinKeySecretLen bytes (32 random bytes are best);
+// it is copied.
+func WithKeySecret(secret []byte) Option {
+	return optionFunc(func(c *config) error {
+		if len(secret) < MinKeySecretLen {
+			return &ConfigError{Reason: fmt.Sprintf("WithKeySecret: the secret has %d bytes; it needs at least %d", len(secret), MinKeySecretLen)}
+		}
+		c.keySecret = append([]byte(nil), secret...)
+		return nil
+	})
+}
+
+// WithStoreFailure sets what requests do when the shared store fails:
+// FailClosed (the default), FailOpen or FailLocal (which needs
+// WithLocalShare).
+//
+// Whatever the policy, a store failure (an error that is not the request's
+// context ending) marks the store down: until a probe succeeds, requests do
+// not call it and take the policy's path at once. One request at a time
+// probes it, after a backoff from 50ms up to at most 600ms; the first probe
+// that succeeds marks the store up again.
+func WithStoreFailure(p StoreFailure) Option {
+	return optionFunc(func(c *config) error {
+		if p < FailClosed || p > FailLocal {
+			return &ConfigError{Reason: fmt.Sprintf("unknown StoreFailure %d", int(p))}
+		}
+		c.storeFailure = p
+		return nil
+	})
+}
+
+// WithLocalShare sets the share of every limit that the in-process limiter
+// of FailLocal allows this transport while the shared store is away: a limit
+// of N per W becomes floor(N × share) per W, at least 1. With one transport
+// per worker, 1/workers keeps the fleet within the limit once every worker
+// is local. While the shared store is up, every send it admits is recorded
+// locally too, so that a switch to local starts from this process's recent
+// sends. It requires WithStoreFailure(FailLocal); share must be in (0, 1].
+func WithLocalShare(share float64) Option {
+	return optionFunc(func(c *config) error {
+		if math.IsNaN(share) || share <= 0 || share > 1 {
+			return &ConfigError{Reason: fmt.Sprintf("WithLocalShare(%v): the share must be above 0 and at most 1", share)}
+		}
+		c.localShare = share
+		return nil
+	})
+}
+
+// WithStoreTimeout bounds each Reserve call to the shared store (default
+// DefaultStoreTimeout). A call that takes longer, while the request's own
+// context is still live, is a store failure (errors.Is ErrStoreTimeout) and
+// marks the store down like any other. Without the bound, a client that
+// retries its dials would make the request's own deadline pass first.
+func WithStoreTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if d <= 0 {
+			return &ConfigError{Reason: fmt.Sprintf("WithStoreTimeout(%s): the timeout must be positive", d)}
+		}
+		c.storeTimeout = d
+		return nil
+	})
+}
+
+// isNilPointer reports whether v, a non-nil interface, holds a nil pointer
+// (or another nil reference): a typed nil that would panic at request time,
+// so New refuses it.
+func isNilPointer(v any) bool {
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
+}

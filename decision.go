@@ -55,13 +55,10 @@ type Decision struct {
 	// than its Allowance plus half the rule's Margin after them (a stalled
 	// process), taking the next free one instead; at most 2.
 	Retaken int
-	// Allowance is the allowance the request reserved with: the largest
-	// lateness this process measured in the current second and the last
-	// earlier second with requests (see Rule.Margin). The log recorded the
-	// request at least that much after its slot; a request later than its
-	// Allowance plus half the Margin retakes its slot. Zero for the
-	// counting algorithms, with NoMargin, and before the process's first
-	// measured call.
+	// Allowance is how late after its slot this process may send: the
+	// largest lateness it measured in the last second or two. The log
+	// records the request that much after its slot. Zero for the counting
+	// algorithms, with NoMargin, and before the first measurement.
 	Allowance time.Duration
 	// RetryAfter is when a request would be admitted (Limited).
 	RetryAfter time.Duration

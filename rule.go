@@ -29,19 +29,10 @@ const DefaultMaxWait = time.Minute
 // DefaultMaxServerWait is a rule's MaxServerWait when it sets none.
 const DefaultMaxServerWait = 30 * time.Second
 
-// DefaultMargin is a rule's Margin when it sets none. It covers the part of
-// the time between a request's slot and the upstream seeing it that the
-// process cannot measure: from handing the request to the base transport to
-// the upstream counting it (a new connection, the network, the upstream's own
-// scheduling), and up to half of it the lateness a request may have beyond
-// its allowance before it retakes its slot. The part before the hand-over
-// (the Redis round trip, the timer, the process's scheduling) is measured, and
-// each reservation's allowance covers it (see Decision.Allowance). It was
-// chosen with the fleet test and the benchmark suite on loopback (see the
-// README): zero 429s under -race, on a Redis Cluster and beside two busy
-// loops. With the allowance, it costs about (Margin + allowance)/W of the
-// steady rate: under 1% of a 1s window on a quiet machine, nothing of an
-// hour's. Over a real network, set a Margin of at least twice its jitter.
+// DefaultMargin is a rule's Margin when it sets none: enough on loopback and
+// a quiet LAN for the time between handing a request on and the upstream
+// counting it. Over a real network, set at least twice the network's jitter
+// (see docs/ for how it was measured).
 const DefaultMargin = 5 * time.Millisecond
 
 // NoMargin, as a Rule's Margin, asks for no safety margin at all.
@@ -85,13 +76,9 @@ type Rule struct {
 	MaxWait time.Duration
 	// Margin is added to every window, so that the upstream, which sees a
 	// request a little after it was sent, still never sees more than N in
-	// any of its windows. How late the process itself sends after a slot
-	// is measured and recorded with each reservation (Decision.Allowance;
-	// SlidingLog only); a request later than its allowance plus half the
-	// Margin retakes its slot, so the other half covers the spread of the
-	// delay from handing the request on to the upstream's count: set at
-	// least twice the network's jitter. Zero: DefaultMargin; NoMargin: no
-	// margin, no allowance and no retake.
+	// any of its windows. How late this process sends after its slots is
+	// measured and covered apart (Decision.Allowance). Zero: DefaultMargin;
+	// NoMargin: no margin, no allowance and no retake.
 	Margin time.Duration
 
 	// MaxServerWait bounds a wait the upstream imposes (a pause after a

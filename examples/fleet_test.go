@@ -1,3 +1,5 @@
+//go:build integration
+
 // The fleet test runs the examples as a fleet: several OS processes of each,
 // sharing one real redis-server (and, once, a real Redis Cluster), against one strict upstream in the test
 // process (internal/upstream) that answers 429 to any excess. It lives next

@@ -19,8 +19,8 @@ import (
 
 	"github.com/throttle-go/throttle"
 	"github.com/throttle-go/throttle/internal/redistest"
-	"github.com/throttle-go/throttle/internal/upstream"
 	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/throttletest"
 )
 
 // callLog is a store.Store that records when each Reserve reached the
@@ -113,7 +113,7 @@ func TestRedisRestart(t *testing.T) {
 			}
 			t.Cleanup(srv.Close)
 
-			up, err := upstream.New(upstream.Config{N: n, Window: window})
+			up, err := throttletest.NewUpstream(throttletest.Config{N: n, Window: window})
 			require.NoError(t, err)
 			hs := httptest.NewServer(up)
 			t.Cleanup(hs.Close)

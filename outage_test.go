@@ -1,3 +1,5 @@
+//go:build integration
+
 package throttle_test
 
 import (
@@ -18,8 +20,8 @@ import (
 	"github.com/throttle-go/throttle"
 	"github.com/throttle-go/throttle/internal/fakestore"
 	"github.com/throttle-go/throttle/internal/redistest"
-	"github.com/throttle-go/throttle/internal/upstream"
 	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/throttletest"
 )
 
 // between counts the calls to s in (from, to).
@@ -97,7 +99,7 @@ func TestRedisRestart(t *testing.T) {
 			}
 			t.Cleanup(srv.Close)
 
-			up, err := upstream.New(upstream.Config{N: n, Window: window})
+			up, err := throttletest.NewUpstream(throttletest.Config{N: n, Window: window})
 			require.NoError(t, err)
 			hs := httptest.NewServer(up)
 			t.Cleanup(hs.Close)

@@ -24,7 +24,7 @@ import (
 
 // The fleet rows: fleetProcs OS processes (this binary re-executed with
 // -worker) of fleetWorkers goroutines each, sharing the suite's Redis, send
-// to one strict upstream (throttle's internal/upstream/strictapi, built and
+// to one strict upstream (throttle's throttletest/internal/strictapi, built and
 // run as its own process: an exact sliding log on arrival that answers 429 to
 // any excess). throttle waits for its reserved slot; every peer is used as
 // its users use it: ask, and when refused sleep (the peer's retry-after when
@@ -457,7 +457,7 @@ func (e *env) fleet(ctx context.Context, progress func(string)) ([]fleetResult, 
 // buildStrictAPI builds throttle's strict upstream into dir.
 func buildStrictAPI(dir string) (string, error) {
 	bin := filepath.Join(dir, "strictapi")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/throttle-go/throttle/internal/upstream/strictapi")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/throttle-go/throttle/throttletest/internal/strictapi")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build strictapi: %v\n%s", err, b)
 	}

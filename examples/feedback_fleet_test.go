@@ -1,3 +1,5 @@
+//go:build integration
+
 package examples_test
 
 import (
@@ -11,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttle-go/throttle/internal/upstream"
+	"github.com/throttle-go/throttle/throttletest"
 )
 
 // TestFleetFeedback runs the payments fleet configured for 60 per second
@@ -42,7 +44,7 @@ func TestFleetFeedback(t *testing.T) {
 
 	scenarios := []struct {
 		name     string
-		upstream upstream.Config
+		upstream throttletest.Config
 		extra    []string
 		// check asserts on the 429s after the first window and the share
 		// of the real limit used; nil logs only.
@@ -53,10 +55,10 @@ func TestFleetFeedback(t *testing.T) {
 		// process stalled by a busy machine sends late, meets a 429, and
 		// the pause it causes costs the fleet up to a window. A deaf fleet
 		// collects about 20 per second.
-		{"feedback, IETF RateLimit headers", upstream.Config{IETF: true}, nil, feedbackBounds},
-		{"feedback, X-RateLimit headers", upstream.Config{XRateLimit: true}, nil, feedbackBounds},
-		{"feedback, Retry-After only", upstream.Config{}, nil, nil},
-		{"no feedback (IgnoreUpstream)", upstream.Config{IETF: true}, []string{"-ignore-upstream"}, func(t *testing.T, late int, share float64) {
+		{"feedback, IETF RateLimit headers", throttletest.Config{IETF: true}, nil, feedbackBounds},
+		{"feedback, X-RateLimit headers", throttletest.Config{XRateLimit: true}, nil, feedbackBounds},
+		{"feedback, Retry-After only", throttletest.Config{}, nil, nil},
+		{"no feedback (IgnoreUpstream)", throttletest.Config{IETF: true}, []string{"-ignore-upstream"}, func(t *testing.T, late int, share float64) {
 			require.GreaterOrEqual(t, late, 40, "a fleet deaf to the upstream keeps collecting 429s")
 		}},
 	}
@@ -102,7 +104,7 @@ func feedbackBounds(t *testing.T, late int, share float64) {
 
 // splitRejected counts the 429s in the first window after the first accepted
 // arrival, and after it.
-func splitRejected(st upstream.KeyStats, w time.Duration) (first, late int) {
+func splitRejected(st throttletest.KeyStats, w time.Duration) (first, late int) {
 	edge := st.FirstAccepted.Add(w)
 	for _, r := range st.RejectedAt {
 		if r.Before(edge) {
@@ -117,7 +119,7 @@ func splitRejected(st upstream.KeyStats, w time.Duration) (first, late int) {
 // lateShare is the accepted arrivals as a share of what an exact client of
 // the real limit could have had accepted (optimum): over the whole run, and
 // from the end of the first window on.
-func lateShare(st upstream.KeyStats, n int, w time.Duration, end time.Time) (overall, after float64) {
+func lateShare(st throttletest.KeyStats, n int, w time.Duration, end time.Time) (overall, after float64) {
 	overall = float64(st.Accepted) / float64(optimum(n, w, st.FirstAccepted, end))
 	edge := st.FirstAccepted.Add(w)
 	count := 0

@@ -1,6 +1,8 @@
+//go:build integration
+
 // The fleet test runs the examples as a fleet: several OS processes of each,
 // sharing one real redis-server (and, once, a real Redis Cluster), against one strict upstream in the test
-// process (internal/upstream) that answers 429 to any excess. It lives next
+// process (throttletest.Upstream) that answers 429 to any excess. It lives next
 // to the examples because it tests them as built programs, flags and output
 // included, through nothing but their command line.
 //
@@ -37,7 +39,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle/internal/redistest"
-	"github.com/throttle-go/throttle/internal/upstream"
+	"github.com/throttle-go/throttle/throttletest"
 )
 
 const (
@@ -86,7 +88,7 @@ func buildExamples(t *testing.T) string {
 		require.NoError(t, err, "the go command is needed to build the examples")
 	}
 	dir := t.TempDir()
-	for name, pkg := range map[string]string{"payments": "./payments", "instagram": "./instagram", "strictapi": "../internal/upstream/strictapi"} {
+	for name, pkg := range map[string]string{"payments": "./payments", "instagram": "./instagram", "strictapi": "../throttletest/internal/strictapi"} {
 		cmd := exec.Command(goBin, "build", "-o", filepath.Join(dir, name), pkg)
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "go build ./%s:\n%s", name, out)
@@ -117,17 +119,17 @@ type fleet struct {
 	procs    int
 	duration time.Duration
 	// upstream configures the strict upstream, which runs as its own
-	// process (internal/upstream/strictapi, built without -race) so that
+	// process (throttletest/internal/strictapi, built without -race) so that
 	// arrivals are timed by an ordinary program, not by this test binary.
 	// Its Key must be nil: keyQuery names the query parameter to key by.
-	upstream upstream.Config
+	upstream throttletest.Config
 	keyQuery string
 	// during, if set, runs in the test while the processes run, halfway.
 	during func()
 }
 
 type result struct {
-	stats     upstream.Stats
+	stats     throttletest.Stats
 	end       time.Time // when the last process had exited
 	summaries []summary
 	calls     int64 // script calls (EVALSHA + EVAL) at the server during the run
@@ -196,7 +198,7 @@ func runFleet(t *testing.T, rdb redis.UniversalClient, f fleet) result {
 
 // startUpstream starts the strict upstream process and returns its base URL
 // and a function that fetches what it saw. The process ends with the test.
-func startUpstream(t *testing.T, bin string, cfg upstream.Config, keyQuery string) (string, func() upstream.Stats) {
+func startUpstream(t *testing.T, bin string, cfg throttletest.Config, keyQuery string) (string, func() throttletest.Stats) {
 	t.Helper()
 	args := []string{"-n", strconv.Itoa(cfg.N), "-per", cfg.Window.String(),
 		"-key-query", keyQuery, "-transit", cfg.Transit.String()}
@@ -221,12 +223,12 @@ func startUpstream(t *testing.T, bin string, cfg upstream.Config, keyQuery strin
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	require.NoError(t, err, "strictapi did not print its URL")
 	base := strings.TrimSpace(line)
-	return base, func() upstream.Stats {
+	return base, func() throttletest.Stats {
 		resp, err := http.Get(base + "/_stats")
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		require.Equal(t, http.StatusOK, resp.StatusCode)
-		var st upstream.Stats
+		var st throttletest.Stats
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&st))
 		return st
 	}
@@ -351,7 +353,7 @@ func minGap(n int, arrivals []time.Time) time.Duration {
 // explain429 logs, for the first few 429s of a key, where they fell relative
 // to the first accepted arrival and to the accepted arrivals that filled the
 // window.
-func explain429(t *testing.T, ks upstream.KeyStats, n int, w time.Duration) {
+func explain429(t *testing.T, ks throttletest.KeyStats, n int, w time.Duration) {
 	t.Helper()
 	for i, r := range ks.RejectedAt {
 		if i == 10 {
@@ -399,7 +401,7 @@ func paymentsFleet(dir string, rate int, d time.Duration, procs int, transit tim
 		}, extra...),
 		procs:    procs,
 		duration: d,
-		upstream: upstream.Config{N: rate, Window: time.Second, Transit: transit},
+		upstream: throttletest.Config{N: rate, Window: time.Second, Transit: transit},
 	}
 }
 
@@ -484,7 +486,7 @@ func TestFleet(t *testing.T) {
 			},
 			procs:    procs,
 			duration: id,
-			upstream: upstream.Config{N: n, Window: w},
+			upstream: throttletest.Config{N: n, Window: w},
 			keyQuery: "access_token",
 			during:   func() { midKeys = assertNoTokens(t, rdb, tokens) },
 		}

@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -334,27 +332,6 @@ func TestFeedbackDifferential(t *testing.T) {
 					}
 				})
 			}
-		})
-	}
-}
-
-// TestFeedbackCluster runs the feedback cases on a Redis Cluster, where the
-// log and its feedback hash must share a slot (one script call names both),
-// when REDIS_CLUSTER_ADDRS lists its nodes (comma-separated), e.g. a
-// three-master cluster on loopback.
-func TestFeedbackCluster(t *testing.T) {
-	addrs := os.Getenv("REDIS_CLUSTER_ADDRS")
-	if addrs == "" {
-		t.Skip("set REDIS_CLUSTER_ADDRS to run the feedback cases on a Redis Cluster")
-	}
-	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addrs, ",")})
-	t.Cleanup(func() { _ = client.Close() })
-	for _, c := range feedbackCases {
-		t.Run(c.name, func(t *testing.T) {
-			clock := newFakeClock()
-			st, err := store.NewRedis(client, store.WithClientTime(clock.Now))
-			require.NoError(t, err)
-			c.run(t, st, st, clock, uniqueKey(t))
 		})
 	}
 }

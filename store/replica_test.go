@@ -84,36 +84,6 @@ func TestReplicaAck(t *testing.T) {
 	assert.EqualValues(t, 36, pc.LLen(ctx, rk).Val(), "the unacknowledged entries stay on the primary, counted")
 }
 
-// TestReplicaAckCluster: on a Cluster, the script and WAIT run on the key's
-// master: every reservation is on that master's replica when Reserve
-// returns, for keys on every master.
-func TestReplicaAckCluster(t *testing.T) {
-	c := redistest.SharedCluster(t)
-	cc := c.Client(t)
-	s, err := store.NewRedis(cc, store.WithReplicaAck(1, time.Second))
-	require.NoError(t, err)
-	base := uniqueKey(t)
-	masters := map[string]bool{}
-	for i := range 20 {
-		key := fmt.Sprintf("%s-%d", base, i)
-		rk := s.RedisKey(key)
-		master, err := c.MasterOf(ctx, rk)
-		require.NoError(t, err)
-		masters[master] = true
-		replicaAddr, err := c.ReplicaOf(ctx, master)
-		require.NoError(t, err)
-		rc := redis.NewClient(&redis.Options{Addr: replicaAddr, OnConnect: func(ctx context.Context, cn *redis.Conn) error {
-			return cn.ReadOnly(ctx).Err()
-		}})
-		for j := range 3 {
-			require.True(t, reserve(t, s, key, req(1, time.Hour, lim(10, time.Second))).Allowed)
-			assert.EqualValues(t, j+1, rc.LLen(ctx, rk).Val(), "key %d reservation %d on the replica %s", i, j, replicaAddr)
-		}
-		_ = rc.Close()
-	}
-	assert.Len(t, masters, 3)
-}
-
 func TestReplicaAckValidates(t *testing.T) {
 	_, err := store.NewRedis(redis.NewClient(&redis.Options{}), store.WithReplicaAck(0, time.Second))
 	assert.ErrorContains(t, err, "0 replicas")

@@ -17,39 +17,29 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/throttle-go/throttle"
-	"github.com/throttle-go/throttle/internal/exampleutil"
-	"github.com/throttle-go/throttle/internal/upstream"
 	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/throttletest"
 )
 
 func main() { os.Exit(run()) }
 
-// errorPause is how long a worker rests after an error other than a
-// refusal (gateway down, Redis unreachable), so that it never spins.
-const errorPause = 200 * time.Millisecond
-
 func run() int {
-	redisAddrs := flag.String("redis", "", "Redis address, or several comma-separated for a Cluster (empty: embedded Redis)")
+	var load throttletest.Flags // -redis, -workers, -duration, -mode, -margin, -maxwait, -transit
+	load.Register(flag.CommandLine)
 	gateway := flag.String("gateway", "", "gateway base URL; requests are POST URL/v1/charges (empty: in-process strict gateway)")
 	name := flag.String("name", "pg1", "the gateway's name: the rate key shared by every process")
 	rate := flag.Int("rate", 100, "requests allowed per -per")
 	per := flag.Duration("per", time.Second, "the limit's window")
-	workers := flag.Int("workers", 8, "concurrent workers in this process")
-	duration := flag.Duration("duration", 10*time.Second, "how long to run")
-	mode := flag.String("mode", "wait", "wait: wait for a free slot; fail: fail fast when none is free")
-	margin := flag.Duration("margin", throttle.DefaultMargin, "safety margin added to the window (0: none)")
-	transit := flag.Duration("transit", 0, "in-process gateway only: max random transit delay per request")
-	maxWait := flag.Duration("maxwait", throttle.DefaultMaxWait, "wait mode: longest wait for a slot")
 	ignoreUpstream := flag.Bool("ignore-upstream", false, "do not listen to 429s, Retry-After and rate-limit headers")
 	gatewayRate := flag.Int("gateway-rate", 0, "in-process gateway only: the limit it really enforces per -per (0: -rate)")
 	algorithm := flag.String("algorithm", "log", "how to count: log (exact sliding log), fixed, counter or buckets")
@@ -60,8 +50,11 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "payments: "+format+"\n", args...)
 		return 2
 	}
-	set := map[string]bool{}
-	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	precisionSet := false
+	flag.Visit(func(f *flag.Flag) { precisionSet = precisionSet || f.Name == "precision" })
+	if err := load.Check(*gateway == ""); err != nil {
+		return bad("%v", err)
+	}
 	switch {
 	case flag.NArg() > 0:
 		return bad("unexpected arguments %q", flag.Args())
@@ -71,27 +64,11 @@ func run() int {
 		return bad("-rate must be at least 1, not %d", *rate)
 	case *per < time.Millisecond:
 		return bad("-per must be at least 1ms, not %s", *per)
-	case *workers < 1:
-		return bad("-workers must be at least 1, not %d", *workers)
-	case *duration <= 0:
-		return bad("-duration must be positive, not %s", *duration)
-	case *mode != "wait" && *mode != "fail":
-		return bad("-mode must be wait or fail, not %q", *mode)
-	case *margin < 0:
-		return bad("-margin must not be negative, not %s", *margin)
-	case *transit < 0:
-		return bad("-transit must not be negative, not %s", *transit)
-	case *transit > 0 && *gateway != "":
-		return bad("-transit applies to the in-process gateway only; drop it or -gateway")
 	case *gatewayRate < 0 || *gatewayRate > 0 && *gateway != "":
 		return bad("-gateway-rate is a positive limit for the in-process gateway only")
-	case *mode == "fail" && set["maxwait"]:
-		return bad("-maxwait applies to -mode wait only")
-	case *maxWait <= 0:
-		return bad("-maxwait must be positive (use -mode fail to never wait), not %s", *maxWait)
 	case *precision < 0:
 		return bad("-precision must not be negative, not %s", *precision)
-	case set["precision"] && *algorithm != "buckets":
+	case precisionSet && *algorithm != "buckets":
 		return bad("-precision applies to -algorithm buckets only")
 	}
 	alg, err := store.ParseAlgorithm(*algorithm)
@@ -106,16 +83,13 @@ func run() int {
 		}
 	}
 
-	rdb, where, closeRedis, err := exampleutil.Redis(*redisAddrs)
+	// No -redis: an embedded Redis, so that the example runs on its own.
+	rdb, err := throttletest.StartRedis(context.Background(), load.RedisAddrs()...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "payments:", err)
 		return 1
 	}
-	defer closeRedis()
-	if err := exampleutil.Ping(context.Background(), rdb); err != nil {
-		fmt.Fprintf(os.Stderr, "payments: %s does not answer: %v\n", where, err)
-		return 1
-	}
+	defer rdb.Close()
 
 	base := *gateway
 	if base == "" {
@@ -123,19 +97,22 @@ func run() int {
 		if *gatewayRate > 0 {
 			n = *gatewayRate
 		}
-		url, stop, err := exampleutil.Upstream(upstream.Config{N: n, Window: *per, Transit: *transit,
+		// The fake gateway counts like the real one: a sliding window on
+		// arrival, with the IETF rate-limit headers when it can.
+		up, err := throttletest.NewUpstream(throttletest.Config{N: n, Window: *per, Transit: load.Transit,
 			IETF: *per%time.Second == 0})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "payments:", err)
 			return 1
 		}
-		defer stop()
-		base = url
+		srv := httptest.NewServer(up)
+		defer srv.Close()
+		base = srv.URL
 		fmt.Fprintf(os.Stderr, "in-process strict gateway: %d per %s\n", n, *per)
 	}
-	gw, err := exampleutil.ParseURL(base)
-	if err != nil {
-		return bad("-gateway: %v", err)
+	gw, err := url.Parse(base)
+	if err != nil || (gw.Scheme != "http" && gw.Scheme != "https") || gw.Host == "" {
+		return bad("-gateway: %q is not an absolute http(s) URL", base)
 	}
 	chargeURL := strings.TrimSuffix(base, "/") + "/v1/charges"
 
@@ -146,29 +123,25 @@ func run() int {
 		Host:      gw.Host,
 		Limits:    []throttle.Limit{limit},
 		Key:       throttle.Fixed(*name),
-		Margin:    *margin,
 		Algorithm: alg,
 		// A 429 pauses every process; RateLimit-Policy and the like
 		// tighten the limit for all of them (unless -ignore-upstream).
 		IgnoreUpstream: *ignoreUpstream,
 	}
-	if *margin == 0 {
-		rule.Margin = throttle.NoMargin // Margin 0 in a Rule means the default
-	}
-	if *mode == "fail" {
-		rule.Mode = throttle.FailFast
-	} else {
-		rule.MaxWait = *maxWait
-	}
-	st, err := store.NewRedis(rdb)
+	load.Apply(&rule) // -mode, -maxwait, -margin
+	st, err := store.NewRedis(rdb.Client)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "payments:", err)
 		return 1
 	}
-	stats := exampleutil.NewStats()
-	tr, err := throttle.New(exampleutil.Base(*workers), st,
+	// Under the throttle: enough idle connections for every worker, so
+	// that no worker dials a new one for each request.
+	conns := http.DefaultTransport.(*http.Transport).Clone()
+	conns.MaxIdleConnsPerHost = load.Workers
+	tally := throttletest.NewTally(os.Stderr)
+	tr, err := throttle.New(conns, st,
 		throttle.WithRule(rule),
-		throttle.WithOnDecision(stats.OnDecision),
+		throttle.WithOnDecision(tally.OnDecision),
 	)
 	if err != nil {
 		return bad("%v", err)
@@ -177,62 +150,32 @@ func run() int {
 	defer client.CloseIdleConnections()
 
 	fmt.Fprintf(os.Stderr, "payments: %s, key %q, %s, algorithm %s, %d workers, %s, mode %s, margin %s\n",
-		where, *name, limit, alg, *workers, *duration, *mode, rule.Margin)
+		rdb, *name, limit, alg, load.Workers, load.Duration, load.Mode, rule.Margin)
 
 	// The run's context ends at -duration: it cancels requests in flight,
-	// and a waiting request whose slot lies beyond it fails at once.
-	ctx, cancel := context.WithTimeout(context.Background(), *duration)
+	// and a waiting request whose slot lies beyond it fails at once. Each
+	// worker charges in a loop, like a queue consumer: when the throttle
+	// refuses a charge, it reschedules it after RetryAfter.
+	ctx, cancel := context.WithTimeout(context.Background(), load.Duration)
 	defer cancel()
-	progressCtx, stopProgress := context.WithCancel(context.Background())
-	var progress sync.WaitGroup
-	progress.Go(func() { stats.Progress(progressCtx, os.Stderr, time.Second) })
+	tally.Drive(ctx, load.Workers, func(ctx context.Context, _, _ int) (*http.Response, error) {
+		return charge(ctx, client, chargeURL)
+	})
 
-	var wg sync.WaitGroup
-	for range *workers {
-		wg.Go(func() { worker(ctx, client, chargeURL, stats) })
-	}
-	wg.Wait()
-	stopProgress()
-	progress.Wait()
-
-	fb := tr.FeedbackStats()
+	c, fb := tally.Counts(), tr.FeedbackStats()
 	fmt.Fprintf(os.Stderr, "done: %d requests cut short by the end of the run; upstream: %d 429s, %d pauses, %d tightenings recorded\n",
-		stats.Canceled(), fb.TooManyRequests, fb.Pauses, fb.Tightenings)
-	fmt.Println(stats.Summary())
+		c.Canceled, fb.TooManyRequests, fb.Pauses, fb.Tightenings)
+	fmt.Println(c)
 	return 0
 }
 
-// worker charges until the run ends, like a queue consumer: when the
-// throttle refuses a charge, it reschedules it after RetryAfter.
-func worker(ctx context.Context, client *http.Client, url string, stats *exampleutil.Stats) {
-	for ctx.Err() == nil {
-		err := charge(ctx, client, url, stats)
-		var limited *throttle.LimitError
-		switch {
-		case err == nil:
-		case errors.As(err, &limited):
-			stats.Limited()
-			exampleutil.Sleep(ctx, limited.RetryAfter)
-		default:
-			stats.Failed(ctx, err)
-			exampleutil.Sleep(ctx, errorPause)
-		}
-	}
-}
-
 // charge makes one call to the gateway. A 429 is a response, not an error.
-func charge(ctx context.Context, client *http.Client, url string, stats *exampleutil.Stats) error {
+func charge(ctx context.Context, client *http.Client, url string) (*http.Response, error) {
 	body := strings.NewReader(`{"amount":1000,"currency":"EUR","source":"tok_visa"}`)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer exampleutil.Drain(resp)
-	stats.Status(resp.StatusCode)
-	return nil
+	return client.Do(req)
 }

@@ -1,12 +1,12 @@
-// Command strictapi serves the strict fake upstream of package upstream in a
-// process of its own, so that a fleet test measures arrivals in an ordinary
-// program rather than in its own race-instrumented test binary.
+// Command strictapi serves the strict fake upstream of package throttletest
+// in a process of its own, so that a fleet test measures arrivals in an
+// ordinary program rather than in its own race-instrumented test binary.
 //
 //	strictapi -n 200 -per 1s [-key-query access_token] [-transit 5ms] [-ietf] [-xratelimit] [-no-retry-after]
 //
 // It listens on a free loopback port, prints its base URL on the first line
 // of standard output, answers every path as the upstream does except
-// GET /_stats, which returns upstream.Stats as JSON, and exits when its
+// GET /_stats, which returns throttletest.Stats as JSON, and exits when its
 // standard input is closed.
 package main
 
@@ -20,7 +20,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/throttle-go/throttle/internal/upstream"
+	"github.com/throttle-go/throttle/throttletest"
 )
 
 func main() {
@@ -33,11 +33,11 @@ func main() {
 	xrl := flag.Bool("xratelimit", false, "send X-RateLimit-Limit, -Remaining and -Reset (epoch seconds)")
 	flag.Parse()
 
-	cfg := upstream.Config{N: *n, Window: *per, Transit: *transit, NoRetryAfter: *noRetryAfter, IETF: *ietf, XRateLimit: *xrl}
+	cfg := throttletest.Config{N: *n, Window: *per, Transit: *transit, NoRetryAfter: *noRetryAfter, IETF: *ietf, XRateLimit: *xrl}
 	if q := *keyQuery; q != "" {
 		cfg.Key = func(r *http.Request) string { return r.URL.Query().Get(q) }
 	}
-	u, err := upstream.New(cfg)
+	u, err := throttletest.NewUpstream(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "strictapi:", err)
 		os.Exit(2)

@@ -1,4 +1,4 @@
-package upstream
+package throttletest
 
 import (
 	"fmt"
@@ -81,7 +81,7 @@ func hit(t *testing.T, url, key string, goroutines, n int) (ok, tooMany int) {
 
 func TestRejectsExactlyTheExcessPerKey(t *testing.T) {
 	clock := &fakeClock{t: time.Unix(1000, 0)}
-	u, err := New(Config{N: 10, Window: time.Second, Key: byHeader, Now: clock.Now})
+	u, err := NewUpstream(Config{N: 10, Window: time.Second, Key: byHeader, Now: clock.Now})
 	require.NoError(t, err)
 	srv := httptest.NewServer(u)
 	defer srv.Close()
@@ -107,7 +107,7 @@ func TestRejectsExactlyTheExcessPerKey(t *testing.T) {
 
 func TestSlidingWindowOnArrival(t *testing.T) {
 	clock := &fakeClock{t: time.Unix(1000, 0)}
-	u, err := New(Config{N: 2, Window: time.Second, Now: clock.Now})
+	u, err := NewUpstream(Config{N: 2, Window: time.Second, Now: clock.Now})
 	require.NoError(t, err)
 
 	// Each step: how far the clock moves, then the status of one request.
@@ -144,7 +144,7 @@ func TestSlidingWindowOnArrival(t *testing.T) {
 func TestTransitStillExact(t *testing.T) {
 	// With transit delay, arrivals are reordered but the count is exact:
 	// the window is long enough that nothing leaves it during the test.
-	u, err := New(Config{N: 7, Window: time.Hour, Transit: 2 * time.Millisecond})
+	u, err := NewUpstream(Config{N: 7, Window: time.Hour, Transit: 2 * time.Millisecond})
 	require.NoError(t, err)
 	srv := httptest.NewServer(u)
 	defer srv.Close()
@@ -160,14 +160,14 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{N: 1, Window: 0},
 		{N: 1, Window: time.Second, Transit: -1},
 	} {
-		_, err := New(c)
+		_, err := NewUpstream(c)
 		require.Error(t, err, fmt.Sprint(i))
 	}
 }
 
 func TestRateLimitHeaders(t *testing.T) {
 	clock := &fakeClock{t: time.Unix(1000, 0)}
-	u, err := New(Config{N: 2, Window: 2 * time.Second, Now: clock.Now, IETF: true, XRateLimit: true})
+	u, err := NewUpstream(Config{N: 2, Window: 2 * time.Second, Now: clock.Now, IETF: true, XRateLimit: true})
 	require.NoError(t, err)
 	get := func() http.Header {
 		rec := httptest.NewRecorder()
@@ -189,12 +189,12 @@ func TestRateLimitHeaders(t *testing.T) {
 	require.Equal(t, `"default";r=0;t=2`, h.Get("RateLimit"))
 	require.Equal(t, "0", h.Get("X-RateLimit-Remaining"))
 
-	u, err = New(Config{N: 1, Window: time.Second, Now: clock.Now, NoRetryAfter: true})
+	u, err = NewUpstream(Config{N: 1, Window: time.Second, Now: clock.Now, NoRetryAfter: true})
 	require.NoError(t, err)
 	get()
 	h = get()
 	require.Empty(t, h.Get("Retry-After"))
 	require.Empty(t, h.Get("RateLimit"))
-	_, err = New(Config{N: 1, Window: 1500 * time.Millisecond, IETF: true})
+	_, err = NewUpstream(Config{N: 1, Window: 1500 * time.Millisecond, IETF: true})
 	require.Error(t, err, "IETF windows are whole seconds")
 }

@@ -1,13 +1,12 @@
-// Package upstream is a strict fake of a rate-limited third party, for tests
-// and examples: an http.Handler that allows at most N requests per key in any
-// window of length W, measured on arrival, and answers 429 to the rest.
+// Package throttletest helps test a client that must keep a third party's
+// rate limit, such as one built on throttle.Transport.
 //
-// It is exact: a request arriving at t is accepted if and only if fewer than N
-// accepted arrivals of its key lie in (t-W, t]. Rejected requests are not
-// logged, so they do not count against later ones. It records what it saw, so
-// that a test can check that no client ever exceeded the limit and how much of
-// it they used.
-package upstream
+// Upstream is a strict fake of the third party: an http.Handler that allows
+// at most N requests per key in any window of length W, measured on arrival,
+// and answers 429 to the rest. Serve it with net/http/httptest, point the
+// client at it, and check its Stats: a client that keeps the limit meets no
+// 429. Tally drives a load through a client and counts what the client saw.
+package throttletest
 
 import (
 	"errors"
@@ -20,10 +19,12 @@ import (
 	"time"
 )
 
-// Config configures New.
+// Config configures NewUpstream.
 type Config struct {
-	// N requests are allowed per key in any window of length Window.
-	N      int
+	// N is how many requests of one key are accepted in any window of
+	// length Window.
+	N int
+	// Window is the length of the sliding window; it must be positive.
 	Window time.Duration
 	// Key returns the rate key of a request: a constant for a payment
 	// gateway, the access_token query value for Instagram. Nil: one key, "".
@@ -48,7 +49,12 @@ type Config struct {
 	XRateLimit bool
 }
 
-// Upstream is the handler. It is safe for concurrent use.
+// Upstream is a strict fake of a rate-limited third party: an http.Handler
+// that accepts a request arriving at t if and only if fewer than N accepted
+// arrivals of its key lie in (t-W, t], and answers 429 otherwise. A rejected
+// request is not logged, so it does not count against later ones. It records
+// every arrival, so that a test can check that no client exceeded the limit
+// and how much of it they used. It is safe for concurrent use.
 type Upstream struct {
 	cfg Config
 
@@ -64,8 +70,10 @@ type keyState struct {
 
 // KeyStats is what the upstream saw of one key, or of all keys together.
 type KeyStats struct {
+	// Accepted counts the requests answered 200.
 	Accepted int
-	Rejected int // answered 429
+	// Rejected counts the requests answered 429.
+	Rejected int
 	// RejectedAt holds the arrival time of every rejected request, oldest
 	// first.
 	RejectedAt []time.Time
@@ -78,21 +86,24 @@ type KeyStats struct {
 
 // Stats is a snapshot of what the upstream saw.
 type Stats struct {
+	// Total is what the upstream saw of all keys together.
 	Total KeyStats
-	Keys  map[string]KeyStats
+	// Keys holds what it saw of each key, by the name Config.Key gave.
+	Keys map[string]KeyStats
 }
 
-// New returns an Upstream enforcing cfg.
-func New(cfg Config) (*Upstream, error) {
+// NewUpstream returns an Upstream enforcing cfg, or an error if cfg is
+// invalid.
+func NewUpstream(cfg Config) (*Upstream, error) {
 	switch {
 	case cfg.N < 1:
-		return nil, errors.New("upstream: N must be at least 1")
+		return nil, errors.New("throttletest: N must be at least 1")
 	case cfg.Window <= 0:
-		return nil, errors.New("upstream: Window must be positive")
+		return nil, errors.New("throttletest: Window must be positive")
 	case cfg.Transit < 0:
-		return nil, errors.New("upstream: Transit must not be negative")
+		return nil, errors.New("throttletest: Transit must not be negative")
 	case cfg.IETF && cfg.Window%time.Second != 0:
-		return nil, errors.New("upstream: IETF headers need a Window of whole seconds")
+		return nil, errors.New("throttletest: IETF headers need a Window of whole seconds")
 	}
 	if cfg.Key == nil {
 		cfg.Key = func(*http.Request) string { return "" }

@@ -241,7 +241,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			d.Outcome = Failed
 			return fail(err)
 		}
-		if res.Limit >= 0 && res.Limit < len(r.Limits) {
+		if res.Cause == store.CauseLimit && res.Limit < len(r.Limits) {
 			d.Limit = r.Limits[res.Limit]
 		}
 		if !res.Allowed {
@@ -251,8 +251,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				now := t.now()
 				t.late.observe(now, now.Sub(asked), d.Allowance)
 			}
-			d.Outcome, d.RetryAfter, d.Upstream = Limited, res.RetryAfter, res.Upstream
-			return fail(&LimitError{Rule: r.Name, Key: key, Limit: d.Limit, RetryAfter: res.RetryAfter, Upstream: res.Upstream})
+			up := res.Cause == store.CauseUpstream
+			d.Outcome, d.RetryAfter, d.Upstream = Limited, res.RetryAfter, up
+			return fail(&LimitError{Rule: r.Name, Key: key, Limit: d.Limit, RetryAfter: res.RetryAfter, Upstream: up})
 		}
 
 		d.Delay += res.Delay

@@ -79,7 +79,8 @@ func newLimiter(ctx context.Context, kind string, rdb *redis.Client, n int, w, m
 			r, err := st.Reserve(ctx, key, req)
 			return r.Allowed, r.Delay, r.RetryAfter, err
 		}
-		l.logKeys = func(key string) []string { return []string{st.RedisKey(key)} }
+		// The log's key, as store.Redis documents it: prefix + "{" + key + "}".
+		l.logKeys = func(key string) []string { return []string{store.DefaultPrefix + "{" + key + "}"} }
 	case kRedisRate, kRedisRate1:
 		rl := redis_rate.NewLimiter(rdb)
 		lim := redis_rate.Limit{Rate: n, Period: w, Burst: n}

@@ -19,10 +19,10 @@
 --   allowed  1 when cost was added to the counters of slot, 0 when nothing was.
 --   wait     microseconds from now until slot (the delay, or the time to retry).
 --   slot     the reserved send time in microseconds (0 when refused).
---   limit    1-based index of the limit that last moved the slot, 0 when none
---            (or the learned limit) did.
---   source   0 the limits, 1 the upstream (a pause or a budget), 2 the learned
---            limit.
+--   limit    1-based index of the limit that last moved the slot when source
+--            is 2, 0 otherwise.
+--   source   as reserve.lua's: 0 nothing, 2 the limit, 3 the upstream (a pause
+--            or a budget), 4 the learned limit.
 --
 -- The slot is the earliest t >= now whose window, in every limit, holds at most
 -- N - cost units. A window counts the units reserved in it whatever their time
@@ -67,8 +67,8 @@ if fb then
     if left < cost then hold = math.max(hold, reset) else budget = reset end
   end
   if hold > now then
-    if hold - now > server_wait then return { 0, hold - now, 0, 0, 1 } end
-    start, source = hold, 1
+    if hold - now > server_wait then return { 0, hold - now, 0, 0, 3 } end
+    start, source = hold, 3
   end
   local ln, lw, le = tonumber(f[2]), tonumber(f[3]), tonumber(f[4])
   if ln and lw and le and le > now and lw <= max_w then
@@ -121,9 +121,9 @@ while true do
   if not moved then break end
 end
 if limit > 0 and tightened[limit] then
-  limit, source = 0, 2
+  limit, source = 0, 4
 elseif limit > 0 then
-  source = 0
+  source = 2
 end
 
 local wait = t - now

@@ -24,10 +24,12 @@
 --   wait     microseconds from now until the slot (the delay when allowed,
 --            the time to retry when refused).
 --   slot     the reserved send time in microseconds (0 when refused).
---   limit    1-based index of the limit that set the slot, 0 when none did.
---   source   what set the slot (or the refusal): 0 the log and its limits,
---            1 the upstream (a pause or an exhausted budget), 2 the learned
---            limit.
+--   limit    1-based index of the limit that set the slot when source is 2,
+--            0 otherwise.
+--   source   what set the slot (or the refusal), as store.Cause: 0 nothing
+--            (free at once), 1 the order (the last entry), 2 the limit named
+--            by limit, 3 the upstream (a pause or an exhausted budget), 4 the
+--            learned limit.
 --   entry    the value the cost entries were recorded at (0 when refused);
 --            Cancel removes cost entries of this value.
 --
@@ -94,7 +96,7 @@ for i = 6, #ARGV, 2 do
     end
     if e then
       e = e + w
-      if e > s then s, limit = e, (i - 4) / 2 end
+      if e > s then s, limit, source = e, (i - 4) / 2, 2 end
     end
   end
 end
@@ -120,9 +122,9 @@ if fb and marked then
   if hold > now then
     active = true
     if hold - now > tonumber(ARGV[4]) then
-      return { 0, hold - now, 0, 0, 1 }
+      return { 0, hold - now, 0, 0, 3 }
     end
-    if hold >= s then s, limit, source = hold, 0, 1 end
+    if hold >= s then s, limit, source = hold, 0, 3 end
   end
   local n, w, le = tonumber(f[2]), tonumber(f[3]), tonumber(f[4])
   if n and w and le and le > now then
@@ -137,14 +139,14 @@ if fb and marked then
           if e < 0 then e = -e end
         end
       end
-      if e and e + w > s then s, limit, source = e + w, 0, 2 end
+      if e and e + w > s then s, limit, source = e + w, 0, 4 end
     end
   end
 end
 -- Without an allowance, never before the last entry: the log stays ordered
 -- (FIFO across the fleet) even if clocks step back. With one, the entry is
 -- kept in order below instead.
-if allowance == 0 and last and last > s then s, limit, source = last, 0, 0 end
+if allowance == 0 and last and last > s then s, limit, source = last, 0, 1 end
 
 local wait = s - now
 if wait > ARGV[2] + 0 then

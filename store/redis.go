@@ -36,10 +36,16 @@ const DefaultPrefix = "throttle:"
 // server or cluster: one script call per Reserve, waiting included. It is safe
 // for concurrent use.
 //
-// Each rate key is one Redis LIST named prefix + "{" + key + "}": the braces
-// make the key its own Cluster hash tag, so any auxiliary key of the same rate
-// key lands in the same slot. Time is read inside the script with TIME, so the
-// clocks of the clients do not matter; only durations travel back.
+// Key layout, for a rate key k and the prefix p (DefaultPrefix unless
+// WithPrefix):
+//
+//	p{k}          LIST: the SlidingLog's send times
+//	p{k}:fixed    HASH: FixedWindow's counters (":counter", ":buckets" alike)
+//	p{k}:p        HASH: what the upstream said (Feedback)
+//
+// The braces make k its own Cluster hash tag, so all of a rate key's Redis
+// keys land in the same slot. Time is read inside the scripts with TIME, so
+// the clocks of the clients do not matter; only durations travel back.
 type Redis struct {
 	client redis.Scripter
 	prefix string
@@ -159,17 +165,17 @@ func NewRedis(client redis.Scripter, opts ...RedisOption) (*Redis, error) {
 	return r, nil
 }
 
-// RedisKey is the name of the Redis key that holds the log of a rate key.
-func (r *Redis) RedisKey(key string) string { return r.prefix + "{" + key + "}" }
+// logKey is the name of the Redis key, a LIST, that holds the log of a
+// rate key.
+func (r *Redis) logKey(key string) string { return r.prefix + "{" + key + "}" }
 
-// RedisKeyFor is the name of the Redis key that holds the state of a rate key
-// under alg: RedisKey(key) for SlidingLog, a HASH named RedisKey(key) + ":" +
-// alg.String() (":fixed", ":counter", ":buckets") for the others.
-func (r *Redis) RedisKeyFor(key string, alg Algorithm) string {
+// keyFor is the name of the Redis key that holds the state of a rate key
+// under alg: the log's for SlidingLog, a HASH beside it for the others.
+func (r *Redis) keyFor(key string, alg Algorithm) string {
 	if alg == SlidingLog {
-		return r.RedisKey(key)
+		return r.logKey(key)
 	}
-	return r.RedisKey(key) + ":" + alg.String()
+	return r.logKey(key) + ":" + alg.String()
 }
 
 // Reserve implements Store.
@@ -198,7 +204,7 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 			args = append(args, l.N, micros(l.Per))
 		}
 	}
-	keys := []string{r.RedisKeyFor(key, req.Algorithm), r.FeedbackKey(key)}
+	keys := []string{r.keyFor(key, req.Algorithm), r.feedbackKey(key)}
 	var reply []any
 	var err error
 	switch {
@@ -222,19 +228,23 @@ func (r *Redis) parseReserve(key string, req Request, reply []any) (Reservation,
 	if err != nil {
 		return Reservation{}, fmt.Errorf("store: redis reserve: %w", err)
 	}
-	if v[0] != 0 && v[0] != 1 || v[1] < 0 || v[0] == 1 && (v[2] <= 0 || v[5] < v[2]) ||
-		v[3] < 0 || v[3] > int64(len(req.Limits)) || v[4] < 0 || v[4] > 2 {
+	allowed, wait, slot, limit, cause, entry := v[0], v[1], v[2], v[3], Cause(v[4]), v[5]
+	if allowed != 0 && allowed != 1 || wait < 0 || allowed == 1 && (slot <= 0 || entry < slot) ||
+		v[4] < 0 || v[4] > int64(CauseLearned) ||
+		cause == CauseLimit && (limit < 1 || limit > int64(len(req.Limits))) || cause != CauseLimit && limit != 0 {
 		return Reservation{}, fmt.Errorf("store: redis reserve: unexpected reply %v", v)
 	}
-	res := Reservation{Limit: int(v[3]) - 1, Key: key, Cost: req.Cost, Upstream: v[4] == 1, Learned: v[4] == 2}
-	wait := time.Duration(v[1]) * time.Microsecond
-	if v[0] == 1 {
-		res.Allowed, res.Delay, res.Slot, res.Entry = true, wait, v[2], v[5]
+	res := Reservation{Cause: cause, key: key, cost: req.Cost}
+	if cause == CauseLimit {
+		res.Limit = int(limit) - 1
+	}
+	if allowed == 1 {
+		res.Allowed, res.Delay, res.slot, res.entry = true, usDuration(wait), slot, entry
 		if req.Algorithm != SlidingLog {
 			res.alg, res.limits = req.Algorithm, req.Limits // for Cancel
 		}
 	} else {
-		res.RetryAfter = wait
+		res.RetryAfter = usDuration(wait)
 	}
 	return res, nil
 }
@@ -246,16 +256,16 @@ func (r *Redis) parseReserve(key string, req Request, reply []any) (Reservation,
 // sent uncounted. A Cancel whose reply is lost returns an error; its entries
 // may or may not be gone.
 func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
-	if !res.Allowed || res.Cost < 1 {
+	if !res.Allowed || res.cost < 1 {
 		return nil
 	}
 	script, src := cancelScript, lua.Cancel
-	keys := []string{r.RedisKey(res.Key)}
-	args := []any{strconv.FormatInt(res.Entry, 10), res.Cost}
+	keys := []string{r.logKey(res.key)}
+	args := []any{strconv.FormatInt(res.entry, 10), res.cost}
 	if res.alg != SlidingLog {
 		script, src = cancelCountsScript, lua.CancelCounts
-		keys[0] = r.RedisKeyFor(res.Key, res.alg)
-		args[0] = strconv.FormatInt(res.Slot, 10) // the counters of the slot
+		keys[0] = r.keyFor(res.key, res.alg)
+		args[0] = strconv.FormatInt(res.slot, 10) // the counters of the slot
 		totals := 0
 		if res.alg == Buckets {
 			totals = 1 // buckets.lua keeps a total per limit
@@ -410,10 +420,9 @@ func int64s(reply []any) (out [6]int64, err error) {
 	return out, nil
 }
 
-// FeedbackKey is the name of the Redis key, a HASH, that holds what the
-// upstream said about a rate key (see Feedback): the log's name plus ":p",
-// under the same hash tag, so one script call reads both in a Cluster.
-func (r *Redis) FeedbackKey(key string) string { return r.RedisKey(key) + ":p" }
+// feedbackKey is the name of the Redis key, a HASH, that holds what the
+// upstream said about a rate key (see Feedback).
+func (r *Redis) feedbackKey(key string) string { return r.logKey(key) + ":p" }
 
 // Pause implements Feedback.
 func (r *Redis) Pause(ctx context.Context, key string, d time.Duration) error {
@@ -435,7 +444,7 @@ func (r *Redis) Learn(ctx context.Context, key string, l Learned) error {
 		now = strconv.FormatInt(r.clock().UnixMicro(), 10)
 	}
 	// Validate ensures a limit comes with its window and TTL.
-	err := feedbackScript.Run(ctx, r.client, []string{r.FeedbackKey(key), r.RedisKey(key)},
+	err := feedbackScript.Run(ctx, r.client, []string{r.feedbackKey(key), r.logKey(key)},
 		now, micros(l.Pause), l.Limit.N, micros(l.Limit.Per), micros(l.LimitTTL),
 		l.Remaining, micros(l.Reset), micros(ResetSlack)).Err()
 	if err != nil {

@@ -112,7 +112,7 @@ func TestRedisCancelNotRetried(t *testing.T) {
 	setup := func(key string) store.Reservation {
 		a := reserve(t, s, key, r)
 		b := reserve(t, s, key, r)
-		require.Equal(t, a.Slot, b.Slot, "two reservations share a slot")
+		require.Equal(t, a.Slot(), b.Slot(), "two reservations share a slot")
 		require.EqualValues(t, 2, direct.LLen(ctx, s.RedisKey(key)).Val())
 		return a
 	}
@@ -122,7 +122,7 @@ func TestRedisCancelNotRetried(t *testing.T) {
 	key := uniqueKey(t)
 	a := setup(key)
 	proxy.drop(true)
-	err = redis.NewScript(lua.Cancel).Run(ctx, viaProxy, []string{s.RedisKey(key)}, a.Slot, 1).Err()
+	err = redis.NewScript(lua.Cancel).Run(ctx, viaProxy, []string{s.RedisKey(key)}, a.Slot(), 1).Err()
 	proxy.drop(false)
 	require.NoError(t, err, "the retry on a new connection succeeded")
 	require.EqualValues(t, 0, direct.LLen(ctx, s.RedisKey(key)).Val(),

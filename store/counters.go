@@ -8,8 +8,9 @@ import (
 // The counting algorithms (FixedWindow, SlidingCounter, Buckets) keep, per
 // limit, the units admitted in each aligned window or bucket: index k covers
 // [k·L, (k+1)·L) µs, with L the limit's window (Per) or its Precision. This
-// file is their arithmetic, the reference that lua/fixed.lua,
-// lua/counter.lua and lua/buckets.lua follow step for step, so that the
+// file is their arithmetic, the reference that the scripts of
+// internal/script (counting.lua, fixed.lua, counter.lua, counts.lua and
+// buckets.lua) follow step for step, so that the
 // Memory store and the Redis store give the same answers.
 //
 // Like the log, a counter reserves the future: Reserve finds the earliest
@@ -182,8 +183,8 @@ type counterState struct {
 }
 
 // reserveCounts is Reserve for the counting algorithms, on st (which it
-// updates) with the key's feedback f (nil: none), as fixed.lua, counter.lua
-// and buckets.lua do; the Memory store calls it under its lock.
+// updates) with the key's feedback f (nil: none), as the counting scripts
+// do; the Memory store calls it under its lock.
 //
 // The feedback works as for the log (memFeedback.hold): a pause, or a budget
 // too short for the cost, holds the search back to its end (refused at once

@@ -6,7 +6,7 @@ import (
 )
 
 // memFeedback is what the upstream said about one key of a Memory store, as
-// the fields of the hash of feedback.lua; times in microseconds.
+// the fields of the hash of internal/script/feedback.lua; times in microseconds.
 type memFeedback struct {
 	pause       int64 // until
 	n, w, until int64 // learned limit n per w, valid until
@@ -88,7 +88,7 @@ type memHold struct {
 	budgetReset int64 // when > 0, a slot before it spends the budget
 }
 
-// hold is the rule of hold.lua, for the log and the counting algorithms
+// hold is the rule of internal/script/hold.lua, for the log and the counting algorithms
 // alike: a pause, or a budget too short for the cost, holds the slot back to
 // its end, refused at once past serverWait; a budget that covers the cost is
 // spent by a slot before its reset.

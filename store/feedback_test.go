@@ -358,7 +358,7 @@ func TestFeedbackCluster(t *testing.T) {
 	}
 }
 
-// TestRedisFeedbackMark checks the mark that lets reserve.lua skip reading
+// TestRedisFeedbackMark checks the mark that lets the log script (internal/script/log.lua) skip reading
 // the feedback hash: feedback marks the log's last entry, reservations mark
 // theirs while the feedback lasts, and the first one after it ends does not.
 func TestRedisFeedbackMark(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 // the same slots and refusals (it trims old entries eagerly where the script
 // trims a bounded number per call; that changes memory, not answers, except
 // for a request with an Allowance on a clock that stepped back: see the trim
-// in reserve.lua). It is safe for concurrent use
+// in internal/script/log.lua). It is safe for concurrent use
 // and starts no goroutine; expired keys are dropped lazily.
 type Memory struct {
 	now func() time.Time // nil: the monotonic clock, from start
@@ -135,7 +135,7 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 		lg = &memLog{}
 		m.logs[key] = lg
 	}
-	// As in reserve.lua: entries at or before min(now, last) - maxW are
+	// As in log.lua: entries at or before min(now, last) - maxW are
 	// outside every window a later call checks, even after a Cancel.
 	if n := len(lg.times); n > lg.head {
 		horizon := min(now, lg.times[n-1]) - maxW
@@ -161,7 +161,7 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 			res.Cause, res.RetryAfter = CauseUpstream, usDuration(h.until-now)
 			return res, nil
 		}
-		// As reserve.lua: the hold first (it wins a tie), then the
+		// As log.lua: the hold first (it wins a tie), then the
 		// learned limit, which counts like one more limit.
 		if h.until > now && h.until >= s {
 			s, limit, cause = h.until, 0, CauseUpstream
@@ -175,7 +175,7 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 			}
 		}
 	}
-	// As in reserve.lua: without an allowance, never before the last
+	// As in log.lua: without an allowance, never before the last
 	// entry; with one, the entry is kept in order below instead.
 	allowance := micros(req.Allowance)
 	if allowance == 0 && len(live) > 0 && live[len(live)-1] > s {

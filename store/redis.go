@@ -10,23 +10,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/throttle-go/throttle/lua"
-)
-
-var (
-	reserveScript      = redis.NewScript(lua.Reserve)
-	cancelScript       = redis.NewScript(lua.Cancel)
-	feedbackScript     = redis.NewScript(lua.Feedback)
-	cancelCountsScript = redis.NewScript(lua.CancelCounts)
-	// countScripts is the reserve script of each counting algorithm,
-	// countSources its source (for EVAL in a pipeline).
-	countScripts = map[Algorithm]*redis.Script{
-		FixedWindow:    redis.NewScript(lua.Fixed),
-		SlidingCounter: redis.NewScript(lua.Counter),
-		Buckets:        redis.NewScript(lua.Buckets),
-	}
-	countSources = map[Algorithm]string{FixedWindow: lua.Fixed, SlidingCounter: lua.Counter, Buckets: lua.Buckets}
 )
 
 // DefaultPrefix starts the name of every Redis key the Redis store writes.
@@ -191,10 +174,7 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 		args = append(args, "")
 	}
 	args = append(args, microsDown(req.serverWait()))
-	script, src := reserveScript, lua.Reserve
-	if req.Algorithm != SlidingLog {
-		script, src = countScripts[req.Algorithm], countSources[req.Algorithm]
-	} else {
+	if req.Algorithm == SlidingLog {
 		args = append(args, micros(req.Allowance))
 	}
 	for _, l := range req.Limits {
@@ -204,16 +184,16 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 			args = append(args, l.N, micros(l.Per))
 		}
 	}
-	keys := []string{r.keyFor(key, req.Algorithm), r.feedbackKey(key)}
+	call := scriptCall{reserveScripts[req.Algorithm], []string{r.keyFor(key, req.Algorithm), r.feedbackKey(key)}, args}
 	var reply []any
 	var err error
 	switch {
 	case r.ackReplicas > 0:
-		reply, err = r.reserveAcked(ctx, script, src, keys, args)
+		reply, err = r.reserveAcked(ctx, call)
 	case r.batch != nil:
-		reply, err = r.batch.do(ctx, script, keys, args, key, req)
+		reply, err = r.batch.do(ctx, call, key, req)
 	default:
-		reply, err = script.Run(ctx, r.client, keys, args...).Slice()
+		reply, err = call.script.Run(ctx, r.client, call.keys, call.args...).Slice()
 	}
 	if err != nil {
 		r.failed(err)
@@ -259,27 +239,25 @@ func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
 	if !res.Allowed || res.cost < 1 {
 		return nil
 	}
-	script, src := cancelScript, lua.Cancel
-	keys := []string{r.logKey(res.key)}
-	args := []any{strconv.FormatInt(res.entry, 10), res.cost}
+	call := scriptCall{cancelScript, []string{r.logKey(res.key)}, []any{strconv.FormatInt(res.entry, 10), res.cost}}
 	if res.alg != SlidingLog {
-		script, src = cancelCountsScript, lua.CancelCounts
-		keys[0] = r.keyFor(res.key, res.alg)
-		args[0] = strconv.FormatInt(res.slot, 10) // the counters of the slot
+		call.script = cancelCountsScript
+		call.keys[0] = r.keyFor(res.key, res.alg)
+		call.args[0] = strconv.FormatInt(res.slot, 10) // the counters of the slot
 		totals := 0
 		if res.alg == Buckets {
-			totals = 1 // buckets.lua keeps a total per limit
+			totals = 1 // Buckets keeps a total per limit
 		}
-		args = append(args, totals)
+		call.args = append(call.args, totals)
 		for _, l := range res.limits {
-			args = append(args, span(res.alg, l))
+			call.args = append(call.args, span(res.alg, l))
 		}
 	}
 	var err error
 	if p, ok := r.client.(processor); ok {
-		err = runOnce(ctx, p, script, src, keys, args)
+		err = runOnce(ctx, p, call)
 	} else {
-		err = script.Run(ctx, r.client, keys, args...).Err()
+		err = call.script.Run(ctx, r.client, call.keys, call.args...).Err()
 	}
 	if err != nil {
 		r.failed(err)
@@ -292,34 +270,26 @@ func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
 // connection of the key's master, so that WAIT counts the replicas that have
 // the script's writes. A script missing from the cache (NOSCRIPT) ran
 // nothing, so the pipeline is sent again with EVAL.
-func (r *Redis) reserveAcked(ctx context.Context, rs *redis.Script, src string, keys []string, args []any) ([]any, error) {
+func (r *Redis) reserveAcked(ctx context.Context, call scriptCall) ([]any, error) {
 	var node *redis.Client
 	switch c := r.client.(type) {
 	case *redis.Client:
 		node = c
 	case *redis.ClusterClient:
 		var err error
-		if node, err = c.MasterForKey(ctx, keys[0]); err != nil {
+		if node, err = c.MasterForKey(ctx, call.keys[0]); err != nil {
 			return nil, err
 		}
 	}
 	ms := int64((r.ackTimeout + time.Millisecond - 1) / time.Millisecond)
-	run := func(eval bool) (*redis.Cmd, *redis.Cmd, error) {
+	var wait *redis.Cmd
+	var err error
+	script := evalSHA(ctx, []scriptCall{call}, func(cmds []*redis.Cmd) {
 		pipe := node.Pipeline()
-		var script *redis.Cmd
-		if eval {
-			script = pipe.Eval(ctx, src, keys, args...)
-		} else {
-			script = pipe.EvalSha(ctx, rs.Hash(), keys, args...)
-		}
-		wait := pipe.Do(ctx, "wait", r.ackReplicas, ms)
-		_, err := pipe.Exec(ctx)
-		return script, wait, err
-	}
-	script, wait, err := run(false)
-	if err != nil && redis.HasErrorPrefix(script.Err(), "NOSCRIPT") {
-		script, wait, err = run(true)
-	}
+		_ = pipe.Process(ctx, cmds[0])
+		wait = pipe.Do(ctx, "wait", r.ackReplicas, ms)
+		_, err = pipe.Exec(ctx)
+	})[0]
 	if err := script.Err(); err != nil {
 		// A MOVED reply: the cached slot map is stale (a failover or a
 		// resharding). The Cluster client reloads it; this call fails.
@@ -361,43 +331,6 @@ func (r *Redis) failed(err error) {
 		return
 	}
 	r.reloader.ReloadState(context.Background())
-}
-
-// processor is what go-redis clients (Client, ClusterClient, Ring) have to
-// run a command they are given.
-type processor interface {
-	Process(ctx context.Context, cmd redis.Cmder) error
-}
-
-// onceCmd is a script call that go-redis must not send again after it may
-// have reached the server: its client retries a command after a read
-// timeout or a broken connection by default, and a Cancel run twice removes
-// the entries of another reservation at the same entry (see Cancel). A
-// command that surely never left the client is still retried.
-type onceCmd struct{ *redis.Cmd }
-
-// NoRetry implements redis.Cmder.
-func (onceCmd) NoRetry() bool { return true }
-
-// runOnce runs a script with EVALSHA, then EVAL when the server's script
-// cache has lost it (NOSCRIPT: nothing ran), each sent at most once.
-func runOnce(ctx context.Context, p processor, script *redis.Script, src string, keys []string, args []any) error {
-	call := func(name, body string) error {
-		a := make([]any, 0, 3+len(keys)+len(args))
-		a = append(a, name, body, len(keys))
-		for _, k := range keys {
-			a = append(a, k)
-		}
-		a = append(a, args...)
-		cmd := onceCmd{redis.NewCmd(ctx, a...)}
-		_ = p.Process(ctx, cmd)
-		return cmd.Err()
-	}
-	err := call("evalsha", script.Hash())
-	if redis.HasErrorPrefix(err, "NOSCRIPT") {
-		err = call("eval", src)
-	}
-	return err
 }
 
 // int64s checks that a script reply is a list of five or six integers: a

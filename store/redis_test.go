@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle/internal/redistest"
-	"github.com/throttle-go/throttle/lua"
 	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/script"
 )
 
 func realRedis(t *testing.T) *redis.Client {
@@ -44,7 +44,7 @@ func TestRedisMemoryPerEntry(t *testing.T) {
 
 // TestRedisKeyLayout checks the Cluster-safe names, the TTL (at most the
 // longest window plus the half-window period it is set for, see
-// reserve.lua) and that the log never outgrows the longest window's N plus
+// the log script (internal/script/log.lua)) and that the log never outgrows the longest window's N plus
 // the trim's slack.
 func TestRedisKeyLayout(t *testing.T) {
 	c := realRedis(t)
@@ -185,7 +185,7 @@ func TestRedisScriptsSurviveRestart(t *testing.T) {
 	assert.Greater(t, reserve(t, s, key, r).Delay, 59*time.Minute)
 
 	require.NoError(t, srv.Restart())
-	exists, err := c.ScriptExists(ctx, redis.NewScript(lua.Reserve).Hash()).Result()
+	exists, err := c.ScriptExists(ctx, redis.NewScript(script.Reserve("log")).Hash()).Result()
 	require.NoError(t, err)
 	require.Equal(t, []bool{false}, exists, "the restarted server has no cached script")
 	// The log went with the restart (no persistence): the key starts afresh.
@@ -194,4 +194,33 @@ func TestRedisScriptsSurviveRestart(t *testing.T) {
 	assert.Equal(t, time.Duration(0), res.Delay)
 	require.NoError(t, s.Cancel(ctx, res))
 	assert.Zero(t, c.LLen(ctx, s.RedisKey(key)).Val(), "Cancel ran on the restarted server")
+}
+
+// TestRedisLogCommands counts, with MONITOR on a server of its own, the
+// commands the log's script runs for a common reservation (a log that
+// exists, no feedback, no trim or TTL due): TIME, LINDEX of the last entry,
+// LINDEX of the entry that decides, RPUSH. Each command costs about as much
+// as a short script's whole overhead, so assembling the script from shared
+// parts must not add any.
+func TestRedisLogCommands(t *testing.T) {
+	srv, err := redistest.StartServer()
+	if err != nil {
+		t.Skipf("needs redis-server: %v", err)
+	}
+	t.Cleanup(srv.Close)
+	s, err := store.NewRedis(srv.Client(t))
+	require.NoError(t, err)
+	key := uniqueKey(t)
+	r := req(1, 0, lim(100, time.Hour))
+	reserve(t, s, key, r)
+	reserve(t, s, key, r)
+	m := startMonitor(t, srv.Addr)
+	require.True(t, reserve(t, s, key, r).Allowed)
+	var cmds []string
+	for _, l := range m.until(t, "redistest-monitor-end") {
+		if cmd, _, fromScript := parseMonitor(l); fromScript {
+			cmds = append(cmds, cmd)
+		}
+	}
+	assert.Equal(t, []string{"TIME", "LINDEX", "LINDEX", "RPUSH"}, cmds)
 }

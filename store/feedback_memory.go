@@ -73,6 +73,9 @@ func abs(v int64) int64 {
 // liveFeedback returns key's feedback, nil when there is none or it has
 // expired (then it is dropped); m.mu is held.
 func (m *Memory) liveFeedback(key string, now int64) *memFeedback {
+	if len(m.feedback) == 0 {
+		return nil // most keys: no map lookup
+	}
 	f := m.feedback[key]
 	if f != nil && f.expires() <= now {
 		delete(m.feedback, key)

@@ -95,7 +95,8 @@ func NewMemory(opts ...MemoryOption) (*Memory, error) {
 // The result is named and filled in place: Reserve returns a struct of
 // several words by value, and copying it out costs as much as a map lookup.
 func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Reservation, err error) {
-	if !req.valid(key) {
+	maxW, ok := req.valid(key)
+	if !ok {
 		return Reservation{}, req.invalid(key)
 	}
 	if err := ctx.Err(); err != nil {
@@ -121,10 +122,6 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 			m.counters[ck] = st
 		}
 		return reserveCounts(st, key, req, now, m.liveFeedback(key, now)), nil
-	}
-	maxW := int64(0)
-	for _, l := range req.Limits {
-		maxW = max(maxW, micros(l.Per))
 	}
 	lg := m.logs[key]
 	if lg != nil && lg.expires <= now {

@@ -75,25 +75,27 @@ var ErrInvalidRequest = errors.New("store: invalid request")
 
 // Validate reports whether r is well formed; every store calls it first.
 func (r Request) Validate(key string) error {
-	if r.valid(key) {
+	if _, ok := r.valid(key); ok {
 		return nil
 	}
 	return r.invalid(key)
 }
 
-// valid reports, cheaply and without allocating, whether Validate accepts r:
-// the Memory store's hot path calls it. invalid says which rule failed; a
-// test keeps the two in step.
-func (r *Request) valid(key string) bool {
-	ok := key != "" && len(r.Limits) > 0 && r.Cost >= 1 && r.MaxWait >= 0 && r.MaxServerWait >= 0 &&
+// valid reports, cheaply and without allocating, whether Validate accepts r,
+// and the longest window of its limits in microseconds (the one pass over
+// them serves both: the Memory store's hot path calls it). invalid says which
+// rule failed; a test keeps the two in step.
+func (r *Request) valid(key string) (maxPer int64, ok bool) {
+	ok = key != "" && len(r.Limits) > 0 && r.Cost >= 1 && r.MaxWait >= 0 && r.MaxServerWait >= 0 &&
 		(r.Allowance == 0 || r.Allowance > 0 && r.Allowance <= MaxAllowance && r.Algorithm == SlidingLog) &&
 		int(r.Algorithm) < len(algorithmNames)
 	for _, l := range r.Limits {
 		ok = ok && l.N >= 1 && l.Per >= time.Microsecond && r.Cost <= l.N &&
 			(l.Precision == 0 || r.Algorithm == Buckets && l.Precision >= time.Microsecond && l.Precision <= l.Per) &&
 			(r.Algorithm != Buckets || l.buckets() <= MaxBuckets)
+		maxPer = max(maxPer, micros(l.Per))
 	}
-	return ok
+	return maxPer, ok
 }
 
 // invalid returns the error of the first rule r breaks, nil if none.

@@ -31,8 +31,8 @@ func TestValidMatchesInvalid(t *testing.T) {
 		}
 		key := []string{"", "k"}[rng.IntN(2)]
 		err := r.invalid(key)
-		if r.valid(key) != (err == nil) {
-			t.Fatalf("%+v key %q: valid %v, invalid %v", r, key, r.valid(key), err)
+		if _, ok := r.valid(key); ok != (err == nil) {
+			t.Fatalf("%+v key %q: valid %v, invalid %v", r, key, ok, err)
 		}
 		if err == nil {
 			accepted++

@@ -6,6 +6,10 @@
 // a fleet of processes, and Memory, for one process and for tests.
 package store
 
+// The files: store.go, algorithm.go and feedback.go are the contract;
+// memory.go, counters.go and feedback_memory.go the in-memory twin; redis.go,
+// batch.go and script.go (over internal/script) the Redis backend.
+
 import (
 	"context"
 	"errors"

@@ -60,7 +60,7 @@ func (t *Transport) admit(ctx context.Context, r *rule, k keyed) Decision {
 			return d.end(Failed, fmt.Errorf("throttle: rule %q: %w", r.Name, g.err))
 		}
 		res := g.res
-		if res.Cause() == store.CauseLimit && res.Limit < len(r.Limits) {
+		if res.Cause == store.CauseLimit && res.Limit < len(r.Limits) {
 			d.Limit = r.Limits[res.Limit]
 		}
 		if !res.Allowed {
@@ -70,7 +70,7 @@ func (t *Transport) admit(ctx context.Context, r *rule, k keyed) Decision {
 				now := t.now()
 				t.late.observe(now, now.Sub(asked), 0)
 			}
-			up := res.Cause() == store.CauseUpstream
+			up := res.Cause == store.CauseUpstream
 			d.RetryAfter, d.Upstream = res.RetryAfter, up
 			return d.end(Limited, &LimitError{Rule: r.Name, Key: k.key, Limit: d.Limit, RetryAfter: res.RetryAfter, Upstream: up})
 		}

@@ -76,7 +76,7 @@ func TestClusterFailover(t *testing.T) {
 	client := &http.Client{Transport: tr}
 
 	ctx := context.Background()
-	rk := st.RedisKey("fo:gw")
+	rk := store.DefaultPrefix + "{fo:gw}" // the log's key: prefix + "{" + key + "}"
 	master, err := c.MasterOf(ctx, rk)
 	require.NoError(t, err)
 	replica, err := c.ReplicaOf(ctx, master)

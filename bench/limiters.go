@@ -50,7 +50,7 @@ func decisionKinds() []string {
 }
 
 var abouts = map[string]string{
-	kThrottle:   "throttle's store.NewRedis(client).Reserve: one EVALSHA of lua/reserve.lua, reservation sliding log in a LIST, server clock",
+	kThrottle:   "throttle's store.NewRedis(client).Reserve: one EVALSHA of the log script (store/internal/script), reservation sliding log in a LIST, server clock",
 	kThrottleB:  "the same store with store.WithBatching(64): reservations made while two batches are on their way go together in the next pipeline (one script call each); a lone call goes at once",
 	kRedisRate:  "github.com/go-redis/redis_rate/v10 Allow, GCRA, Limit{Rate: N, Period: W, Burst: N} (what PerSecond(N) gives)",
 	kRedisRate1: "redis_rate Allow with Burst 1: requests evenly spaced W/N apart",
@@ -79,7 +79,8 @@ func newLimiter(ctx context.Context, kind string, rdb *redis.Client, n int, w, m
 			r, err := st.Reserve(ctx, key, req)
 			return r.Allowed, r.Delay, r.RetryAfter, err
 		}
-		l.logKeys = func(key string) []string { return []string{st.RedisKey(key)} }
+		// The log's key, as store.Redis documents it: prefix + "{" + key + "}".
+		l.logKeys = func(key string) []string { return []string{store.DefaultPrefix + "{" + key + "}"} }
 	case kRedisRate, kRedisRate1:
 		rl := redis_rate.NewLimiter(rdb)
 		lim := redis_rate.Limit{Rate: n, Period: w, Burst: n}

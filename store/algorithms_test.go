@@ -33,6 +33,7 @@ func TestAlgorithmCases(t *testing.T) { runCases(t, algorithmCases) }
 
 type allowed struct {
 	delay time.Duration
+	cause store.Cause
 	limit int
 }
 
@@ -45,6 +46,7 @@ func expect(t *testing.T, s store.Store, key string, r store.Request, want any, 
 	case allowed:
 		require.True(t, res.Allowed, "%s: refused, RetryAfter %s", msg, res.RetryAfter)
 		assert.Equal(t, w.delay, res.Delay, msg)
+		assert.Equal(t, w.cause, res.Cause, msg)
 		assert.Equal(t, w.limit, res.Limit, msg)
 	case time.Duration:
 		require.False(t, res.Allowed, "%s: allowed, Delay %s", msg, res.Delay)
@@ -57,98 +59,98 @@ var algorithmCases = []conformanceCase{
 	{"fixed: N per window, the next window at its start", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		l := lim(3, time.Second)
 		for i := range 3 {
-			expect(t, s, key, algReq(store.FixedWindow, 1, 0, l), allowed{0, -1}, fmt.Sprint("unit ", i))
+			expect(t, s, key, algReq(store.FixedWindow, 1, 0, l), allowed{0, store.CauseNone, 0}, fmt.Sprint("unit ", i))
 		}
 		clock.Advance(400 * time.Millisecond)
 		expect(t, s, key, algReq(store.FixedWindow, 1, 0, l), 600*time.Millisecond, "window full")
-		expect(t, s, key, algReq(store.FixedWindow, 2, time.Second, l), allowed{600 * time.Millisecond, 0}, "reserved in the next window")
+		expect(t, s, key, algReq(store.FixedWindow, 2, time.Second, l), allowed{600 * time.Millisecond, store.CauseLimit, 0}, "reserved in the next window")
 		expect(t, s, key, algReq(store.FixedWindow, 2, time.Second, l), 1600*time.Millisecond, "next window too full for 2")
-		expect(t, s, key, algReq(store.FixedWindow, 1, time.Second, l), allowed{600 * time.Millisecond, 0}, "one fits")
+		expect(t, s, key, algReq(store.FixedWindow, 1, time.Second, l), allowed{600 * time.Millisecond, store.CauseLimit, 0}, "one fits")
 	}},
 	{"fixed: 2N across a window edge (its known weakness)", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		l := lim(3, time.Second)
 		clock.Advance(900 * time.Millisecond)
-		expect(t, s, key, algReq(store.FixedWindow, 3, 0, l), allowed{0, -1}, "3 at 0.9s")
+		expect(t, s, key, algReq(store.FixedWindow, 3, 0, l), allowed{0, store.CauseNone, 0}, "3 at 0.9s")
 		clock.Advance(100 * time.Millisecond)
-		expect(t, s, key, algReq(store.FixedWindow, 3, 0, l), allowed{0, -1}, "3 more at 1.0s: 6 in 100ms")
+		expect(t, s, key, algReq(store.FixedWindow, 3, 0, l), allowed{0, store.CauseNone, 0}, "3 more at 1.0s: 6 in 100ms")
 	}},
 	{"fixed: two limits", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		ls := []store.Limit{lim(2, 100*time.Millisecond), lim(3, time.Second)}
-		expect(t, s, key, algReq(store.FixedWindow, 2, time.Second, ls...), allowed{0, -1}, "2 now")
-		expect(t, s, key, algReq(store.FixedWindow, 1, time.Second, ls...), allowed{100 * time.Millisecond, 0}, "short window full")
-		expect(t, s, key, algReq(store.FixedWindow, 1, 2*time.Second, ls...), allowed{time.Second, 1}, "long window full")
+		expect(t, s, key, algReq(store.FixedWindow, 2, time.Second, ls...), allowed{0, store.CauseNone, 0}, "2 now")
+		expect(t, s, key, algReq(store.FixedWindow, 1, time.Second, ls...), allowed{100 * time.Millisecond, store.CauseLimit, 0}, "short window full")
+		expect(t, s, key, algReq(store.FixedWindow, 1, 2*time.Second, ls...), allowed{time.Second, store.CauseLimit, 1}, "long window full")
 	}},
 	{"counter: seed 003's arithmetic", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		l := lim(10, time.Second)
-		expect(t, s, key, algReq(store.SlidingCounter, 10, 0, l), allowed{0, -1}, "10 at 0")
+		expect(t, s, key, algReq(store.SlidingCounter, 10, 0, l), allowed{0, store.CauseNone, 0}, "10 at 0")
 		clock.Advance(1250 * time.Millisecond)
 		// estimate 10 * 0.75 = 7.5: room for 2.
-		expect(t, s, key, algReq(store.SlidingCounter, 2, 0, l), allowed{0, -1}, "2 at 1.25s")
+		expect(t, s, key, algReq(store.SlidingCounter, 2, 0, l), allowed{0, store.CauseNone, 0}, "2 at 1.25s")
 		// 10 * (1 - f) + 2 + 1 <= 10 from f = 0.3: 50ms on.
 		expect(t, s, key, algReq(store.SlidingCounter, 1, 0, l), 50*time.Millisecond, "third waits")
-		expect(t, s, key, algReq(store.SlidingCounter, 1, time.Second, l), allowed{50 * time.Millisecond, 0}, "reserved")
+		expect(t, s, key, algReq(store.SlidingCounter, 1, time.Second, l), allowed{50 * time.Millisecond, store.CauseLimit, 0}, "reserved")
 	}},
 	{"counter: a full window waits for the next", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		l := lim(4, time.Second)
 		clock.Advance(200 * time.Millisecond)
-		expect(t, s, key, algReq(store.SlidingCounter, 4, 0, l), allowed{0, -1}, "4 at 0.2s")
+		expect(t, s, key, algReq(store.SlidingCounter, 4, 0, l), allowed{0, store.CauseNone, 0}, "4 at 0.2s")
 		// Window 0 is full: window 1 starts with estimate 4, which falls by
 		// 1 every 250ms: cost 2 fits from 1.5s.
-		expect(t, s, key, algReq(store.SlidingCounter, 2, 2*time.Second, l), allowed{1300 * time.Millisecond, 0}, "2 at 1.5s")
+		expect(t, s, key, algReq(store.SlidingCounter, 2, 2*time.Second, l), allowed{1300 * time.Millisecond, store.CauseLimit, 0}, "2 at 1.5s")
 		// Now window 1 holds 2: estimate 4·(1-f)+2 leaves 1 from f = 0.75.
-		expect(t, s, key, algReq(store.SlidingCounter, 1, 2*time.Second, l), allowed{1550 * time.Millisecond, 0}, "1 at 1.75s")
+		expect(t, s, key, algReq(store.SlidingCounter, 1, 2*time.Second, l), allowed{1550 * time.Millisecond, store.CauseLimit, 0}, "1 at 1.75s")
 	}},
 	{"counter: a unit now may not overfill a reserved next window", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		l := lim(4, time.Second)
 		clock.Advance(500 * time.Millisecond)
-		a := expect(t, s, key, algReq(store.SlidingCounter, 4, 0, l), allowed{0, -1}, "4 at 0.5s")
-		expect(t, s, key, algReq(store.SlidingCounter, 2, 2*time.Second, l), allowed{time.Second, 0}, "2 at 1.5s")
+		a := expect(t, s, key, algReq(store.SlidingCounter, 4, 0, l), allowed{0, store.CauseNone, 0}, "4 at 0.5s")
+		expect(t, s, key, algReq(store.SlidingCounter, 2, 2*time.Second, l), allowed{time.Second, store.CauseLimit, 0}, "2 at 1.5s")
 		require.NoError(t, s.Cancel(ctx, a))
 		// Window 0 is empty again, but 3 more there would make the estimate
 		// at 1.0s 3 + 2 = 5.
 		expect(t, s, key, algReq(store.SlidingCounter, 3, 0, l), 2*time.Second, "3 would overfill window 1")
-		expect(t, s, key, algReq(store.SlidingCounter, 2, 0, l), allowed{0, -1}, "2 fit")
+		expect(t, s, key, algReq(store.SlidingCounter, 2, 0, l), allowed{0, store.CauseNone, 0}, "2 fit")
 	}},
 	{"buckets: spans of B buckets", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		l := prec(4, time.Second, 250*time.Millisecond)
-		expect(t, s, key, algReq(store.Buckets, 2, 0, l), allowed{0, -1}, "2 in bucket 0")
+		expect(t, s, key, algReq(store.Buckets, 2, 0, l), allowed{0, store.CauseNone, 0}, "2 in bucket 0")
 		clock.Advance(250 * time.Millisecond)
-		expect(t, s, key, algReq(store.Buckets, 2, 0, l), allowed{0, -1}, "2 in bucket 1")
+		expect(t, s, key, algReq(store.Buckets, 2, 0, l), allowed{0, store.CauseNone, 0}, "2 in bucket 1")
 		clock.Advance(250 * time.Millisecond)
 		expect(t, s, key, algReq(store.Buckets, 1, 0, l), 500*time.Millisecond, "full until bucket 0 leaves")
-		expect(t, s, key, algReq(store.Buckets, 2, time.Second, l), allowed{500 * time.Millisecond, 0}, "2 in bucket 4")
-		expect(t, s, key, algReq(store.Buckets, 1, time.Second, l), allowed{750 * time.Millisecond, 0}, "1 in bucket 5")
+		expect(t, s, key, algReq(store.Buckets, 2, time.Second, l), allowed{500 * time.Millisecond, store.CauseLimit, 0}, "2 in bucket 4")
+		expect(t, s, key, algReq(store.Buckets, 1, time.Second, l), allowed{750 * time.Millisecond, store.CauseLimit, 0}, "1 in bucket 5")
 	}},
 	{"buckets: a unit now may not overfill a span with a reservation", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		l := prec(2, time.Second, 500*time.Millisecond) // B = 2
-		first := expect(t, s, key, algReq(store.Buckets, 2, 2*time.Second, l), allowed{0, -1}, "2 in bucket 0")
-		expect(t, s, key, algReq(store.Buckets, 2, 2*time.Second, l), allowed{time.Second, 0}, "2 in bucket 2")
+		first := expect(t, s, key, algReq(store.Buckets, 2, 2*time.Second, l), allowed{0, store.CauseNone, 0}, "2 in bucket 0")
+		expect(t, s, key, algReq(store.Buckets, 2, 2*time.Second, l), allowed{time.Second, store.CauseLimit, 0}, "2 in bucket 2")
 		require.NoError(t, s.Cancel(ctx, first))
 		clock.Advance(600 * time.Millisecond)
 		// Bucket 1 is free, but spans (1,2] and (2,3] would hold 3.
-		expect(t, s, key, algReq(store.Buckets, 1, 2*time.Second, l), allowed{1400 * time.Millisecond, 0}, "1 in bucket 4")
+		expect(t, s, key, algReq(store.Buckets, 1, 2*time.Second, l), allowed{1400 * time.Millisecond, store.CauseLimit, 0}, "1 in bucket 4")
 	}},
 	{"buckets: precision zero is a fixed window", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		l := lim(2, time.Second)
 		clock.Advance(900 * time.Millisecond)
-		expect(t, s, key, algReq(store.Buckets, 2, 0, l), allowed{0, -1}, "2 at 0.9s")
+		expect(t, s, key, algReq(store.Buckets, 2, 0, l), allowed{0, store.CauseNone, 0}, "2 at 0.9s")
 		clock.Advance(100 * time.Millisecond)
-		expect(t, s, key, algReq(store.Buckets, 2, 0, l), allowed{0, -1}, "2 at 1.0s")
+		expect(t, s, key, algReq(store.Buckets, 2, 0, l), allowed{0, store.CauseNone, 0}, "2 at 1.0s")
 	}},
 	{"each algorithm keeps its own state", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		for _, alg := range append([]store.Algorithm{store.SlidingLog}, countingAlgorithms...) {
-			expect(t, s, key, algReq(alg, 1, 0, lim(1, time.Second)), allowed{0, -1}, alg.String())
+			expect(t, s, key, algReq(alg, 1, 0, lim(1, time.Second)), allowed{0, store.CauseNone, 0}, alg.String())
 		}
 	}},
 	{"cancel gives the units back", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		for _, alg := range countingAlgorithms {
 			r := algReq(alg, 2, 0, lim(2, time.Second))
-			res := expect(t, s, key, r, allowed{0, -1}, alg.String())
+			res := expect(t, s, key, r, allowed{0, store.CauseNone, 0}, alg.String())
 			// A full sliding counter needs its window and the next to pass.
 			retry := map[store.Algorithm]time.Duration{store.SlidingCounter: 2 * time.Second}[alg]
 			expect(t, s, key, r, max(retry, time.Second), alg.String()+" full")
 			require.NoError(t, s.Cancel(ctx, res))
-			expect(t, s, key, r, allowed{0, -1}, alg.String()+" after cancel")
+			expect(t, s, key, r, allowed{0, store.CauseNone, 0}, alg.String()+" after cancel")
 		}
 	}},
 	{"invalid precision", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
@@ -239,8 +241,8 @@ func TestAlgorithmDifferential(t *testing.T) {
 					for j := 1; j < len(got); j++ {
 						a, b := got[0], got[j]
 						require.Equal(t,
-							[]any{a.Allowed, a.Delay, a.RetryAfter, a.Slot, a.Limit, a.Upstream, a.Learned},
-							[]any{b.Allowed, b.Delay, b.RetryAfter, b.Slot, b.Limit, b.Upstream, b.Learned},
+							[]any{a.Allowed, a.Delay, a.RetryAfter, a.Slot(), a.Limit, a.Cause},
+							[]any{b.Allowed, b.Delay, b.RetryAfter, b.Slot(), b.Limit, b.Cause},
 							"op %d, %s vs %s, limits %v", op, ims[0].name, ims[j].name, limits)
 					}
 					if got[0].Allowed {
@@ -248,7 +250,7 @@ func TestAlgorithmDifferential(t *testing.T) {
 					} else {
 						refusals++
 					}
-					if got[0].Upstream || got[0].Learned {
+					if got[0].Cause == store.CauseUpstream || got[0].Cause == store.CauseLearned {
 						upstream++
 					}
 					// Redis expires keys in real time: the fake clock must
@@ -312,7 +314,7 @@ func runAlgorithmProperty(t *testing.T, im impl, alg store.Algorithm, seed uint6
 					assert.NoError(t, s.Cancel(ctx, res))
 				} else if res.Allowed {
 					mu.Lock()
-					log = append(log, sent{res.Slot, cost})
+					log = append(log, sent{res.Slot(), cost})
 					mu.Unlock()
 				}
 				clock.Advance(time.Duration(r.IntN(5_000)) * time.Microsecond)
@@ -498,7 +500,7 @@ func TestMemoryDefaultClock(t *testing.T) {
 	for _, alg := range append([]store.Algorithm{store.SlidingLog}, countingAlgorithms...) {
 		res := reserve(t, m, "k", algReq(alg, 1, time.Second, lim(1, time.Second)))
 		require.True(t, res.Allowed, alg.String())
-		assert.True(t, res.Upstream, "%s: the pause holds the slot", alg)
+		assert.Equal(t, store.CauseUpstream, res.Cause, "%s: the pause holds the slot", alg)
 		assert.Greater(t, res.Delay, time.Duration(0), alg.String())
 	}
 }

@@ -55,12 +55,10 @@ type pipeliner interface{ Pipeline() redis.Pipeliner }
 
 // pending is one Reserve in a batch.
 type pending struct {
-	ctx    context.Context
-	script *redis.Script
-	keys   []string
-	args   []any
-	key    string
-	req    Request
+	ctx  context.Context
+	call scriptCall
+	key  string
+	req  Request
 	// state: 0 waiting, 1 abandoned by its caller, 2 answered.
 	state atomic.Int32
 	done  chan batchReply // buffered: the batch never blocks on it
@@ -85,11 +83,11 @@ type batcher struct {
 	running int
 }
 
-func (b *batcher) do(ctx context.Context, script *redis.Script, keys []string, args []any, key string, req Request) ([]any, error) {
+func (b *batcher) do(ctx context.Context, call scriptCall, key string, req Request) ([]any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // as the client would: nothing is sent
 	}
-	p := &pending{ctx: ctx, script: script, keys: keys, args: args, key: key, req: req, done: make(chan batchReply, 1)}
+	p := &pending{ctx: ctx, call: call, key: key, req: req, done: make(chan batchReply, 1)}
 	b.mu.Lock()
 	if b.running < batchesInFlight {
 		// Fewer batches on their way than allowed means none waits to be
@@ -156,26 +154,17 @@ func (b *batcher) next() {
 // calls whose script the server did not have (NOSCRIPT: nothing ran), and
 // answers every caller.
 func (b *batcher) run(ctx context.Context, batch []*pending) {
-	cmds := make([]*redis.Cmd, len(batch))
-	pipe := b.client.Pipeline()
+	calls := make([]scriptCall, len(batch))
 	for i, p := range batch {
-		cmds[i] = p.script.EvalSha(ctx, pipe, p.keys, p.args...)
+		calls[i] = p.call
 	}
-	_, _ = pipe.Exec(ctx) // errors are per command
-	var again []int
-	for i, c := range cmds {
-		if err := c.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			again = append(again, i)
+	cmds := evalSHA(ctx, calls, func(cmds []*redis.Cmd) {
+		pipe := b.client.Pipeline()
+		for _, c := range cmds {
+			_ = pipe.Process(ctx, c)
 		}
-	}
-	if len(again) > 0 {
-		pipe = b.client.Pipeline()
-		for _, i := range again {
-			p := batch[i]
-			cmds[i] = p.script.Eval(ctx, pipe, p.keys, p.args...)
-		}
-		_, _ = pipe.Exec(ctx)
-	}
+		_, _ = pipe.Exec(ctx) // errors are per command
+	})
 	for i, p := range batch {
 		reply, err := cmds[i].Slice()
 		if p.state.CompareAndSwap(0, 2) {

@@ -169,6 +169,7 @@ var conformanceCases = []conformanceCase{
 		res := reserve(t, s, key, req(1, 0, lim(3, time.Second)))
 		assert.False(t, res.Allowed)
 		assert.Equal(t, 700*time.Millisecond, res.RetryAfter)
+		assert.Equal(t, store.CauseLimit, res.Cause)
 		assert.Equal(t, 0, res.Limit)
 	}},
 	{"a refusal records nothing", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
@@ -202,6 +203,7 @@ var conformanceCases = []conformanceCase{
 		res = reserve(t, s, key, req(1, 800*time.Millisecond, lim(1, time.Second)))
 		assert.True(t, res.Allowed)
 		assert.Equal(t, 800*time.Millisecond, res.Delay)
+		assert.Equal(t, store.CauseLimit, res.Cause)
 		assert.Equal(t, 0, res.Limit)
 	}},
 	{"the window slides: units come back one window after their send", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
@@ -243,7 +245,12 @@ var conformanceCases = []conformanceCase{
 			delays = append(delays, g.Delay)
 		}
 		assert.Equal(t, []time.Duration{0, 0, 100 * time.Millisecond, time.Second, time.Second}, delays)
-		assert.Equal(t, []int{-1, -1, 0, 1, 1}, []int{got[0].Limit, got[1].Limit, got[2].Limit, got[3].Limit, got[4].Limit})
+		causes, limitIdx := []store.Cause{}, []int{}
+		for _, g := range got {
+			causes, limitIdx = append(causes, g.Cause), append(limitIdx, g.Limit)
+		}
+		assert.Equal(t, []store.Cause{store.CauseNone, store.CauseNone, store.CauseLimit, store.CauseLimit, store.CauseLimit}, causes)
+		assert.Equal(t, []int{0, 0, 0, 1, 1}, limitIdx)
 	}},
 	{"cancel gives the slot back to the next request", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		r := req(1, time.Hour, lim(1, time.Second))
@@ -261,7 +268,7 @@ var conformanceCases = []conformanceCase{
 		reserve(t, s, key, r)
 		a := reserve(t, s, key, r) // 2 units at 1s
 		b := reserve(t, s, key, r) // 2 units at 1s
-		require.Equal(t, a.Slot, b.Slot)
+		require.Equal(t, a.Slot(), b.Slot())
 		require.NoError(t, s.Cancel(ctx, a))
 		// Two units at 1s remain: two more fit at 1s, then the next must wait.
 		assert.Equal(t, time.Second, reserve(t, s, key, r).Delay)
@@ -312,7 +319,13 @@ var conformanceCases = []conformanceCase{
 		require.Equal(t, time.Second, second.Delay)
 		clock.Advance(-10 * time.Second)
 		third := reserve(t, s, key, r)
-		assert.GreaterOrEqual(t, third.Slot, second.Slot+int64(time.Second/time.Microsecond))
+		assert.GreaterOrEqual(t, third.Slot(), second.Slot()+int64(time.Second/time.Microsecond))
+		assert.Equal(t, store.CauseLimit, third.Cause)
+		clock.Advance(-10 * time.Second)
+		fourth := reserve(t, s, key, req(1, time.Hour, lim(100, time.Second)))
+		assert.Equal(t, third.Slot(), fourth.Slot(), "a looser limit admits at once; the order holds it to the last entry")
+		assert.Equal(t, store.CauseOrder, fourth.Cause)
+		assert.Equal(t, 0, fourth.Limit)
 	}},
 	{"an idle key starts afresh", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		r := req(2, time.Hour, lim(2, time.Second))
@@ -327,13 +340,14 @@ var conformanceCases = []conformanceCase{
 		first := reserve(t, s, key, r)
 		require.True(t, first.Allowed)
 		assert.Equal(t, time.Duration(0), first.Delay, "the slot itself is not moved")
-		assert.Equal(t, first.Slot+100_000, first.Entry)
+		assert.Equal(t, first.Slot()+100_000, first.Entry())
 		second := reserve(t, s, key, req(1, time.Hour, lim(2, time.Second)))
 		assert.Equal(t, 100*time.Millisecond, second.Delay, "without an allowance, never before the last entry")
-		assert.Equal(t, first.Entry, second.Entry)
+		assert.Equal(t, store.CauseOrder, second.Cause)
+		assert.Equal(t, first.Entry(), second.Entry())
 		third := reserve(t, s, key, r)
 		assert.Equal(t, 1100*time.Millisecond, third.Delay, "one window after the first unit's latest send")
-		assert.Equal(t, third.Slot+100_000, third.Entry)
+		assert.Equal(t, third.Slot()+100_000, third.Entry())
 		// Cancel removes the entries by their recorded time.
 		require.NoError(t, s.Cancel(ctx, third))
 		again := reserve(t, s, key, r)
@@ -347,7 +361,8 @@ var conformanceCases = []conformanceCase{
 		fast.Allowance = time.Millisecond
 		b := reserve(t, s, key, fast)
 		assert.Equal(t, time.Duration(0), b.Delay)
-		assert.Equal(t, a.Entry, b.Entry, "recorded at the last entry, which is later than its own slot + allowance")
+		assert.Equal(t, store.CauseNone, b.Cause, "an allowance is not held by the order")
+		assert.Equal(t, a.Entry(), b.Entry(), "recorded at the last entry, which is later than its own slot + allowance")
 		c := reserve(t, s, key, fast)
 		assert.Equal(t, time.Duration(0), c.Delay)
 		d := reserve(t, s, key, fast)
@@ -483,14 +498,14 @@ func runProperty(t *testing.T, im impl, seed uint64, allowances []time.Duration)
 				if !res.Allowed {
 					continue
 				}
-				if res.Limit >= 0 {
+				if res.Cause == store.CauseLimit {
 					bound.Add(1)
 				}
 				if r.IntN(5) == 0 {
 					assert.NoError(t, s.Cancel(ctx, res))
 					continue
 				}
-				at := res.Slot
+				at := res.Slot()
 				switch a := rq.Allowance.Microseconds(); r.IntN(3) {
 				case 1:
 					at += a

@@ -8,8 +8,9 @@ import (
 // The counting algorithms (FixedWindow, SlidingCounter, Buckets) keep, per
 // limit, the units admitted in each aligned window or bucket: index k covers
 // [k·L, (k+1)·L) µs, with L the limit's window (Per) or its Precision. This
-// file is their arithmetic, the reference that lua/fixed.lua,
-// lua/counter.lua and lua/buckets.lua follow step for step, so that the
+// file is their arithmetic, the reference that the scripts of
+// internal/script (counting.lua, fixed.lua, counter.lua, counts.lua and
+// buckets.lua) follow step for step, so that the
 // Memory store and the Redis store give the same answers.
 //
 // Like the log, a counter reserves the future: Reserve finds the earliest
@@ -182,44 +183,40 @@ type counterState struct {
 }
 
 // reserveCounts is Reserve for the counting algorithms, on st (which it
-// updates) with the key's feedback f (nil: none), as fixed.lua, counter.lua
-// and buckets.lua do; the Memory store calls it under its lock.
+// updates) with the key's feedback f (nil: none), as the counting scripts
+// do; the Memory store calls it under its lock.
 //
-// The feedback works as for the log: a pause, or a budget too short for the
-// cost, holds the search back to its end (refused at once past the server
-// wait), and a slot before a budget's reset spends it (Cancel gives nothing
-// back to a budget, as for the log). A learned limit of n per w, which has no
+// The feedback works as for the log (memFeedback.hold): a pause, or a budget
+// too short for the cost, holds the search back to its end (refused at once
+// past the server wait), and a slot before a budget's reset spends it (Cancel
+// gives nothing back to a budget, as for the log). A learned limit of n per w, which has no
 // counters of its own, tightens each limit to the same rate: N becomes
 // floor(n·W/w) where that is lower (and at least the cost).
 func reserveCounts(st *counterState, key string, req Request, now int64, f *memFeedback) Reservation {
 	cost := int64(req.Cost)
 	limits := slices.Clone(req.Limits)
-	start, source, budgetReset := now, 0, int64(0)
+	res := Reservation{key: key, cost: req.Cost}
+	start, cause, budgetReset := now, CauseNone, int64(0)
 	var tightened []bool // by a learned limit
 	if f != nil {
+		h := f.hold(now, cost, microsDown(req.serverWait()))
+		if h.refuse {
+			res.Cause, res.RetryAfter = CauseUpstream, usDuration(h.until-now)
+			return res
+		}
+		if h.until > now {
+			start, cause = h.until, CauseUpstream
+		}
+		budgetReset = h.budgetReset
 		maxW := int64(0)
 		for _, l := range req.Limits {
 			maxW = max(maxW, window(req.Algorithm, l))
 		}
-		hold := f.pause
-		if f.reset > now {
-			if f.budget < cost {
-				hold = max(hold, f.reset)
-			} else {
-				budgetReset = f.reset
-			}
-		}
-		if hold > now {
-			if hold-now > microsDown(req.serverWait()) {
-				return Reservation{Limit: -1, Key: key, Cost: req.Cost, Upstream: true, RetryAfter: usDuration(hold - now)}
-			}
-			start, source = hold, 1
-		}
-		if f.until > now && f.w <= maxW {
+		if ln, lw, ok := f.learned(now, maxW); ok {
 			tightened = make([]bool, len(limits))
 			for i, l := range limits {
 				// The same float64 steps as the scripts, so both round alike.
-				n := max(int(math.Floor(float64(f.n)*float64(window(req.Algorithm, l))/float64(f.w))), req.Cost)
+				n := max(int(math.Floor(float64(ln)*float64(window(req.Algorithm, l))/float64(lw))), req.Cost)
 				if n < l.N {
 					limits[i].N, tightened[i] = n, true
 				}
@@ -243,11 +240,11 @@ func reserveCounts(st *counterState, key string, req Request, now int64, f *memF
 	t, limit, capped := earliest(req.Algorithm, limits, st.c, start, cost)
 	switch {
 	case limit >= 0 && tightened != nil && tightened[limit]:
-		limit, source = -1, 2
+		cause = CauseLearned
 	case limit >= 0:
-		source = 0
+		res.Limit, cause = limit, CauseLimit
 	}
-	res := Reservation{Limit: limit, Key: key, Cost: req.Cost, Upstream: source == 1, Learned: source == 2}
+	res.Cause = cause
 	wait := t - now
 	if capped || wait > microsDown(req.MaxWait) {
 		res.RetryAfter = usDuration(wait)
@@ -261,7 +258,7 @@ func reserveCounts(st *counterState, key string, req Request, now int64, f *memF
 		st.c[i][k] += cost
 		st.expires = max(st.expires, countsUntil(req.Algorithm, l, k))
 	}
-	res.Allowed, res.Delay, res.Slot, res.Entry = true, usDuration(wait), t, t
+	res.Allowed, res.Delay, res.slot, res.entry = true, usDuration(wait), t, t
 	res.alg, res.limits = req.Algorithm, req.Limits
 	return res
 }
@@ -272,11 +269,11 @@ func cancelCounts(st *counterState, res Reservation) {
 		if i >= len(st.c) {
 			return
 		}
-		k := floorDiv(res.Slot, span(res.alg, l))
-		if v := st.c[i][k]; v <= int64(res.Cost) {
+		k := floorDiv(res.slot, span(res.alg, l))
+		if v := st.c[i][k]; v <= int64(res.cost) {
 			delete(st.c[i], k)
 		} else {
-			st.c[i][k] = v - int64(res.Cost)
+			st.c[i][k] = v - int64(res.cost)
 		}
 	}
 }

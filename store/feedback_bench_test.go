@@ -12,12 +12,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle/internal/redistest"
-	"github.com/throttle-go/throttle/lua"
 	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/script"
 )
 
 // BenchmarkReserveScriptFeedback measures what the feedback read costs
-// reserve.lua on a real redis-server: the same reservation with the log
+// the log script (internal/script/log.lua) on a real redis-server: the same reservation with the log
 // alone (KEYS[1] only: the script skips the feedback), with an empty
 // feedback key (the HMGET of every call), and with a learned limit and a
 // budget in it (the HMGET, one LINDEX and an HINCRBY). It reports the
@@ -31,7 +31,7 @@ func BenchmarkReserveScriptFeedback(b *testing.B) {
 		b.Skip("needs a real redis-server")
 	}
 	rdb := srv.Client(b)
-	script := redis.NewScript(lua.Reserve)
+	script := redis.NewScript(script.Reserve("log"))
 	st, err := store.NewRedis(rdb)
 	require.NoError(b, err)
 	ctx := context.Background()

@@ -6,7 +6,7 @@ import (
 )
 
 // memFeedback is what the upstream said about one key of a Memory store, as
-// the fields of the hash of feedback.lua; times in microseconds.
+// the fields of the hash of internal/script/feedback.lua; times in microseconds.
 type memFeedback struct {
 	pause       int64 // until
 	n, w, until int64 // learned limit n per w, valid until
@@ -70,49 +70,49 @@ func abs(v int64) int64 {
 	return v
 }
 
-// feedbackSlot applies key's feedback to the slot s that the limits gave, as
-// reserve.lua does; m.mu is held. It returns the new slot and its source (0
-// the limits, 1 the upstream, 2 the learned limit), the budget's reset when a
-// slot before it must spend the budget, and, when a pause or an exhausted
-// budget ends more than serverWait away, the time until it ends (refuse > 0).
-func (m *Memory) feedbackSlot(key string, now, s int64, cost int, live []int64, maxW, serverWait int64) (slot int64, source int, budgetReset, refuse int64) {
+// liveFeedback returns key's feedback, nil when there is none or it has
+// expired (then it is dropped); m.mu is held.
+func (m *Memory) liveFeedback(key string, now int64) *memFeedback {
+	if len(m.feedback) == 0 {
+		return nil // most keys: no map lookup
+	}
 	f := m.feedback[key]
-	if f == nil {
-		return s, 0, 0, 0
-	}
-	if f.expires() <= now {
+	if f != nil && f.expires() <= now {
 		delete(m.feedback, key)
-		return s, 0, 0, 0
+		return nil
 	}
-	hold := f.pause
-	if f.reset > now {
-		if f.budget < int64(cost) {
-			hold = max(hold, f.reset)
-		} else {
-			budgetReset = f.reset
-		}
-	}
-	if hold > now {
-		if hold-now > serverWait {
-			return s, 1, 0, hold - now
-		}
-		if hold >= s {
-			s, source = hold, 1
-		}
-	}
-	if f.until > now && f.w <= maxW {
-		if k := max(f.n-int64(cost)+1, 1); k <= int64(len(live)) {
-			if t := live[int64(len(live))-k] + f.w; t > s {
-				s, source = t, 2
-			}
-		}
-	}
-	return s, source, budgetReset, 0
+	return f
 }
 
-// spend takes cost units from key's budget; m.mu is held.
-func (m *Memory) spend(key string, cost int) {
-	if f := m.feedback[key]; f != nil {
-		f.budget -= int64(cost)
+// memHold is what a pause or a budget does to a reservation of cost at now.
+type memHold struct {
+	until       int64 // the slot is held back to until, when after now
+	refuse      bool  // until is further than the server wait: refused at once
+	budgetReset int64 // when > 0, a slot before it spends the budget
+}
+
+// hold is the rule of internal/script/hold.lua, for the log and the counting algorithms
+// alike: a pause, or a budget too short for the cost, holds the slot back to
+// its end, refused at once past serverWait; a budget that covers the cost is
+// spent by a slot before its reset.
+func (f *memFeedback) hold(now, cost, serverWait int64) memHold {
+	h := memHold{until: f.pause}
+	if f.reset > now {
+		if f.budget < cost {
+			h.until = max(h.until, f.reset)
+		} else {
+			h.budgetReset = f.reset
+		}
 	}
+	h.refuse = h.until-now > serverWait
+	return h
+}
+
+// learned returns the learned limit of n per w µs, if one holds at now and
+// its window is at most maxW (hold.lua's rule: a longer one is ignored).
+func (f *memFeedback) learned(now, maxW int64) (n, w int64, ok bool) {
+	if f.until > now && f.w <= maxW {
+		return f.n, f.w, true
+	}
+	return 0, 0, false
 }

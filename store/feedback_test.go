@@ -51,27 +51,27 @@ var feedbackCases = []feedbackCase{
 		learn(t, fb, key, store.Learned{Limit: lim(1, time.Second), LimitTTL: 10 * time.Second})
 		res := reserve(t, s, key, r)
 		assert.Equal(t, time.Second, res.Delay, "the learned 1/s holds the next slot a second after the last")
-		assert.True(t, res.Learned)
+		assert.Equal(t, store.CauseLearned, res.Cause)
 		require.NoError(t, s.Cancel(ctx, res))
 		res = reserve(t, s, key, r)
 		assert.Equal(t, time.Second, res.Delay, "the cancelled reservation took nothing of the learned limit with it")
-		assert.True(t, res.Learned)
+		assert.Equal(t, store.CauseLearned, res.Cause)
 		clock.Advance(11 * time.Second)
 		res = reserve(t, s, key, r)
 		assert.Zero(t, res.Delay, "the learned limit has expired")
-		assert.False(t, res.Learned)
+		assert.Equal(t, store.CauseNone, res.Cause)
 		require.NoError(t, fb.Pause(ctx, key, time.Second))
 		res = reserve(t, s, key, r)
 		assert.Equal(t, time.Second, res.Delay, "a pause after the learned limit expired is seen")
-		assert.True(t, res.Upstream)
+		assert.Equal(t, store.CauseUpstream, res.Cause)
 	}},
 	{"a pause holds every slot back to its end", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
 		require.NoError(t, fb.Pause(ctx, key, 2*time.Second))
 		res := reserve(t, s, key, req(1, time.Minute, lim(10, time.Second)))
 		require.True(t, res.Allowed)
 		assert.Equal(t, 2*time.Second, res.Delay)
-		assert.True(t, res.Upstream)
-		assert.Equal(t, -1, res.Limit)
+		assert.Equal(t, store.CauseUpstream, res.Cause)
+		assert.Equal(t, 0, res.Limit)
 		res = reserve(t, s, key, req(1, time.Minute, lim(10, time.Second)))
 		assert.Equal(t, 2*time.Second, res.Delay, "the pause holds the next one too; the limit does not")
 	}},
@@ -80,14 +80,14 @@ var feedbackCases = []feedbackCase{
 		clock.Advance(time.Second)
 		res := reserve(t, s, key, req(1, time.Second, lim(10, time.Second)))
 		assert.False(t, res.Allowed)
-		assert.True(t, res.Upstream)
+		assert.Equal(t, store.CauseUpstream, res.Cause)
 		assert.Equal(t, 2*time.Second, res.RetryAfter)
 		res = reserve(t, s, key, req(1, 0, lim(10, time.Second)))
 		assert.False(t, res.Allowed, "fail fast")
 		clock.Advance(2 * time.Second)
 		res = reserve(t, s, key, req(1, 0, lim(10, time.Second)))
 		assert.True(t, res.Allowed, "the pause is over")
-		assert.False(t, res.Upstream)
+		assert.Equal(t, store.CauseNone, res.Cause)
 	}},
 	{"a pause past MaxServerWait is refused even within MaxWait", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
 		require.NoError(t, fb.Pause(ctx, key, 5*time.Second))
@@ -95,7 +95,7 @@ var feedbackCases = []feedbackCase{
 		r.MaxServerWait = 4 * time.Second
 		res := reserve(t, s, key, r)
 		assert.False(t, res.Allowed)
-		assert.True(t, res.Upstream)
+		assert.Equal(t, store.CauseUpstream, res.Cause)
 		assert.Equal(t, 5*time.Second, res.RetryAfter)
 		r.MaxServerWait = 5 * time.Second
 		res = reserve(t, s, key, r)
@@ -105,7 +105,7 @@ var feedbackCases = []feedbackCase{
 		res = reserve(t, s, key, r)
 		assert.True(t, res.Allowed)
 		assert.Equal(t, 6*time.Second, res.Delay)
-		assert.False(t, res.Upstream)
+		assert.Equal(t, store.CauseLimit, res.Cause)
 		assert.Equal(t, 0, res.Limit)
 	}},
 	{"pauses merge to the latest end, never shortened", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
@@ -127,14 +127,14 @@ var feedbackCases = []feedbackCase{
 		learn(t, fb, key, store.Learned{Limit: lim(2, time.Second), LimitTTL: time.Minute})
 		r := req(1, time.Minute, lim(10, time.Second))
 		var delays []time.Duration
-		var learned []bool
+		var causes []store.Cause
 		for range 5 {
 			res := reserve(t, s, key, r)
 			delays = append(delays, res.Delay)
-			learned = append(learned, res.Learned)
+			causes = append(causes, res.Cause)
 		}
 		assert.Equal(t, []time.Duration{0, 0, time.Second, time.Second, 2 * time.Second}, delays)
-		assert.Equal(t, []bool{false, false, true, true, true}, learned)
+		assert.Equal(t, []store.Cause{store.CauseNone, store.CauseNone, store.CauseLearned, store.CauseLearned, store.CauseLearned}, causes)
 	}},
 	{"a learned limit never loosens: the configured one still binds", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
 		learn(t, fb, key, store.Learned{Limit: lim(100, time.Second), LimitTTL: time.Minute})
@@ -175,11 +175,11 @@ var feedbackCases = []feedbackCase{
 		assert.Equal(t, time.Duration(0), reserve(t, s, key, r).Delay)
 		res := reserve(t, s, key, r)
 		assert.Equal(t, 10*time.Second, res.Delay)
-		assert.True(t, res.Upstream)
+		assert.Equal(t, store.CauseUpstream, res.Cause)
 		r.MaxServerWait = 5 * time.Second
 		res = reserve(t, s, key, r)
 		assert.False(t, res.Allowed)
-		assert.True(t, res.Upstream)
+		assert.Equal(t, store.CauseUpstream, res.Cause)
 		assert.Equal(t, 10*time.Second, res.RetryAfter)
 	}},
 	{"a budget in the same window only shrinks; a later window replaces it", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
@@ -199,7 +199,7 @@ var feedbackCases = []feedbackCase{
 		learn(t, fb, key, store.Learned{Remaining: 0, Reset: 3 * time.Second})
 		res := reserve(t, s, key, req(1, 0, lim(100, time.Second)))
 		assert.False(t, res.Allowed)
-		assert.True(t, res.Upstream)
+		assert.Equal(t, store.CauseUpstream, res.Cause)
 		assert.Equal(t, 3*time.Second, res.RetryAfter)
 	}},
 	{"invalid feedback is refused with ErrInvalidFeedback", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
@@ -312,12 +312,11 @@ func TestFeedbackDifferential(t *testing.T) {
 							r.MaxServerWait = time.Duration(rng.IntN(4000)) * time.Millisecond
 							a := reserve(t, mem, key, r)
 							b := reserve(t, red, key, r)
-							b.Key = a.Key
 							require.Equal(t, a, b, "step %d: %+v", step, r)
 							if a.Allowed {
 								granted = append(granted, a)
 							}
-							seen[fmt.Sprintf("allowed=%v upstream=%v learned=%v", a.Allowed, a.Upstream, a.Learned)]++
+							seen[fmt.Sprintf("allowed=%v cause=%v", a.Allowed, a.Cause)]++
 						}
 						if l != (store.Learned{}) {
 							require.NoError(t, mem.(store.Feedback).Learn(ctx, key, l))
@@ -327,7 +326,7 @@ func TestFeedbackDifferential(t *testing.T) {
 					}
 					t.Logf("answers: %v", seen)
 					// The sequence reaches every kind of answer, or it proves little.
-					for _, k := range []string{"allowed=true upstream=true learned=false", "allowed=false upstream=true learned=false", "allowed=true upstream=false learned=true"} {
+					for _, k := range []string{"allowed=true cause=upstream", "allowed=false cause=upstream", "allowed=true cause=learned", "allowed=true cause=order", "allowed=true cause=limit"} {
 						assert.Positive(t, seen[k], k)
 					}
 				})
@@ -336,7 +335,7 @@ func TestFeedbackDifferential(t *testing.T) {
 	}
 }
 
-// TestRedisFeedbackMark checks the mark that lets reserve.lua skip reading
+// TestRedisFeedbackMark checks the mark that lets the log script (internal/script/log.lua) skip reading
 // the feedback hash: feedback marks the log's last entry, reservations mark
 // theirs while the feedback lasts, and the first one after it ends does not.
 func TestRedisFeedbackMark(t *testing.T) {
@@ -358,14 +357,14 @@ func TestRedisFeedbackMark(t *testing.T) {
 	second := reserve(t, s, key, r)
 	assert.Positive(t, lastEntry(), "no feedback: no mark")
 	require.NoError(t, s.Pause(ctx, key, 500*time.Millisecond))
-	assert.Equal(t, -second.Slot, lastEntry(), "feedback marks the last entry")
+	assert.Equal(t, -second.Slot(), lastEntry(), "feedback marks the last entry")
 	require.NoError(t, s.Cancel(ctx, second))
 	assert.Negative(t, lastEntry(), "Cancel of a marked entry moves the mark to the new last entry")
 	res := reserve(t, s, key, r)
-	assert.True(t, res.Upstream, "the pause is seen after the marked entry was cancelled")
-	assert.Equal(t, -res.Slot, lastEntry(), "a reservation while the pause lasts carries the mark")
+	assert.Equal(t, store.CauseUpstream, res.Cause, "the pause is seen after the marked entry was cancelled")
+	assert.Equal(t, -res.Slot(), lastEntry(), "a reservation while the pause lasts carries the mark")
 	clock.Advance(time.Second)
 	res = reserve(t, s, key, r)
-	assert.False(t, res.Upstream)
-	assert.Equal(t, res.Slot, lastEntry(), "once the pause is over the mark is dropped")
+	assert.Equal(t, store.CauseNone, res.Cause)
+	assert.Equal(t, res.Slot(), lastEntry(), "once the pause is over the mark is dropped")
 }

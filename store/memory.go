@@ -11,7 +11,7 @@ import (
 // the same slots and refusals (it trims old entries eagerly where the script
 // trims a bounded number per call; that changes memory, not answers, except
 // for a request with an Allowance on a clock that stepped back: see the trim
-// in reserve.lua). It is safe for concurrent use
+// in internal/script/log.lua). It is safe for concurrent use
 // and starts no goroutine; expired keys are dropped lazily.
 type Memory struct {
 	now func() time.Time // nil: the monotonic clock, from start
@@ -95,20 +95,9 @@ func NewMemory(opts ...MemoryOption) (*Memory, error) {
 // The result is named and filled in place: Reserve returns a struct of
 // several words by value, and copying it out costs as much as a map lookup.
 func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Reservation, err error) {
-	// The checks of req.Validate, in the loop that finds the longest
-	// window: a valid request (every call but a broken one) pays for one
-	// pass, and an invalid one gets Validate's error.
-	maxW, ok := int64(0), key != "" && req.Cost >= 1 && req.MaxWait >= 0 && req.MaxServerWait >= 0 &&
-		len(req.Limits) > 0 && int(req.Algorithm) < len(algorithmNames) &&
-		(req.Allowance == 0 || req.Allowance > 0 && req.Allowance <= MaxAllowance && req.Algorithm == SlidingLog)
-	for _, l := range req.Limits {
-		ok = ok && l.N >= 1 && l.Per >= time.Microsecond && req.Cost <= l.N && l.Precision == 0
-		maxW = max(maxW, micros(l.Per))
-	}
+	maxW, ok := req.valid(key)
 	if !ok {
-		if err := req.Validate(key); err != nil {
-			return Reservation{}, err
-		}
+		return Reservation{}, req.invalid(key)
 	}
 	if err := ctx.Err(); err != nil {
 		return Reservation{}, err
@@ -132,12 +121,7 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 			st = &counterState{}
 			m.counters[ck] = st
 		}
-		f := m.feedback[key]
-		if f != nil && f.expires() <= now {
-			delete(m.feedback, key)
-			f = nil
-		}
-		return reserveCounts(st, key, req, now, f), nil
+		return reserveCounts(st, key, req, now, m.liveFeedback(key, now)), nil
 	}
 	lg := m.logs[key]
 	if lg != nil && lg.expires <= now {
@@ -148,7 +132,7 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 		lg = &memLog{}
 		m.logs[key] = lg
 	}
-	// As in reserve.lua: entries at or before min(now, last) - maxW are
+	// As in log.lua: entries at or before min(now, last) - maxW are
 	// outside every window a later call checks, even after a Cancel.
 	if n := len(lg.times); n > lg.head {
 		horizon := min(now, lg.times[n-1]) - maxW
@@ -158,40 +142,50 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 	}
 	live := lg.times[lg.head:]
 
-	s, limit := now, -1
+	s, limit, cause := now, 0, CauseNone
 	for i, l := range req.Limits {
 		if k := l.N - req.Cost + 1; k <= len(live) {
 			if t := live[len(live)-k] + micros(l.Per); t > s {
-				s, limit = t, i
+				s, limit, cause = t, i, CauseLimit
 			}
 		}
 	}
-	var source int
+	res.key, res.cost = key, req.Cost
 	var budgetReset int64
-	if len(m.feedback) > 0 {
-		var refuse int64
-		s, source, budgetReset, refuse = m.feedbackSlot(key, now, s, req.Cost, live, maxW, microsDown(req.serverWait()))
-		if refuse > 0 {
-			return Reservation{Limit: -1, Key: key, Cost: req.Cost, Upstream: true, RetryAfter: time.Duration(refuse) * time.Microsecond}, nil
+	if f := m.liveFeedback(key, now); f != nil {
+		h := f.hold(now, int64(req.Cost), microsDown(req.serverWait()))
+		if h.refuse {
+			res.Cause, res.RetryAfter = CauseUpstream, usDuration(h.until-now)
+			return res, nil
 		}
-		if source != 0 {
-			limit = -1
+		// As log.lua: the hold first (it wins a tie), then the
+		// learned limit, which counts like one more limit.
+		if h.until > now && h.until >= s {
+			s, limit, cause = h.until, 0, CauseUpstream
+		}
+		budgetReset = h.budgetReset
+		if n, w, ok := f.learned(now, maxW); ok {
+			if k := max(n-int64(req.Cost)+1, 1); k <= int64(len(live)) {
+				if t := live[int64(len(live))-k] + w; t > s {
+					s, limit, cause = t, 0, CauseLearned
+				}
+			}
 		}
 	}
-	// As in reserve.lua: without an allowance, never before the last
+	// As in log.lua: without an allowance, never before the last
 	// entry; with one, the entry is kept in order below instead.
 	allowance := micros(req.Allowance)
 	if allowance == 0 && len(live) > 0 && live[len(live)-1] > s {
-		s, limit, source = live[len(live)-1], -1, 0
+		s, limit, cause = live[len(live)-1], 0, CauseOrder
 	}
 	wait := s - now
-	res.Limit, res.Key, res.Cost, res.Upstream, res.Learned = limit, key, req.Cost, source == 1, source == 2
+	res.Cause, res.Limit = cause, limit
 	if wait > microsDown(req.MaxWait) {
-		res.RetryAfter = time.Duration(wait) * time.Microsecond
+		res.RetryAfter = usDuration(wait)
 		return res, nil
 	}
 	if budgetReset > 0 && s < budgetReset {
-		m.spend(key, req.Cost)
+		m.feedback[key].budget -= int64(req.Cost)
 	}
 	rec := s + allowance
 	if len(live) > 0 {
@@ -206,35 +200,35 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 	}
 	// Like the script's PEXPIRE, never shortened.
 	lg.expires = max(lg.expires, rec+maxW+1000)
-	res.Allowed, res.Delay, res.Slot, res.Entry = true, time.Duration(wait)*time.Microsecond, s, rec
+	res.Allowed, res.Delay, res.slot, res.entry = true, usDuration(wait), s, rec
 	return res, nil
 }
 
 // Cancel implements Store.
 func (m *Memory) Cancel(_ context.Context, res Reservation) error {
-	if !res.Allowed || res.Cost < 1 {
+	if !res.Allowed || res.cost < 1 {
 		return nil
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if res.alg != SlidingLog {
-		if st := m.counters[counterKey{res.alg, res.Key}]; st != nil {
+		if st := m.counters[counterKey{res.alg, res.key}]; st != nil {
 			cancelCounts(st, res)
 		}
 		return nil
 	}
-	lg := m.logs[res.Key]
+	lg := m.logs[res.key]
 	if lg == nil {
 		return nil
 	}
 	// The log is ordered, so the entries equal to the reservation's are one
 	// run, [lo, hi); remove up to Cost of them.
 	hi := len(lg.times)
-	for hi > lg.head && lg.times[hi-1] > res.Entry {
+	for hi > lg.head && lg.times[hi-1] > res.entry {
 		hi--
 	}
 	lo := hi
-	for lo > lg.head && lg.times[lo-1] == res.Entry && hi-lo < res.Cost {
+	for lo > lg.head && lg.times[lo-1] == res.entry && hi-lo < res.cost {
 		lo--
 	}
 	lg.times = append(lg.times[:lo], lg.times[hi:]...)
@@ -260,12 +254,4 @@ func (m *Memory) sweep(now int64) {
 		}
 	}
 	m.kept = len(m.logs) + len(m.counters)
-}
-
-// Len returns the number of keys the store holds, expired ones not yet
-// dropped included.
-func (m *Memory) Len() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.logs) + len(m.counters)
 }

@@ -10,23 +10,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/throttle-go/throttle/lua"
-)
-
-var (
-	reserveScript      = redis.NewScript(lua.Reserve)
-	cancelScript       = redis.NewScript(lua.Cancel)
-	feedbackScript     = redis.NewScript(lua.Feedback)
-	cancelCountsScript = redis.NewScript(lua.CancelCounts)
-	// countScripts is the reserve script of each counting algorithm,
-	// countSources its source (for EVAL in a pipeline).
-	countScripts = map[Algorithm]*redis.Script{
-		FixedWindow:    redis.NewScript(lua.Fixed),
-		SlidingCounter: redis.NewScript(lua.Counter),
-		Buckets:        redis.NewScript(lua.Buckets),
-	}
-	countSources = map[Algorithm]string{FixedWindow: lua.Fixed, SlidingCounter: lua.Counter, Buckets: lua.Buckets}
 )
 
 // DefaultPrefix starts the name of every Redis key the Redis store writes.
@@ -36,10 +19,16 @@ const DefaultPrefix = "throttle:"
 // server or cluster: one script call per Reserve, waiting included. It is safe
 // for concurrent use.
 //
-// Each rate key is one Redis LIST named prefix + "{" + key + "}": the braces
-// make the key its own Cluster hash tag, so any auxiliary key of the same rate
-// key lands in the same slot. Time is read inside the script with TIME, so the
-// clocks of the clients do not matter; only durations travel back.
+// Key layout, for a rate key k and the prefix p (DefaultPrefix unless
+// WithPrefix):
+//
+//	p{k}          LIST: the SlidingLog's send times
+//	p{k}:fixed    HASH: FixedWindow's counters (":counter", ":buckets" alike)
+//	p{k}:p        HASH: what the upstream said (Feedback)
+//
+// The braces make k its own Cluster hash tag, so all of a rate key's Redis
+// keys land in the same slot. Time is read inside the scripts with TIME, so
+// the clocks of the clients do not matter; only durations travel back.
 type Redis struct {
 	client redis.Scripter
 	prefix string
@@ -159,17 +148,17 @@ func NewRedis(client redis.Scripter, opts ...RedisOption) (*Redis, error) {
 	return r, nil
 }
 
-// RedisKey is the name of the Redis key that holds the log of a rate key.
-func (r *Redis) RedisKey(key string) string { return r.prefix + "{" + key + "}" }
+// logKey is the name of the Redis key, a LIST, that holds the log of a
+// rate key.
+func (r *Redis) logKey(key string) string { return r.prefix + "{" + key + "}" }
 
-// RedisKeyFor is the name of the Redis key that holds the state of a rate key
-// under alg: RedisKey(key) for SlidingLog, a HASH named RedisKey(key) + ":" +
-// alg.String() (":fixed", ":counter", ":buckets") for the others.
-func (r *Redis) RedisKeyFor(key string, alg Algorithm) string {
+// keyFor is the name of the Redis key that holds the state of a rate key
+// under alg: the log's for SlidingLog, a HASH beside it for the others.
+func (r *Redis) keyFor(key string, alg Algorithm) string {
 	if alg == SlidingLog {
-		return r.RedisKey(key)
+		return r.logKey(key)
 	}
-	return r.RedisKey(key) + ":" + alg.String()
+	return r.logKey(key) + ":" + alg.String()
 }
 
 // Reserve implements Store.
@@ -185,10 +174,7 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 		args = append(args, "")
 	}
 	args = append(args, microsDown(req.serverWait()))
-	script, src := reserveScript, lua.Reserve
-	if req.Algorithm != SlidingLog {
-		script, src = countScripts[req.Algorithm], countSources[req.Algorithm]
-	} else {
+	if req.Algorithm == SlidingLog {
 		args = append(args, micros(req.Allowance))
 	}
 	for _, l := range req.Limits {
@@ -198,16 +184,16 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 			args = append(args, l.N, micros(l.Per))
 		}
 	}
-	keys := []string{r.RedisKeyFor(key, req.Algorithm), r.FeedbackKey(key)}
+	call := scriptCall{reserveScripts[req.Algorithm], []string{r.keyFor(key, req.Algorithm), r.feedbackKey(key)}, args}
 	var reply []any
 	var err error
 	switch {
 	case r.ackReplicas > 0:
-		reply, err = r.reserveAcked(ctx, script, src, keys, args)
+		reply, err = r.reserveAcked(ctx, call)
 	case r.batch != nil:
-		reply, err = r.batch.do(ctx, script, keys, args, key, req)
+		reply, err = r.batch.do(ctx, call, key, req)
 	default:
-		reply, err = script.Run(ctx, r.client, keys, args...).Slice()
+		reply, err = call.script.Run(ctx, r.client, call.keys, call.args...).Slice()
 	}
 	if err != nil {
 		r.failed(err)
@@ -222,19 +208,23 @@ func (r *Redis) parseReserve(key string, req Request, reply []any) (Reservation,
 	if err != nil {
 		return Reservation{}, fmt.Errorf("store: redis reserve: %w", err)
 	}
-	if v[0] != 0 && v[0] != 1 || v[1] < 0 || v[0] == 1 && (v[2] <= 0 || v[5] < v[2]) ||
-		v[3] < 0 || v[3] > int64(len(req.Limits)) || v[4] < 0 || v[4] > 2 {
+	allowed, wait, slot, limit, cause, entry := v[0], v[1], v[2], v[3], Cause(v[4]), v[5]
+	if allowed != 0 && allowed != 1 || wait < 0 || allowed == 1 && (slot <= 0 || entry < slot) ||
+		v[4] < 0 || v[4] > int64(CauseLearned) ||
+		cause == CauseLimit && (limit < 1 || limit > int64(len(req.Limits))) || cause != CauseLimit && limit != 0 {
 		return Reservation{}, fmt.Errorf("store: redis reserve: unexpected reply %v", v)
 	}
-	res := Reservation{Limit: int(v[3]) - 1, Key: key, Cost: req.Cost, Upstream: v[4] == 1, Learned: v[4] == 2}
-	wait := time.Duration(v[1]) * time.Microsecond
-	if v[0] == 1 {
-		res.Allowed, res.Delay, res.Slot, res.Entry = true, wait, v[2], v[5]
+	res := Reservation{Cause: cause, key: key, cost: req.Cost}
+	if cause == CauseLimit {
+		res.Limit = int(limit) - 1
+	}
+	if allowed == 1 {
+		res.Allowed, res.Delay, res.slot, res.entry = true, usDuration(wait), slot, entry
 		if req.Algorithm != SlidingLog {
 			res.alg, res.limits = req.Algorithm, req.Limits // for Cancel
 		}
 	} else {
-		res.RetryAfter = wait
+		res.RetryAfter = usDuration(wait)
 	}
 	return res, nil
 }
@@ -246,30 +236,28 @@ func (r *Redis) parseReserve(key string, req Request, reply []any) (Reservation,
 // sent uncounted. A Cancel whose reply is lost returns an error; its entries
 // may or may not be gone.
 func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
-	if !res.Allowed || res.Cost < 1 {
+	if !res.Allowed || res.cost < 1 {
 		return nil
 	}
-	script, src := cancelScript, lua.Cancel
-	keys := []string{r.RedisKey(res.Key)}
-	args := []any{strconv.FormatInt(res.Entry, 10), res.Cost}
+	call := scriptCall{cancelScript, []string{r.logKey(res.key)}, []any{strconv.FormatInt(res.entry, 10), res.cost}}
 	if res.alg != SlidingLog {
-		script, src = cancelCountsScript, lua.CancelCounts
-		keys[0] = r.RedisKeyFor(res.Key, res.alg)
-		args[0] = strconv.FormatInt(res.Slot, 10) // the counters of the slot
+		call.script = cancelCountsScript
+		call.keys[0] = r.keyFor(res.key, res.alg)
+		call.args[0] = strconv.FormatInt(res.slot, 10) // the counters of the slot
 		totals := 0
 		if res.alg == Buckets {
-			totals = 1 // buckets.lua keeps a total per limit
+			totals = 1 // Buckets keeps a total per limit
 		}
-		args = append(args, totals)
+		call.args = append(call.args, totals)
 		for _, l := range res.limits {
-			args = append(args, span(res.alg, l))
+			call.args = append(call.args, span(res.alg, l))
 		}
 	}
 	var err error
 	if p, ok := r.client.(processor); ok {
-		err = runOnce(ctx, p, script, src, keys, args)
+		err = runOnce(ctx, p, call)
 	} else {
-		err = script.Run(ctx, r.client, keys, args...).Err()
+		err = call.script.Run(ctx, r.client, call.keys, call.args...).Err()
 	}
 	if err != nil {
 		r.failed(err)
@@ -282,34 +270,26 @@ func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
 // connection of the key's master, so that WAIT counts the replicas that have
 // the script's writes. A script missing from the cache (NOSCRIPT) ran
 // nothing, so the pipeline is sent again with EVAL.
-func (r *Redis) reserveAcked(ctx context.Context, rs *redis.Script, src string, keys []string, args []any) ([]any, error) {
+func (r *Redis) reserveAcked(ctx context.Context, call scriptCall) ([]any, error) {
 	var node *redis.Client
 	switch c := r.client.(type) {
 	case *redis.Client:
 		node = c
 	case *redis.ClusterClient:
 		var err error
-		if node, err = c.MasterForKey(ctx, keys[0]); err != nil {
+		if node, err = c.MasterForKey(ctx, call.keys[0]); err != nil {
 			return nil, err
 		}
 	}
 	ms := int64((r.ackTimeout + time.Millisecond - 1) / time.Millisecond)
-	run := func(eval bool) (*redis.Cmd, *redis.Cmd, error) {
+	var wait *redis.Cmd
+	var err error
+	script := evalSHA(ctx, []scriptCall{call}, func(cmds []*redis.Cmd) {
 		pipe := node.Pipeline()
-		var script *redis.Cmd
-		if eval {
-			script = pipe.Eval(ctx, src, keys, args...)
-		} else {
-			script = pipe.EvalSha(ctx, rs.Hash(), keys, args...)
-		}
-		wait := pipe.Do(ctx, "wait", r.ackReplicas, ms)
-		_, err := pipe.Exec(ctx)
-		return script, wait, err
-	}
-	script, wait, err := run(false)
-	if err != nil && redis.HasErrorPrefix(script.Err(), "NOSCRIPT") {
-		script, wait, err = run(true)
-	}
+		_ = pipe.Process(ctx, cmds[0])
+		wait = pipe.Do(ctx, "wait", r.ackReplicas, ms)
+		_, err = pipe.Exec(ctx)
+	})[0]
 	if err := script.Err(); err != nil {
 		// A MOVED reply: the cached slot map is stale (a failover or a
 		// resharding). The Cluster client reloads it; this call fails.
@@ -353,43 +333,6 @@ func (r *Redis) failed(err error) {
 	r.reloader.ReloadState(context.Background())
 }
 
-// processor is what go-redis clients (Client, ClusterClient, Ring) have to
-// run a command they are given.
-type processor interface {
-	Process(ctx context.Context, cmd redis.Cmder) error
-}
-
-// onceCmd is a script call that go-redis must not send again after it may
-// have reached the server: its client retries a command after a read
-// timeout or a broken connection by default, and a Cancel run twice removes
-// the entries of another reservation at the same entry (see Cancel). A
-// command that surely never left the client is still retried.
-type onceCmd struct{ *redis.Cmd }
-
-// NoRetry implements redis.Cmder.
-func (onceCmd) NoRetry() bool { return true }
-
-// runOnce runs a script with EVALSHA, then EVAL when the server's script
-// cache has lost it (NOSCRIPT: nothing ran), each sent at most once.
-func runOnce(ctx context.Context, p processor, script *redis.Script, src string, keys []string, args []any) error {
-	call := func(name, body string) error {
-		a := make([]any, 0, 3+len(keys)+len(args))
-		a = append(a, name, body, len(keys))
-		for _, k := range keys {
-			a = append(a, k)
-		}
-		a = append(a, args...)
-		cmd := onceCmd{redis.NewCmd(ctx, a...)}
-		_ = p.Process(ctx, cmd)
-		return cmd.Err()
-	}
-	err := call("evalsha", script.Hash())
-	if redis.HasErrorPrefix(err, "NOSCRIPT") {
-		err = call("eval", src)
-	}
-	return err
-}
-
 // int64s checks that a script reply is a list of five or six integers: a
 // reply of five (a refusal, or a counting algorithm, which records at the
 // slot) gets the slot as its sixth, the entry.
@@ -410,10 +353,9 @@ func int64s(reply []any) (out [6]int64, err error) {
 	return out, nil
 }
 
-// FeedbackKey is the name of the Redis key, a HASH, that holds what the
-// upstream said about a rate key (see Feedback): the log's name plus ":p",
-// under the same hash tag, so one script call reads both in a Cluster.
-func (r *Redis) FeedbackKey(key string) string { return r.RedisKey(key) + ":p" }
+// feedbackKey is the name of the Redis key, a HASH, that holds what the
+// upstream said about a rate key (see Feedback).
+func (r *Redis) feedbackKey(key string) string { return r.logKey(key) + ":p" }
 
 // Pause implements Feedback.
 func (r *Redis) Pause(ctx context.Context, key string, d time.Duration) error {
@@ -435,7 +377,7 @@ func (r *Redis) Learn(ctx context.Context, key string, l Learned) error {
 		now = strconv.FormatInt(r.clock().UnixMicro(), 10)
 	}
 	// Validate ensures a limit comes with its window and TTL.
-	err := feedbackScript.Run(ctx, r.client, []string{r.FeedbackKey(key), r.RedisKey(key)},
+	err := feedbackScript.Run(ctx, r.client, []string{r.feedbackKey(key), r.logKey(key)},
 		now, micros(l.Pause), l.Limit.N, micros(l.Limit.Per), micros(l.LimitTTL),
 		l.Remaining, micros(l.Reset), micros(ResetSlack)).Err()
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/redistest"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -42,7 +43,7 @@ func TestRedisMemoryPerEntry(t *testing.T) {
 
 // TestRedisKeyLayout checks the Cluster-safe names, the TTL (at most the
 // longest window plus the half-window period it is set for, see
-// reserve.lua) and that the log never outgrows the longest window's N plus
+// the log script (internal/script/log.lua)) and that the log never outgrows the longest window's N plus
 // the trim's slack.
 func TestRedisKeyLayout(t *testing.T) {
 	c := realRedis(t)
@@ -160,4 +161,33 @@ func TestMemoryForgetsIdleKeys(t *testing.T) {
 		clock.Advance(time.Millisecond)
 	}
 	assert.LessOrEqual(t, m.Len(), 4096+1000, "keys idle for a window are swept")
+}
+
+// TestRedisLogCommands counts, with MONITOR on a server of its own, the
+// commands the log's script runs for a common reservation (a log that
+// exists, no feedback, no trim or TTL due): TIME, LINDEX of the last entry,
+// LINDEX of the entry that decides, RPUSH. Each command costs about as much
+// as a short script's whole overhead, so assembling the script from shared
+// parts must not add any.
+func TestRedisLogCommands(t *testing.T) {
+	srv, err := redistest.StartServer()
+	if err != nil {
+		t.Skipf("needs redis-server: %v", err)
+	}
+	t.Cleanup(srv.Close)
+	s, err := store.NewRedis(srv.Client(t))
+	require.NoError(t, err)
+	key := uniqueKey(t)
+	r := req(1, 0, lim(100, time.Hour))
+	reserve(t, s, key, r)
+	reserve(t, s, key, r)
+	m := startMonitor(t, srv.Addr)
+	require.True(t, reserve(t, s, key, r).Allowed)
+	var cmds []string
+	for _, l := range m.until(t, "redistest-monitor-end") {
+		if cmd, _, fromScript := parseMonitor(l); fromScript {
+			cmds = append(cmds, cmd)
+		}
+	}
+	assert.Equal(t, []string{"TIME", "LINDEX", "LINDEX", "RPUSH"}, cmds)
 }

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle/internal/redistest"
-	"github.com/throttle-go/throttle/lua"
 	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/script"
 )
 
 // TestRedisScriptsSurviveRestart: a redis-server that restarts comes back
@@ -36,7 +36,7 @@ func TestRedisScriptsSurviveRestart(t *testing.T) {
 	assert.Greater(t, reserve(t, s, key, r).Delay, 59*time.Minute)
 
 	require.NoError(t, srv.Restart())
-	exists, err := c.ScriptExists(ctx, redis.NewScript(lua.Reserve).Hash()).Result()
+	exists, err := c.ScriptExists(ctx, redis.NewScript(script.Reserve("log")).Hash()).Result()
 	require.NoError(t, err)
 	require.Equal(t, []bool{false}, exists, "the restarted server has no cached script")
 	// The log went with the restart (no persistence): the key starts afresh.

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttle-go/throttle/lua"
 	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/script"
 )
 
 // replyDropper is a TCP proxy to a Redis that, while dropping, forwards
@@ -98,7 +98,7 @@ func (p *replyDropper) serve() {
 func TestRedisCancelNotRetried(t *testing.T) {
 	srv := sharedOrSkip(t)
 	direct := srv.Client(t)
-	require.NoError(t, direct.ScriptLoad(ctx, lua.Cancel).Err())
+	require.NoError(t, direct.ScriptLoad(ctx, script.Cancel()).Err())
 	proxy := newReplyDropper(t, srv.Addr)
 	// go-redis defaults: 3 retries after a read timeout.
 	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.l.Addr().String(), ReadTimeout: 200 * time.Millisecond})
@@ -112,17 +112,17 @@ func TestRedisCancelNotRetried(t *testing.T) {
 	setup := func(key string) store.Reservation {
 		a := reserve(t, s, key, r)
 		b := reserve(t, s, key, r)
-		require.Equal(t, a.Slot, b.Slot, "two reservations share a slot")
+		require.Equal(t, a.Slot(), b.Slot(), "two reservations share a slot")
 		require.EqualValues(t, 2, direct.LLen(ctx, s.RedisKey(key)).Val())
 		return a
 	}
 
-	// Control: an ordinary EVALSHA of cancel.lua through the proxy, reply
+	// Control: an ordinary EVALSHA of the cancel script through the proxy, reply
 	// dropped: go-redis sends it again, and it removes both entries.
 	key := uniqueKey(t)
 	a := setup(key)
 	proxy.drop(true)
-	err = redis.NewScript(lua.Cancel).Run(ctx, viaProxy, []string{s.RedisKey(key)}, a.Slot, 1).Err()
+	err = redis.NewScript(script.Cancel()).Run(ctx, viaProxy, []string{s.RedisKey(key)}, a.Slot(), 1).Err()
 	proxy.drop(false)
 	require.NoError(t, err, "the retry on a new connection succeeded")
 	require.EqualValues(t, 0, direct.LLen(ctx, s.RedisKey(key)).Val(),

@@ -6,6 +6,10 @@
 // a fleet of processes, and Memory, for one process and for tests.
 package store
 
+// The files: store.go, algorithm.go and feedback.go are the contract;
+// memory.go, counters.go and feedback_memory.go the in-memory twin; redis.go,
+// batch.go and script.go (over internal/script) the Redis backend.
+
 import (
 	"context"
 	"errors"
@@ -43,8 +47,8 @@ type Request struct {
 	MaxWait time.Duration
 	// MaxServerWait, if positive, bounds the delay that an upstream pause or
 	// an exhausted budget (see Feedback) imposes, when it is below MaxWait:
-	// a pause ending further away is refused at once, with
-	// Reservation.Upstream set. Zero: MaxWait alone.
+	// a pause ending further away is refused at once, with Reservation.Cause
+	// CauseUpstream. Zero: MaxWait alone.
 	MaxServerWait time.Duration
 	// Algorithm is how the units are counted; the zero value is SlidingLog.
 	Algorithm Algorithm
@@ -74,9 +78,32 @@ type Request struct {
 var ErrInvalidRequest = errors.New("store: invalid request")
 
 // Validate reports whether r is well formed; every store calls it first.
-// (Memory.Reserve checks the same conditions in its own loop and calls
-// Validate only when one fails: a check added here must be added there.)
 func (r Request) Validate(key string) error {
+	if _, ok := r.valid(key); ok {
+		return nil
+	}
+	return r.invalid(key)
+}
+
+// valid reports, cheaply and without allocating, whether Validate accepts r,
+// and the longest window of its limits in microseconds (the one pass over
+// them serves both: the Memory store's hot path calls it). invalid says which
+// rule failed; a test keeps the two in step.
+func (r *Request) valid(key string) (maxPer int64, ok bool) {
+	ok = key != "" && len(r.Limits) > 0 && r.Cost >= 1 && r.MaxWait >= 0 && r.MaxServerWait >= 0 &&
+		(r.Allowance == 0 || r.Allowance > 0 && r.Allowance <= MaxAllowance && r.Algorithm == SlidingLog) &&
+		int(r.Algorithm) < len(algorithmNames)
+	for _, l := range r.Limits {
+		ok = ok && l.N >= 1 && l.Per >= time.Microsecond && r.Cost <= l.N &&
+			(l.Precision == 0 || r.Algorithm == Buckets && l.Precision >= time.Microsecond && l.Precision <= l.Per) &&
+			(r.Algorithm != Buckets || l.buckets() <= MaxBuckets)
+		maxPer = max(maxPer, micros(l.Per))
+	}
+	return maxPer, ok
+}
+
+// invalid returns the error of the first rule r breaks, nil if none.
+func (r Request) invalid(key string) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty key", ErrInvalidRequest)
 	}
@@ -107,42 +134,54 @@ func (r Request) Validate(key string) error {
 // sender could measure, and far below where Lua's numbers lose precision.
 const MaxAllowance = 24 * time.Hour
 
+// Cause says what set a reservation's slot, or its refusal.
+type Cause uint8
+
+const (
+	CauseNone     Cause = iota // the slot was free at once
+	CauseOrder                 // held back to the log's last entry (the order of earlier reservations)
+	CauseLimit                 // Request.Limits[Reservation.Limit]
+	CauseUpstream              // a pause or an exhausted budget the upstream imposed (Feedback)
+	CauseLearned               // a limit learned from the upstream's headers
+)
+
+var causeNames = [...]string{"none", "order", "limit", "upstream", "learned"}
+
+// String returns the short name of c: "none", "order", "limit", "upstream"
+// or "learned".
+func (c Cause) String() string {
+	if int(c) < len(causeNames) {
+		return causeNames[c]
+	}
+	return fmt.Sprintf("Cause(%d)", uint8(c))
+}
+
 // Reservation is the answer of Reserve.
 //
-// When Allowed, the slot is Delay from now and Cost units are recorded at
-// Entry (the slot, or later with an Allowance): the caller must not send
-// before Delay has passed, should send within its Allowance after that (a
-// later send is counted too early), and must Cancel if it will not send.
-// When not Allowed, nothing was recorded and RetryAfter says when a request of
-// the same cost would have been admitted, had nobody else reserved meanwhile.
+// When Allowed, the caller must not send before Delay has passed, should
+// send within its Allowance after that (a later send is counted too early),
+// and must Cancel if it will not send. When not Allowed, nothing was
+// recorded and RetryAfter says when a request of the same cost would have
+// been admitted, had nobody else reserved meanwhile.
 type Reservation struct {
 	Allowed bool
-	// Upstream is set when the upstream's feedback (a pause, or a budget
-	// of remaining units that ran out; see Feedback) set the slot or the
-	// refusal. Learned is set when a limit learned from the upstream did.
-	Upstream bool
-	Learned  bool
-	// alg is the algorithm that decided (here so that the flags share
-	// one word: Reserve returns the struct by value on every call).
+	Cause   Cause
+	// alg is the algorithm that recorded the units (here, beside the
+	// flags, so that it takes no word of its own: Reserve returns the
+	// struct by value on every call).
 	alg        Algorithm
-	Delay      time.Duration
-	RetryAfter time.Duration
-	// Limit is the index in Request.Limits of the limit that set the slot,
-	// or -1 when none did (the slot was free at once, or came from the order
-	// of earlier reservations).
-	Limit int
+	Limit      int           // index in Request.Limits of the limit that set the slot, when Cause is CauseLimit; 0 otherwise
+	Delay      time.Duration // allowed: how long from now until the slot
+	RetryAfter time.Duration // refused: when a request of the same cost would have been admitted
 
-	// Key, Entry and Cost identify the recorded entries for Cancel. Slot is
-	// the reserved send time in microseconds on the store's clock; Entry
-	// is the time the units were recorded at: the slot, or later with an
-	// Allowance (see Request.Allowance).
-	Key   string
-	Slot  int64
-	Entry int64
-	Cost  int
-
-	// The counting algorithms need the windows to find the counters of
-	// the slot again.
+	// What Cancel needs: the rate key; the slot and the time the units
+	// were recorded at (the slot, or later with an Allowance), in
+	// microseconds on the store's clock; the cost; and, for the counting
+	// algorithms, the limits, to find the counters of the slot again.
+	key    string
+	slot   int64
+	entry  int64
+	cost   int
 	limits []Limit
 }
 

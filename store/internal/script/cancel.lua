@@ -1,13 +1,13 @@
--- cancel.lua: give back the entries of a reservation that will not be sent.
+-- cancel: give back the entries of a reservation that will not be sent.
 --
--- KEYS[1]  the log (see reserve.lua).
--- ARGV[1]  the entry in microseconds, as reserve.lua returned it (the slot,
+-- KEYS[1]  the log (see log).
+-- ARGV[1]  the entry in microseconds, as the log script returned it (the slot,
 --          or later with an allowance).
 -- ARGV[2]  cost: how many entries of that value to remove, from the newest end.
 --
 -- Reply: the number of entries removed (0 when they had already left the log).
 --
--- An entry may carry the feedback mark (its time negated, see reserve.lua):
+-- An entry may carry the feedback mark (its time negated, see log):
 -- marked entries are removed too, and if one went, the new last entry takes
 -- the mark, which must stay on the last entry while the feedback lasts.
 

@@ -1,30 +1,16 @@
--- buckets.lua: reserve the earliest send time under precision buckets (the
--- Buckets algorithm; seed 001's [duration, limit, precision], with
+-- buckets: the body of Buckets: reserve the earliest send time under
+-- precision buckets (seed 001's [duration, limit, precision], with
 -- reservations).
 --
 -- KEYS[1]   a HASH of counters: field "<i>:<k>" holds the units admitted in
 --           bucket k = floor(t / P_i) of limit i (1-based), that is in
 --           [k*P_i, (k+1)*P_i) microseconds.
--- KEYS[2]   optional: the key's feedback HASH (see feedback.lua and reserve.lua):
---           a pause or an exhausted budget holds the slot back (refused at once
---           past the max server wait); a learned limit of n per w tightens
---           every limit to the same rate (N = floor(n * P * B / w) where
---           lower); a slot before a budget's reset spends it.
--- ARGV[1]   cost: units the request takes (integer, 1 <= cost <= every N).
--- ARGV[2]   max wait in microseconds (integer >= 0): a time further away is refused.
--- ARGV[3]   now in microseconds, or "" to read the server clock with TIME.
--- ARGV[4]   max server wait in microseconds (integer >= 0).
+-- KEYS[2]   optional: the key's feedback (see hold and feedback); a learned
+--           limit tightens N with the window P * B.
 -- ARGV[5..] the limits, as triples: N (integer >= 1), P (bucket length in
 --           microseconds >= 1), B (buckets per window: ceil(W / P), >= 1).
 --
--- Reply: { allowed, wait, slot, limit, source }, as reserve.lua's:
---   allowed  1 when cost was added to the counters of slot, 0 when nothing was.
---   wait     microseconds from now until slot (the delay, or the time to retry).
---   slot     the reserved send time in microseconds (0 when refused).
---   limit    1-based index of the limit that last moved the slot, 0 when none
---            (or the learned limit) did.
---   source   0 the limits, 1 the upstream (a pause or a budget), 2 the learned
---            limit.
+-- Reply: the prelude's, without entry.
 --
 -- A limit counts, at a time in bucket q, the units of the B buckets q-B+1..q.
 -- The slot is the earliest t >= now such that, in every limit, a unit in t's
@@ -34,56 +20,15 @@
 -- store/counters.go is the reference these steps follow (bucketsFrom, earliest).
 
 local key = KEYS[1]
-local cost = tonumber(ARGV[1])
-local max_wait = tonumber(ARGV[2])
-
-local now
-if ARGV[3] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[3])
-end
-
-local n, p, b = {}, {}, {}
+local n, p, b, win = {}, {}, {}, {}
 for i = 5, #ARGV, 3 do
-  n[#n + 1] = tonumber(ARGV[i])
-  p[#p + 1] = tonumber(ARGV[i + 1])
-  b[#b + 1] = tonumber(ARGV[i + 2])
+  n[#n + 1] = ARGV[i] + 0
+  p[#p + 1] = ARGV[i + 1] + 0
+  b[#b + 1] = ARGV[i + 2] + 0
+  win[#win + 1] = p[#p] * b[#b]
 end
-
--- floor(t / l), exact for the integers a double holds.
-local function idx(t, l)
-  local k = math.floor(t / l)
-  if k * l > t then k = k - 1 elseif (k + 1) * l <= t then k = k + 1 end
-  return k
-end
-local max_w = 0
-for i = 1, #n do max_w = math.max(max_w, p[i] * b[i]) end
-
--- What the upstream said (one HMGET), as store/counters.go's reserveCounts.
-local fb, server_wait = KEYS[2], tonumber(ARGV[4])
-local start, source, budget, tightened = now, 0, nil, {}
-if fb then
-  local f = redis.call('HMGET', fb, 'p', 'n', 'w', 'le', 'b', 'r')
-  local hold = tonumber(f[1]) or 0
-  local left, reset = tonumber(f[5]), tonumber(f[6])
-  if left and reset and reset > now then
-    if left < cost then hold = math.max(hold, reset) else budget = reset end
-  end
-  if hold > now then
-    if hold - now > server_wait then return { 0, hold - now, 0, 0, 1 } end
-    start, source = hold, 1
-  end
-  local ln, lw, le = tonumber(f[2]), tonumber(f[3]), tonumber(f[4])
-  if ln and lw and le and le > now and lw <= max_w then
-    -- No counters of its own: each limit is tightened to the same rate.
-    for i = 1, #n do
-      local m = math.max(math.floor(ln * (p[i] * b[i]) / lw), cost)
-      if m < n[i] then n[i], tightened[i] = m, true end
-    end
-  end
-end
+local refusal, start, cause, budget, tightened = feedback(n, win)
+if refusal then return refusal end
 
 -- Besides its buckets, each limit keeps three fields: "<i>:t" the total of
 -- its buckets present, "<i>:o" an index at or below its oldest bucket, and
@@ -128,7 +73,6 @@ local function get(i, k)
   return v
 end
 
-local steps = 100000
 local function from(i, t)
   local ni, pi, bi = n[i], p[i], b[i]
   local start = idx(t, pi)
@@ -158,31 +102,11 @@ local function from(i, t)
   return math.max(t, cand * pi)
 end
 
-local t, limit = start, 0
-local capped = false
-while true do
-  local moved = false
-  for i = 1, #n do
-    local ti = from(i, t)
-    if ti > t then t, limit, moved = ti, i, true end
-  end
-  if steps <= 0 then capped = true break end
-  if not moved then break end
-end
-if limit > 0 and tightened[limit] then
-  limit, source = 0, 2
-elseif limit > 0 then
-  source = 0
-end
-
-local wait = t - now
-if capped or wait > max_wait then
-  return { 0, wait, 0, limit, source }
-end
-if budget and t < budget then redis.call('HINCRBY', fb, 'b', -cost) end
+local refused, t, wait, limit
+refused, t, wait, limit, cause = search(start, #n, from, cause, tightened, budget)
+if refused then return refused end
 
 -- Count the units, and keep the hash until the last span holding them ends.
--- A TTL is never shortened: another caller's longer window may need it.
 local till = 0
 for i = 1, #n do
   local k = idx(t, p[i])
@@ -194,8 +118,5 @@ for i = 1, #n do
   redis.call('HSET', key, i .. ':o', string.format('%.0f', o), i .. ':h', string.format('%.0f', h))
   till = math.max(till, (k + b[i]) * p[i])
 end
-local ttl = math.floor((till - now) / 1000) + 1
-if redis.call('PTTL', key) < ttl then
-  redis.call('PEXPIRE', key, string.format('%.0f', ttl))
-end
-return { 1, wait, t, limit, source }
+expire(key, till, now)
+return { 1, wait, t, limit, cause }

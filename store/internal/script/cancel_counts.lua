@@ -1,11 +1,11 @@
--- cancel_counts.lua: give back the units of one reservation of fixed.lua,
--- counter.lua or buckets.lua.
+-- cancel_counts: give back the units of one reservation of FixedWindow,
+-- SlidingCounter or Buckets.
 --
 -- KEYS[1]   the HASH of counters.
 -- ARGV[1]   the reservation's slot in microseconds.
 -- ARGV[2]   its cost.
 -- ARGV[3]   1 when each limit also keeps the total of its buckets in field
---           "<i>:t" (buckets.lua), 0 otherwise.
+--           "<i>:t" (Buckets), 0 otherwise.
 -- ARGV[4..] per limit, in the reservation's order: the window (fixed, counter)
 --           or bucket (buckets) length in microseconds.
 --
@@ -18,8 +18,7 @@ local cost = tonumber(ARGV[2])
 local totals = ARGV[3] == '1'
 for i = 4, #ARGV do
   local l = tonumber(ARGV[i])
-  local k = math.floor(slot / l)
-  if k * l > slot then k = k - 1 elseif (k + 1) * l <= slot then k = k + 1 end
+  local k = idx(slot, l)
   local f = (i - 3) .. ':' .. string.format('%.0f', k)
   local v = tonumber(redis.call('HGET', key, f))
   if v then

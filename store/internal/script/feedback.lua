@@ -1,13 +1,13 @@
--- feedback.lua: record what the upstream said about a key (a pause, a learned
--- limit, a budget), for reserve.lua to honour.
+-- feedback: record what the upstream said about a key (a pause, a learned
+-- limit, a budget), for the reserve scripts to honour (see hold).
 --
 -- KEYS[1]  the key's feedback: a HASH beside its log, under the same hash tag.
---          Fields (times in microseconds on the same clock as reserve.lua):
+--          Fields (times in microseconds on the same clock as the reserve scripts):
 --          p = pause until; n, w, le = learned limit of n per w, valid until
 --          le; b, r = budget of b units left until the reset r.
--- KEYS[2]  optional: the key's log (see reserve.lua), whose last entry is
---          marked (made negative) so that the next reserve.lua reads the
---          feedback: it reads the hash only when it finds a mark.
+-- KEYS[2]  optional: the key's log (see log), whose last entry is marked
+--          (made negative) so that the next reservation reads the feedback:
+--          the log reads the hash only when it finds a mark.
 -- ARGV[1]  now in microseconds, or "" to read the server clock with TIME.
 -- ARGV[2]  pause in microseconds from now (0: none).
 -- ARGV[3]  learned limit N (0: none); ARGV[4] its window W and ARGV[5] how
@@ -23,13 +23,7 @@
 -- replaced by the latest (the caller never learns one above its own limits).
 
 local fb = KEYS[1]
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
-end
+local now = clock(ARGV[1])
 local pause, n, w, ttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local remaining, reset, slack = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local f = redis.call('HMGET', fb, 'p', 'le', 'b', 'r')
@@ -60,12 +54,7 @@ end
 
 -- The hash lives as long as its longest-lived field, never shortened.
 local last = math.max(p, le, r)
-if last > now then
-  local ttl_ms = math.floor((last - now) / 1000) + 1
-  if redis.call('PTTL', fb) < ttl_ms then
-    redis.call('PEXPIRE', fb, string.format('%.0f', ttl_ms))
-  end
-end
+if last > now then expire(fb, last, now) end
 if last > now and KEYS[2] then
   local e = redis.call('LINDEX', KEYS[2], -1)
   if e and tonumber(e) > 0 then redis.call('LSET', KEYS[2], -1, -tonumber(e)) end

@@ -1,35 +1,18 @@
--- reserve.lua: reserve the earliest send time in a sliding log (the
--- reservation sliding log of DESIGN.md).
+-- log: the SlidingLog body: reserve the earliest send time in a sliding log
+-- (the reservation sliding log of DESIGN.md).
 --
 -- KEYS[1]   the log: a LIST of send times in microseconds, oldest first.
 --           Times at or after "now" are reservations not yet sent. A
 --           negative entry is the time -entry, marked: the key has (or had
 --           when it was written) upstream feedback to read; see below.
--- ARGV[1]   cost: how many units the request takes (integer, 1 <= cost <= every N).
--- ARGV[2]   max wait in microseconds (integer >= 0): a slot further away is refused.
--- KEYS[2]   optional: the key's feedback, a HASH beside the log under the same
---           hash tag (see feedback.lua): p = pause until (µs); n, w, le = a
---           learned limit of n per w µs, valid until le; b, r = a budget of b
---           units left until the reset r (µs). Absent fields say nothing.
--- ARGV[3]   now in microseconds, or "" to read the server clock with TIME.
--- ARGV[4]   max server wait in microseconds (integer >= 0): a pause, or an
---           exhausted budget, ending further away is refused at once.
+-- KEYS[2]   optional: the key's feedback (see hold).
 -- ARGV[5]   allowance in microseconds (integer >= 0): how late after its slot
 --           the caller may send. The entries are recorded at the latest time
 --           the request may be sent, not at its slot (see below).
 -- ARGV[6..] the limits, as pairs: N (integer >= 1), W (window in microseconds >= 1).
 --
--- Reply: { allowed, wait, slot, limit, source, entry }
---   allowed  1 when cost entries were appended, 0 when nothing was recorded.
---   wait     microseconds from now until the slot (the delay when allowed,
---            the time to retry when refused).
---   slot     the reserved send time in microseconds (0 when refused).
---   limit    1-based index of the limit that set the slot, 0 when none did.
---   source   what set the slot (or the refusal): 0 the log and its limits,
---            1 the upstream (a pause or an exhausted budget), 2 the learned
---            limit.
---   entry    the value the cost entries were recorded at (0 when refused);
---            Cancel removes cost entries of this value.
+-- Reply: the prelude's, with entry: the value the cost entries were
+-- recorded at (0 when refused); Cancel removes cost entries of this value.
 --
 -- The slot s is max(now, max_i(entry[-(N_i - cost + 1)] + W_i)), and the
 -- entries are recorded at e = max(s + allowance, last entry): the latest time
@@ -50,17 +33,7 @@
 -- trim and the feedback are paid only when they can matter (see each).
 
 local key = KEYS[1]
--- Strings become numbers by arithmetic (x + 0): cheaper than tonumber here.
-local cost = ARGV[1] + 0
 local allowance = ARGV[5] + 0
-
-local now
-if ARGV[3] == '' then
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-else
-  now = ARGV[3] + 0
-end
 
 -- The newest entry: a new entry never goes before it (nor, without an
 -- allowance, the slot), and nil says the log is empty (Redis deletes an empty
@@ -76,7 +49,7 @@ end
 -- (for the trim and the TTL). Entries too old to matter may still be in the
 -- log (trimming is lazy, below): they are at least max_w before now, so they
 -- never set a slot.
-local s, limit, source = now, 0, 0
+local s, limit, cause = now, 0, NONE
 local max_w, max_n = 0, 0
 for i = 6, #ARGV, 2 do
   local n, w = ARGV[i] + 0, ARGV[i + 1] + 0
@@ -94,64 +67,42 @@ for i = 6, #ARGV, 2 do
     end
     if e then
       e = e + w
-      if e > s then s, limit = e, (i - 4) / 2 end
+      if e > s then s, limit, cause = e, (i - 4) / 2, LIMIT end
     end
   end
 end
 
 -- What the upstream said (one HMGET), read when the log is new or its last
--- entry is marked: feedback.lua marks it when it writes, and each call marks
+-- entry is marked: the feedback script marks it when it writes, and each call marks
 -- its own entry while the feedback lasts. A pause and an exhausted budget
 -- hold the slot back to their end, refused at once past the max server
 -- wait; a learned limit counts like one more limit of the request.
 local fb, budget, active = KEYS[2], nil, false
 if fb and marked then
-  local f = redis.call('HMGET', fb, 'p', 'n', 'w', 'le', 'b', 'r')
-  local hold = tonumber(f[1]) or 0
-  local b, r = tonumber(f[5]), tonumber(f[6])
-  if b and r and r > now then
-    active = true
-    if b < cost then
-      hold = math.max(hold, r)
-    else
-      budget = r
+  local refusal, till, n, w
+  refusal, till, budget, n, w, active = hold(fb)
+  if refusal then return refusal end
+  if till >= s then s, limit, cause = till, 0, UPSTREAM end
+  if n and last and w <= max_w then
+    local e = last
+    local k = math.max(n - cost + 1, 1)
+    if k > 1 then
+      e = redis.call('LINDEX', key, -k)
+      if e then e = math.abs(e + 0) end
     end
-  end
-  if hold > now then
-    active = true
-    if hold - now > tonumber(ARGV[4]) then
-      return { 0, hold - now, 0, 0, 1 }
-    end
-    if hold >= s then s, limit, source = hold, 0, 1 end
-  end
-  local n, w, le = tonumber(f[2]), tonumber(f[3]), tonumber(f[4])
-  if n and w and le and le > now then
-    active = true
-    if last and w <= max_w then
-      local e = last
-      local k = math.max(n - cost + 1, 1)
-      if k > 1 then
-        e = redis.call('LINDEX', key, -k)
-        if e then
-          e = tonumber(e)
-          if e < 0 then e = -e end
-        end
-      end
-      if e and e + w > s then s, limit, source = e + w, 0, 2 end
-    end
+    if e and e + w > s then s, limit, cause = e + w, 0, LEARNED end
   end
 end
 -- Without an allowance, never before the last entry: the log stays ordered
 -- (FIFO across the fleet) even if clocks step back. With one, the entry is
 -- kept in order below instead.
-if allowance == 0 and last and last > s then s, limit, source = last, 0, 0 end
+if allowance == 0 and last and last > s then s, limit, cause = last, 0, ORDER end
 
 local wait = s - now
-if wait > ARGV[2] + 0 then
-  return { 0, wait, 0, limit, source }
+if wait > max_wait then
+  return { 0, wait, 0, limit, cause }
 end
--- A slot before the budget's reset spends it.
-if budget and s < budget then redis.call('HINCRBY', fb, 'b', -cost) end
+spend(fb, budget, s)
 
 -- Lua numbers that hold integers reach Redis as integers (%.17g before
 -- Redis 7.2, an integer conversion since): times in microseconds stay below
@@ -238,4 +189,4 @@ if not last or last - last % period < start then
     end
   end
 end
-return { 1, wait, s, limit, source, rec }
+return { 1, wait, s, limit, cause, rec }

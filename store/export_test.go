@@ -1,0 +1,31 @@
+package store
+
+// Accessors for the store's own tests (package store_test): the Redis key
+// layout, the number of keys a Memory store holds, and what a reservation
+// recorded.
+
+// RedisKey is the name of the Redis key that holds the log of a rate key.
+func (r *Redis) RedisKey(key string) string { return r.logKey(key) }
+
+// RedisKeyFor is the name of the Redis key that holds the state of a rate
+// key under alg.
+func (r *Redis) RedisKeyFor(key string, alg Algorithm) string { return r.keyFor(key, alg) }
+
+// FeedbackKey is the name of the Redis key that holds what the upstream said
+// about a rate key.
+func (r *Redis) FeedbackKey(key string) string { return r.feedbackKey(key) }
+
+// Len returns the number of keys the store holds, expired ones not yet
+// dropped included.
+func (m *Memory) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.logs) + len(m.counters)
+}
+
+// Slot is the reserved send time, in microseconds on the store's clock.
+func (r Reservation) Slot() int64 { return r.slot }
+
+// Entry is the time the units were recorded at, in microseconds: the slot,
+// or later with an Allowance.
+func (r Reservation) Entry() int64 { return r.entry }

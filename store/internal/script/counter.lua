@@ -1,0 +1,33 @@
+-- counter: the windows of SlidingCounter (seed 003's weighted previous
+-- window, with reservations), for counts.
+--
+-- At a time t in window j, a limit estimates the units of the sliding window
+-- ending at t as prev * (1 - (t - j*W) / W) + cur, from the counts of windows
+-- j-1 and j. The slot is the earliest t >= now at which, in every limit, the
+-- estimate leaves room for cost and cur + cost + next (the estimate at the
+-- start of window j+1, where it is highest) stays within N. A window counts
+-- its units whatever their time inside it, so reservations in any order keep
+-- every estimate made at an admission within N.
+
+-- lookback: windows before now's that a search still reads (oldestNeeded);
+-- weigh: windows from its own on in which a unit counts (countsUntil).
+local lookback, weigh = 1, 2
+
+-- within(c, n, w, t) is the earliest time >= t at which the estimate leaves
+-- room for cost (counterFrom).
+local function within(c, n, w, t)
+  while steps > 0 do
+    steps = steps - 1
+    local j = idx(t, w)
+    local prev, cur, nxt = c[j - 1] or 0, c[j] or 0, c[j + 1] or 0
+    local room = n - cost - cur
+    if room >= 0 and cur + cost + nxt <= n then
+      if prev <= room then return t end
+      -- prev * (1 - (s - j*W) / W) <= room  <=>  s >= j*W + W * (prev - room) / prev
+      local need = j * w + math.ceil(w * (prev - room) / prev)
+      if need < (j + 1) * w then return math.max(t, need) end
+    end
+    t = (j + 1) * w
+  end
+  return t
+end

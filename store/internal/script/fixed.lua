@@ -1,0 +1,23 @@
+-- fixed: the windows of FixedWindow (seed 002's INCR and EXPIRE, with
+-- reservations), for counts.
+--
+-- The slot is the earliest t >= now whose window, in every limit, holds at
+-- most N - cost units. A window counts the units reserved in it whatever
+-- their time inside it, so reservations in any order keep at most N in every
+-- window.
+
+-- lookback: windows before now's that a search still reads (oldestNeeded);
+-- weigh: windows from its own on in which a unit counts (countsUntil).
+local lookback, weigh = 0, 1
+
+-- within(c, n, w, t) is the earliest time >= t at which the window of the
+-- time holds room for cost (fixedFrom).
+local function within(c, n, w, t)
+  while steps > 0 do
+    steps = steps - 1
+    local k = idx(t, w)
+    if (c[k] or 0) + cost <= n then return t end
+    t = (k + 1) * w
+  end
+  return t
+end

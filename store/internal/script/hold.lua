@@ -1,0 +1,40 @@
+-- hold: what the upstream said about the key (store.memFeedback.hold is its
+-- Go twin).
+--
+-- KEYS[2]   optional: the key's feedback, a HASH beside its state under the
+--           same hash tag (see feedback): p = pause until (µs); n, w, le =
+--           a learned limit of n per w µs, valid until le; b, r = a budget of
+--           b units left until the reset r (µs). Absent fields say nothing.
+
+-- hold(fb) reads the hash (one HMGET) and returns:
+--   refusal  a reply to return at once when a pause, or a budget too short
+--            for the cost, ends further than the max server wait; else nil;
+--   till     the end of that pause or budget, which holds the slot back to
+--            it (0: nothing holds it);
+--   budget   the reset of a budget that covers the cost (see spend), or nil;
+--   n, w     a learned limit of n per w µs still valid, or nil;
+--   active   whether anything in the hash is still live.
+local function hold(fb)
+  local f = redis.call('HMGET', fb, 'p', 'n', 'w', 'le', 'b', 'r')
+  local till, budget, active = tonumber(f[1]) or 0, nil, false
+  local b, r = tonumber(f[5]), tonumber(f[6])
+  if b and r and r > now then
+    active = true
+    if b < cost then till = math.max(till, r) else budget = r end
+  end
+  if till > now then
+    active = true
+    if till - now > server_wait then return { 0, till - now, 0, 0, UPSTREAM } end
+  else
+    till = 0
+  end
+  local n, w, le = tonumber(f[2]), tonumber(f[3]), tonumber(f[4])
+  if not (n and w and le and le > now) then return nil, till, budget, nil, nil, active end
+  return nil, till, budget, n, w, true
+end
+
+-- spend takes the cost from the budget whose reset hold returned, for a slot
+-- before it. (A Cancel gives nothing back to a budget.)
+local function spend(fb, budget, slot)
+  if budget and slot < budget then redis.call('HINCRBY', fb, 'b', -cost) end
+end

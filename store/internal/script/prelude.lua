@@ -1,0 +1,26 @@
+-- prelude: the arguments and the reply every reserve script shares.
+--
+-- ARGV[1]   cost: how many units the request takes (integer, 1 <= cost <= every N).
+-- ARGV[2]   max wait in microseconds (integer >= 0): a slot further away is refused.
+-- ARGV[3]   now in microseconds, or "" to read the server clock with TIME.
+-- ARGV[4]   max server wait in microseconds (integer >= 0): a pause, or an
+--           exhausted budget, ending further away is refused at once.
+-- ARGV[5..] the algorithm's own (see its part below).
+--
+-- Reply: { allowed, wait, slot, limit, cause [, entry] }
+--   allowed  1 when the units were recorded, 0 when nothing was.
+--   wait     microseconds from now until the slot (the delay when allowed,
+--            the time to retry when refused).
+--   slot     the reserved send time in microseconds (0 when refused).
+--   limit    1-based index of the limit that set the slot when cause is
+--            LIMIT, 0 otherwise.
+--   cause    what set the slot, or the refusal, as store.Cause: NONE (free at
+--            once), ORDER (held back to the log's last entry), LIMIT, UPSTREAM
+--            (a pause or an exhausted budget), LEARNED (a learned limit).
+--   entry    the log only: the time the units were recorded at (see log);
+--            the counting algorithms record at the slot and leave it out.
+
+local NONE, ORDER, LIMIT, UPSTREAM, LEARNED = 0, 1, 2, 3, 4
+-- Strings become numbers by arithmetic (x + 0): cheaper than tonumber here.
+local cost, max_wait, server_wait = ARGV[1] + 0, ARGV[2] + 0, ARGV[4] + 0
+local now = clock(ARGV[3])

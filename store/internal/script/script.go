@@ -1,0 +1,64 @@
+// Package script assembles the Redis scripts of the store from the Lua parts
+// beside this file (embedded), so that each rule is written once and each
+// script is still one call: one EVALSHA, one round trip.
+//
+// Each part opens with a comment saying what it needs and gives; together
+// they list an assembled script's KEYS, ARGV and reply.
+package script
+
+import (
+	"embed"
+	"strings"
+)
+
+//go:embed *.lua
+var parts embed.FS
+
+// assemble concatenates the named parts, in order, under a first line that
+// names them.
+func assemble(title string, names ...string) string {
+	var b strings.Builder
+	b.WriteString("-- " + title + ": assembled from " + strings.Join(names, ", ") + " (store/internal/script).\n")
+	for _, n := range names {
+		src, err := parts.ReadFile(n + ".lua")
+		if err != nil {
+			panic(err) // an embedded file is missing: a build mistake, caught by every test
+		}
+		b.WriteString("\n")
+		b.Write(src)
+	}
+	return b.String()
+}
+
+var (
+	// reserve is the reserve script of each algorithm, by its short name
+	// (store.Algorithm.String).
+	reserve = map[string]string{
+		"log":     assemble("reserve log", "time", "prelude", "hold", "log"),
+		"fixed":   assemble("reserve fixed", "time", "prelude", "hold", "floor", "counting", "fixed", "counts"),
+		"counter": assemble("reserve counter", "time", "prelude", "hold", "floor", "counting", "counter", "counts"),
+		"buckets": assemble("reserve buckets", "time", "prelude", "hold", "floor", "counting", "buckets"),
+	}
+	cancel       = assemble("cancel", "cancel")
+	cancelCounts = assemble("cancel counts", "floor", "cancel_counts")
+	feedback     = assemble("feedback", "time", "feedback")
+)
+
+// Reserve returns the reserve script of an algorithm named as
+// store.Algorithm.String names it ("log", "fixed", "counter", "buckets"),
+// "" for any other name: one call reserves a send time for a key, or refuses
+// without recording anything.
+func Reserve(alg string) string { return reserve[alg] }
+
+// Cancel returns the script that removes the entries of one reservation from
+// a key's log.
+func Cancel() string { return cancel }
+
+// CancelCounts returns the script that gives back the units of one
+// reservation of a counting algorithm.
+func CancelCounts() string { return cancelCounts }
+
+// Feedback returns the script that records a pause, a learned limit or a
+// budget from the upstream beside a key's state, merging with what is there
+// without ever loosening it.
+func Feedback() string { return feedback }

@@ -1,0 +1,44 @@
+package store
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// TestValidMatchesInvalid keeps the fast predicate of the Memory store's hot
+// path and Validate's explanations in step: valid accepts exactly what
+// invalid finds nothing wrong with, on random requests near every boundary.
+func TestValidMatchesInvalid(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(1, 2))
+	pick := func(v ...time.Duration) time.Duration { return v[rng.IntN(len(v))] }
+	accepted := 0
+	for range 200_000 {
+		r := Request{
+			Cost:          rng.IntN(4) - 1,
+			MaxWait:       pick(-1, 0, time.Second),
+			MaxServerWait: pick(-1, 0, time.Second),
+			Algorithm:     Algorithm(rng.IntN(5)),
+			Allowance:     pick(-1, 0, time.Millisecond, MaxAllowance, MaxAllowance+1),
+		}
+		for range rng.IntN(3) {
+			r.Limits = append(r.Limits, Limit{
+				N:         rng.IntN(4) - 1,
+				Per:       pick(0, time.Nanosecond, time.Microsecond, time.Second, time.Hour),
+				Precision: pick(-time.Second, 0, 0, time.Nanosecond, time.Microsecond, time.Millisecond, time.Second, 2*time.Second),
+			})
+		}
+		key := []string{"", "k"}[rng.IntN(2)]
+		err := r.invalid(key)
+		if _, ok := r.valid(key); ok != (err == nil) {
+			t.Fatalf("%+v key %q: valid %v, invalid %v", r, key, ok, err)
+		}
+		if err == nil {
+			accepted++
+		}
+	}
+	if accepted == 0 {
+		t.Fatal("no valid request generated: the test proves little")
+	}
+}

@@ -10,7 +10,7 @@ import (
 )
 
 // The growth rows: the cost of one decision on a key whose log already holds
-// L live entries, for the two logs (throttle's LIST, seed 004's sorted set).
+// L live entries, for the two logs (throttle's LIST, a hand-written sorted-set log).
 // The limit is L per hour and the entries are spread over the last minute,
 // so all are live:
 //
@@ -53,7 +53,7 @@ func prefill(ctx context.Context, rdb *redis.Client, kind, redisKey string, size
 				vals = append(vals, now.Add(-time.Minute+time.Duration(i)*step).UnixMicro())
 			}
 			pipe.RPush(ctx, redisKey, vals...)
-		case kSeed004: // nanoseconds as score and member, like seed 004
+		case kSeed004: // nanoseconds as score and member, like the hand-written sorted-set log
 			zs := make([]redis.Z, 0, hi-lo)
 			for i := lo; i < hi; i++ {
 				t := now.Add(-time.Minute + time.Duration(i)*step).UnixNano()

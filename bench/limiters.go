@@ -36,9 +36,9 @@ const (
 	kRedisRate  = "redis_rate"
 	kRedisRate1 = "redis_rate burst 1"
 	kUlule      = "ulule/limiter"
-	kSeed004    = "sorted-set log (seed 004)"
-	kSeed000    = "MULTI sorted set (seed 000)"
-	kSeed003    = "sliding counter (seed 003)"
+	kSeed004    = "sorted-set log in Lua (by hand)"
+	kSeed000    = "MULTI sorted set (by hand)"
+	kSeed003    = "sliding counter (by hand)"
 )
 
 var redisKinds = []string{kThrottle, kRedisRate, kRedisRate1, kUlule, kSeed004, kSeed000, kSeed003}
@@ -55,9 +55,9 @@ var abouts = map[string]string{
 	kRedisRate:  "github.com/go-redis/redis_rate/v10 Allow, GCRA, Limit{Rate: N, Period: W, Burst: N} (what PerSecond(N) gives)",
 	kRedisRate1: "redis_rate Allow with Burst 1: requests evenly spaced W/N apart",
 	kUlule:      "github.com/ulule/limiter/v3 with its Redis store: fixed window, INCRBY + PEXPIRE in a script",
-	kSeed004:    "seed 004 re-implemented: Lua over a sorted set (ZREMRANGEBYSCORE, ZCARD, ZADD, EXPIRE), client clock in ns, sent with EVAL each call as in the article",
-	kSeed000:    "seed 000 re-implemented: MULTI ZREMRANGEBYSCORE, ZRANGE 0 -1, ZADD, EXPIRE EXEC; the ZADD runs whether or not the call is allowed",
-	kSeed003:    "seed 003 re-implemented: GET previous interval, INCR current (+ EXPIRE), in one pipeline; estimate = prev·(1−elapsed) + current",
+	kSeed004:    "a common hand-written design: Lua over a sorted set (ZREMRANGEBYSCORE, ZCARD, ZADD, EXPIRE), client clock in ns, sent with EVAL each call",
+	kSeed000:    "a common hand-written design: MULTI ZREMRANGEBYSCORE, ZRANGE 0 -1, ZADD, EXPIRE EXEC; the ZADD runs whether or not the call is allowed",
+	kSeed003:    "a common hand-written design: GET previous interval, INCR current (+ EXPIRE), in one pipeline; estimate = prev·(1−elapsed) + current",
 }
 
 // newLimiter returns a limiter of the given kind allowing n per w. maxWait

@@ -24,18 +24,18 @@ const (
 	// the largest limit. It is the default.
 	SlidingLog Algorithm = iota
 	// FixedWindow counts the units of each aligned window [k·Per,
-	// (k+1)·Per) (seed 002's INCR and EXPIRE): at most N per aligned
+	// (k+1)·Per): at most N per aligned
 	// window, but up to 2N in an interval of length Per that straddles a
 	// window boundary. Memory: a few counters per limit.
 	FixedWindow
 	// SlidingCounter weights the previous aligned window's count by the
-	// share of it still inside the sliding window (seed 003): the estimate
+	// share of it still inside the sliding window: the estimate
 	// stays at most N, but units bunched at the end of the previous window
 	// are undercounted, so an interval of length Per can hold more than N
 	// (at most 2N, much less in practice). Memory: a few counters per limit.
 	SlidingCounter
 	// Buckets counts units in buckets of Limit.Precision and sums the
-	// ceil(Per/Precision) buckets that end with the current one (seed 001's
+	// ceil(Per/Precision) buckets that end with the current one (the
 	// precision buckets): an interval of length Per can hold N plus the
 	// units of the one bucket it partly covers. Precision zero means Per,
 	// which is FixedWindow. Memory and time per call grow with the number of

@@ -1,5 +1,5 @@
 -- buckets: the body of Buckets: reserve the earliest send time under
--- precision buckets (seed 001's [duration, limit, precision], with
+-- precision buckets (several [duration, limit, precision] limits, with
 -- reservations).
 --
 -- KEYS[1]   a HASH of counters: field "<i>:<k>" holds the units admitted in

@@ -1,4 +1,4 @@
--- counter: the windows of SlidingCounter (seed 003's weighted previous
+-- counter: the windows of SlidingCounter (the weighted previous
 -- window, with reservations), for counts.
 --
 -- At a time t in window j, a limit estimates the units of the sliding window

@@ -1,4 +1,4 @@
--- fixed: the windows of FixedWindow (seed 002's INCR and EXPIRE, with
+-- fixed: the windows of FixedWindow (INCR and EXPIRE per window, with
 -- reservations), for counts.
 --
 -- The slot is the earliest t >= now whose window, in every limit, holds at

@@ -49,7 +49,7 @@ type stamped struct {
 // every request, and that the workers use Redis again soon after it returns;
 // the goroutine leak check of TestMain covers the whole run.
 //
-// Figures: go test -race -run TestRedisRestart -v -count 3 .
+// Figures: go test -race -tags integration -run TestRedisRestart -v -count 3 .
 func TestRedisRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills and restarts redis-server; several seconds")

@@ -23,7 +23,7 @@ import (
 // collecting 429s after the first window; without (IgnoreUpstream), it keeps
 // sending 60 per second and collects about 20 429s every second.
 //
-//	go test -run 'TestFleetFeedback$' -v ./examples/
+//	go test -tags integration -run 'TestFleetFeedback$' -v ./examples/
 //
 // FLEET_FEEDBACK_REPS=3 repeats every scenario.
 func TestFleetFeedback(t *testing.T) {

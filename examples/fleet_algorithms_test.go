@@ -23,7 +23,7 @@ import (
 // algorithm must run cleanly without polling (at most maxCallsPerRequest
 // script calls per request), and the 429s are measured, not judged:
 //
-//	FLEET_ALG_REPS=5 go test -run TestFleetAlgorithms -v ./examples
+//	FLEET_ALG_REPS=5 go test -tags integration -run TestFleetAlgorithms -v ./examples
 func TestFleetAlgorithms(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the algorithm fleet runs for about 20s")

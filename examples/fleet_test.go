@@ -8,14 +8,14 @@
 //
 // Run it bigger by hand (the defaults are in the constants below):
 //
-//	FLEET_RATE=1000 FLEET_DURATION=30.5s FLEET_PROCS=6 go test -run TestFleet -v ./examples
+//	FLEET_RATE=1000 FLEET_DURATION=30.5s FLEET_PROCS=6 go test -tags integration -run TestFleet -v ./examples
 //
 // FLEET_RATE is the payments limit per second, FLEET_DURATION the length of
 // each run, FLEET_PROCS the number of processes. Pick a duration of (k+½)
 // windows: see optimum for why. The margin sweep, a measurement rather than
 // an assertion, runs with FLEET_MARGIN_SWEEP=1:
 //
-//	FLEET_MARGIN_SWEEP=1 go test -run TestFleetMarginSweep -v ./examples
+//	FLEET_MARGIN_SWEEP=1 go test -tags integration -run TestFleetMarginSweep -v ./examples
 package examples_test
 
 import (

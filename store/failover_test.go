@@ -25,7 +25,7 @@ import (
 // newest may be missing (replication is asynchronous): the test logs how
 // many. With it, none may be: each granted reservation was on the replica.
 //
-//	go test -run TestFailoverLoss -count 5 -v ./store/
+//	go test -tags integration -run TestFailoverLoss -count 5 -v ./store/
 func TestFailoverLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts two Redis Clusters and fails a master over in each")

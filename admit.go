@@ -23,11 +23,13 @@ const cancelTimeout = time.Second
 
 // admit reserves a slot for one send under r and waits for it. The decision
 // says what to do: send (Sent, or FailedOpen when the store failed), or
-// refuse with d.Err.
-func (t *Transport) admit(ctx context.Context, r *rule, k keyed) Decision {
-	d := Decision{Rule: r.Name, Key: k.key, Cost: k.cost}
+// refuse with d.Err. When the request is to be sent and its lateness is
+// measured, due is when its slot was due on this process's clock (an upper
+// bound: the time before the Reserve call plus the delay).
+func (t *Transport) admit(ctx context.Context, r *rule, k keyed) (d Decision, due time.Time) {
+	d = Decision{Rule: r.Name, Key: k.key, Cost: k.cost}
 	if err := ctx.Err(); err != nil {
-		return d.end(Canceled, err)
+		return d.end(Canceled, err), due
 	}
 	for {
 		asked := t.now()
@@ -51,28 +53,22 @@ func (t *Transport) admit(ctx context.Context, r *rule, k keyed) Decision {
 		switch {
 		case g.err == nil:
 		case ctx.Err() != nil:
-			return d.end(Canceled, ctx.Err())
+			return d.end(Canceled, ctx.Err()), due
 		case g.open:
-			return d.end(FailedOpen, g.err)
+			return d.end(FailedOpen, g.err), due
 		case errors.Is(g.err, ErrStoreUnavailable):
-			return d.end(Failed, g.err)
+			return d.end(Failed, g.err), due
 		default:
-			return d.end(Failed, fmt.Errorf("throttle: rule %q: %w", r.Name, g.err))
+			return d.end(Failed, fmt.Errorf("throttle: rule %q: %w", r.Name, g.err)), due
 		}
 		res := g.res
 		if res.Cause == store.CauseLimit && res.Limit < len(r.Limits) {
 			d.Limit = r.Limits[res.Limit]
 		}
 		if !res.Allowed {
-			if r.Margin > 0 && d.Allowance == 0 {
-				// Before the process's first sample: a refusal's round
-				// trip gives it one (lateness.go).
-				now := t.now()
-				t.late.observe(now, now.Sub(asked), 0)
-			}
 			up := res.Cause == store.CauseUpstream
 			d.RetryAfter, d.Upstream = res.RetryAfter, up
-			return d.end(Limited, &LimitError{Rule: r.Name, Key: k.key, Limit: d.Limit, RetryAfter: res.RetryAfter, Upstream: up})
+			return d.end(Limited, &LimitError{Rule: r.Name, Key: k.key, Limit: d.Limit, RetryAfter: res.RetryAfter, Upstream: up}), due
 		}
 		d.Delay += res.Delay
 		if err := t.sleep(ctx, res.Delay); err != nil {
@@ -85,11 +81,12 @@ func (t *Transport) admit(ctx context.Context, r *rule, k keyed) Decision {
 				defer cancel()
 				_ = g.from.Cancel(cctx, res)
 			}()
-			return d.end(Canceled, err)
+			return d.end(Canceled, err), due
 		}
 		if r.Margin == 0 {
 			break
 		}
+		due = asked.Add(res.Delay)
 		// A request that wakes later than its allowance plus half the
 		// margin after its slot (a stalled or starved process) would send
 		// into the headroom the margin keeps for the upstream: it gives the
@@ -98,7 +95,7 @@ func (t *Transport) admit(ctx context.Context, r *rule, k keyed) Decision {
 		// store's round trip) feeds the allowance of later reservations.
 		woke := t.now()
 		late := woke.Sub(asked) - res.Delay
-		t.late.observe(woke, late, d.Allowance)
+		t.late.observe(woke, late, d.Allowance, false)
 		if late <= d.Allowance+r.Margin/2 || d.Retaken == maxRetakes {
 			break
 		}
@@ -110,7 +107,7 @@ func (t *Transport) admit(ctx context.Context, r *rule, k keyed) Decision {
 	if !d.Local {
 		t.policy.mirror(r, k) // FailLocal's limiter sees shared sends too
 	}
-	return d.end(Sent, d.Err)
+	return d.end(Sent, d.Err), due
 }
 
 // end sets the outcome and the error of d and returns it.

@@ -57,8 +57,9 @@ type Decision struct {
 	Retaken int
 	// Allowance is how late after its slot this process may send: the
 	// largest lateness it measured in the last second or two. The log
-	// records the request that much after its slot. Zero for the counting
-	// algorithms, with NoMargin, and before the first measurement.
+	// records the request that much after its slot. Before the process has
+	// measured anything it is a cautious 100ms. Zero for the counting
+	// algorithms and with NoMargin.
 	Allowance time.Duration
 	// RetryAfter is when a request would be admitted (Limited).
 	RetryAfter time.Duration

@@ -106,6 +106,8 @@ func newMemory(t *testing.T) *store.Memory {
 	return m
 }
 
+// newTransport returns a transport that has measured its lateness (see
+// throttle.Measured): the tests of exact send times start there.
 func newTransport(t *testing.T, base http.RoundTripper, st store.Store, opts ...throttle.Option) *throttle.Transport {
 	t.Helper()
 	if st == nil {
@@ -113,7 +115,7 @@ func newTransport(t *testing.T, base http.RoundTripper, st store.Store, opts ...
 	}
 	tr, err := throttle.New(base, st, opts...)
 	require.NoError(t, err)
-	return tr
+	return throttle.Measured(tr)
 }
 
 // secret is a token that must never show up in keys, decisions, logs or errors.

@@ -1,6 +1,8 @@
 package throttle
 
 import (
+	"net/http"
+	"net/http/httptrace"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,25 +20,24 @@ import (
 // The Margin covers what no process can measure: the network and the
 // upstream.
 //
-// A request's lateness is measured from before its Reserve call: the time it
-// woke (or got its slot at once) minus the time it asked, minus the delay the
-// store gave. The store read its clock between the ask and the reply, so the
-// slot is at least the ask plus the delay: the figure is an upper bound,
-// which includes the round trip to the store. (A decision of the in-process
-// limiter under FailLocal is measured from its reply instead: the failed
-// call to the shared store before it is no lateness.) While the allowance
-// is zero, a refusal's round trip is a sample too, the least lateness a
-// request sent then would have had:
-// before its first sample a process reserves with no allowance, and the
-// store then holds its slot back to the log's last entry, which other
-// processes' allowances put in the future (see store.Request); a FailFast
-// process refused for that would otherwise never get a first sample.
+// A request's lateness is measured from before its Reserve call to when it
+// woke (or got its slot at once), and again to when the base transport had
+// the connection to write it on (httptrace's GotConn: a dial, a TLS
+// handshake, a full pool), minus the delay the store gave. The store read
+// its clock between the ask and the reply, so both are upper bounds, which
+// include the round trip to the store. (A decision of the in-process limiter
+// under FailLocal is measured from its reply: the failed call to the shared
+// store before it is no lateness.)
+//
+// A process that has measured nothing on the wire yet reserves with
+// initialAllowance: its first requests are the likeliest to dial. The first
+// measurement on the wire, or the end of the first period, ends it.
 //
 // The allowance is the largest lateness of the current period and of the
 // last earlier one that had any request: a process that sends rarely keeps
 // what it learned (with a fresh start at each request, a late one would
 // retake its slot and still send late). A request later than its allowance
-// plus half the Margin retakes its slot (transport.go), so no single request
+// plus half the Margin retakes its slot (admit.go), so no single request
 // relies on the estimate; and a sample enters it capped at
 // 4 × (allowance + DefaultMargin), so that one stall (a paused VM) does not
 // hold every reservation back for long, while lateness that lasts raises the
@@ -51,6 +52,11 @@ type lateness struct {
 	start time.Time     // the current period's start; zero before any sample
 	prev  time.Duration // the largest sample of the last earlier period that had one
 	seen  bool          // the current period has a sample
+	// prior is initialAllowance while nothing was measured on the wire
+	// (from the slot to the connection the request is written on), in the
+	// first period; zero after.
+	prior    time.Duration
+	hasPrior atomic.Bool // prior > 0, for observe's lock-free path
 
 	cur   atomic.Int64 // the largest sample of the current period (ns); written under mu
 	value atomic.Int64 // the allowance, as of the last change (ns); written under mu
@@ -64,9 +70,19 @@ const latenessPeriod = time.Second
 // maxAllowance bounds the allowance (like maxMargin bounds the Margin).
 const maxAllowance = time.Minute
 
+// initialAllowance is the allowance of a process that has measured nothing
+// yet: its first requests may dial a connection (and shake hands over TLS)
+// after their slots, which no wake-up measures. It ends with the first
+// measurement on the wire, or after the first period.
+const initialAllowance = 100 * time.Millisecond
+
 // allowance returns the allowance for a reservation made at now.
 func (l *lateness) allowance(now time.Time) time.Duration {
-	if e := l.ends.Load(); e == 0 || now.UnixNano() < e {
+	e := l.ends.Load()
+	if e == 0 {
+		return initialAllowance // nothing measured yet
+	}
+	if now.UnixNano() < e {
 		return time.Duration(l.value.Load())
 	}
 	l.mu.Lock()
@@ -75,16 +91,21 @@ func (l *lateness) allowance(now time.Time) time.Duration {
 	return time.Duration(l.value.Load())
 }
 
-// observe records the lateness late of a request sent at now, which was
-// reserved with allowance a.
-func (l *lateness) observe(now time.Time, late, a time.Duration) {
+// observe records the lateness late of a request at now, which was reserved
+// with allowance a: at its wake-up, or on the wire (wire: when the connection
+// it is written on was obtained), which ends the initial allowance.
+func (l *lateness) observe(now time.Time, late, a time.Duration, wire bool) {
 	late = min(late, 4*(a+DefaultMargin))
-	if c := l.cur.Load(); c > 0 && int64(late) <= c && now.UnixNano() < l.ends.Load() {
+	if c := l.cur.Load(); c > 0 && int64(late) <= c && now.UnixNano() < l.ends.Load() && !(wire && l.hasPrior.Load()) {
 		return // not above this period's largest: nothing changes
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.rotate(now)
+	if wire {
+		l.prior = 0
+		l.hasPrior.Store(false)
+	}
 	l.seen = true
 	if int64(late) > l.cur.Load() {
 		l.cur.Store(int64(late))
@@ -96,12 +117,14 @@ func (l *lateness) observe(now time.Time, late, a time.Duration) {
 func (l *lateness) rotate(now time.Time) {
 	switch {
 	case l.start.IsZero():
-		l.start = now
+		l.start, l.prior = now, initialAllowance
+		l.hasPrior.Store(true)
 	case now.Sub(l.start) >= latenessPeriod:
 		if l.seen {
 			l.prev = time.Duration(l.cur.Load())
 		}
-		l.start, l.seen = now, false
+		l.start, l.seen, l.prior = now, false, 0
+		l.hasPrior.Store(false)
 		l.cur.Store(0)
 	default:
 		return
@@ -111,6 +134,19 @@ func (l *lateness) rotate(now time.Time) {
 
 // publish updates what allowance reads; l.mu is held.
 func (l *lateness) publish() {
-	l.value.Store(int64(min(max(time.Duration(l.cur.Load()), l.prev), maxAllowance)))
+	l.value.Store(int64(min(max(time.Duration(l.cur.Load()), l.prev, l.prior), maxAllowance)))
 	l.ends.Store(l.start.Add(latenessPeriod).UnixNano())
+}
+
+// onWire returns req with a trace that measures its lateness when the base
+// transport has the connection to write it on (a dial, a TLS handshake or a
+// wait for a full pool count): the part of the lateness no wake-up sees. A
+// base transport that is not a net/http one may never call it; then the
+// wake-ups alone are measured. req itself is not modified.
+func (t *Transport) onWire(req *http.Request, due time.Time, a time.Duration) *http.Request {
+	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
+		now := t.now()
+		t.late.observe(now, now.Sub(due), a, true)
+	}}
+	return req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
 }

@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"net/http"
+	"net/http/httptrace"
 	"slices"
 	"sync"
 	"testing"
@@ -19,21 +20,27 @@ func TestLatenessPeriods(t *testing.T) {
 	t.Parallel()
 	var l lateness
 	t0 := time.Unix(1_700_000_000, 0)
-	assert.Equal(t, time.Duration(0), l.allowance(t0), "no sample yet")
-	l.observe(t0, 3*time.Millisecond, time.Hour)
-	l.observe(t0.Add(time.Millisecond), 2*time.Millisecond, time.Hour)
-	assert.Equal(t, 3*time.Millisecond, l.allowance(t0.Add(2*time.Millisecond)), "the largest sample")
-	l.observe(t0.Add(1500*time.Millisecond), time.Millisecond, time.Hour)
+	assert.Equal(t, initialAllowance, l.allowance(t0), "no sample yet: cautious")
+	l.observe(t0, 3*time.Millisecond, time.Hour, false)
+	assert.Equal(t, initialAllowance, l.allowance(t0), "a wake-up does not measure the wire")
+	l.observe(t0.Add(time.Millisecond), 2*time.Millisecond, time.Hour, true)
+	assert.Equal(t, 3*time.Millisecond, l.allowance(t0.Add(2*time.Millisecond)), "measured on the wire: the largest sample")
+	l.observe(t0.Add(1500*time.Millisecond), time.Millisecond, time.Hour, false)
 	assert.Equal(t, 3*time.Millisecond, l.allowance(t0.Add(1600*time.Millisecond)), "the previous period still counts")
 	assert.Equal(t, time.Millisecond, l.allowance(t0.Add(2600*time.Millisecond)), "a period on, only the newer one")
 	assert.Equal(t, time.Millisecond, l.allowance(t0.Add(time.Hour)), "an idle process remembers its last period with samples")
-	l.observe(t0.Add(time.Hour), 500*time.Microsecond, time.Hour)
+	l.observe(t0.Add(time.Hour), 500*time.Microsecond, time.Hour, false)
 	assert.Equal(t, time.Millisecond, l.allowance(t0.Add(time.Hour)))
 	assert.Equal(t, 500*time.Microsecond, l.allowance(t0.Add(time.Hour+time.Second)), "until a newer period has its own")
-	l.observe(t0.Add(2*time.Hour), time.Minute, 2*time.Millisecond)
+	l.observe(t0.Add(2*time.Hour), time.Minute, 2*time.Millisecond, false)
 	assert.Equal(t, 28*time.Millisecond, l.allowance(t0.Add(2*time.Hour)), "one stall raises it to at most 4 (allowance + DefaultMargin)")
-	l.observe(t0.Add(2*time.Hour), time.Hour, time.Hour)
+	l.observe(t0.Add(2*time.Hour), time.Hour, time.Hour, false)
 	assert.Equal(t, maxAllowance, l.allowance(t0.Add(2*time.Hour)), "bounded")
+
+	var idle lateness
+	idle.observe(t0, time.Millisecond, time.Hour, false)
+	assert.Equal(t, initialAllowance, idle.allowance(t0.Add(500*time.Millisecond)), "no measurement on the wire yet")
+	assert.Equal(t, time.Millisecond, idle.allowance(t0.Add(1500*time.Millisecond)), "the caution lasts one period at most")
 }
 
 // TestAllowanceFollowsALateProcess: a process that sends one request in four
@@ -145,19 +152,20 @@ func TestMixedProcessesShareALog(t *testing.T) {
 	})
 }
 
-// TestFirstCallIsNotLockedOut: a process's first reservation carries no
-// allowance, so the store holds its slot back to the log's last entry, which
-// another process's allowance put in the future: a FailFast request is
-// refused. Its round trip is a sample, so the next one carries an allowance
-// and gets the free slot. (Real clock: synctest's measures no round trip.)
+// TestFirstCallIsNotLockedOut: a process that has measured nothing reserves
+// with the cautious initial allowance, so the store does not hold its slot
+// back to the log's last entry, which another process's allowance put in the
+// future: a FailFast request gets the free slot. (With no allowance it would
+// be refused.)
 func TestFirstCallIsNotLockedOut(t *testing.T) {
 	t.Parallel()
 	st, err := store.NewMemory()
 	require.NoError(t, err)
 	rule := Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerHour(100)}, Mode: FailFast}
+	var decisions []Decision
 	tr, err := New(roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
-	}), st, WithRule(rule))
+	}), st, WithRule(rule), WithOnDecision(func(d Decision) { decisions = append(decisions, d) }))
 	require.NoError(t, err)
 	c := tr.rules[0]
 	// Another process, with an allowance of an hour, reserved just now.
@@ -166,13 +174,43 @@ func TestFirstCallIsNotLockedOut(t *testing.T) {
 
 	req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
 	require.NoError(t, err)
-	_, err = tr.RoundTrip(req)
-	require.ErrorIs(t, err, ErrLimited, "without an allowance, the slot waits for the last entry")
-	req, err = http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
-	require.NoError(t, err)
 	resp, err := tr.RoundTrip(req)
-	require.NoError(t, err, "the refusal's round trip gave it an allowance")
+	require.NoError(t, err, "the initial allowance takes the free slot")
 	resp.Body.Close()
+	require.Len(t, decisions, 1)
+	assert.Equal(t, initialAllowance, decisions[0].Allowance)
+}
+
+// TestColdStartOnTheWire: a process's first requests reserve with the
+// cautious initial allowance; a measurement on the wire (the base transport
+// got its connection) ends it, and later reservations carry what was
+// measured, dial included.
+func TestColdStartOnTheWire(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const dial = 3 * time.Millisecond
+		var decisions []Decision
+		tr, err := New(roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			time.Sleep(dial) // a new connection, as net/http reports it
+			if trace := httptrace.ContextClientTrace(req.Context()); trace != nil && trace.GotConn != nil {
+				trace.GotConn(httptrace.GotConnInfo{})
+			}
+			return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
+		}), newMemoryStore(t), WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerSecond(100)}}),
+			WithOnDecision(func(d Decision) { decisions = append(decisions, d) }))
+		require.NoError(t, err)
+		for range 3 {
+			req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
+			require.NoError(t, err)
+			resp, err := tr.RoundTrip(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+		}
+		require.Len(t, decisions, 3)
+		assert.Equal(t, initialAllowance, decisions[0].Allowance, "nothing measured yet")
+		assert.Equal(t, dial, decisions[1].Allowance, "measured on the wire, the dial included")
+		assert.Equal(t, dial, decisions[2].Allowance)
+	})
 }
 
 // TestLateWakeRetakesTheSlot: a request that wakes later than its allowance
@@ -244,6 +282,7 @@ func newRecorder(t *testing.T, limits ...Limit) *recorder {
 		WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: limits}),
 		WithOnDecision(func(d Decision) { r.decisions = append(r.decisions, d) }))
 	require.NoError(t, err)
+	Measured(r.tr)
 	return r
 }
 
@@ -259,3 +298,9 @@ func (r *recorder) send() {
 type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func newMemoryStore(t *testing.T) *store.Memory {
+	st, err := store.NewMemory()
+	require.NoError(t, err)
+	return st
+}

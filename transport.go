@@ -117,12 +117,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // attempt admits one send of req under r, sends it and listens to the
 // response. Attempt n > 0 is the n-th retry.
 func (t *Transport) attempt(ctx context.Context, r *rule, k keyed, n int, req *http.Request) (*http.Response, heard, error) {
-	d := t.admit(ctx, r, k) // admit.go
+	d, due := t.admit(ctx, r, k) // admit.go
 	d.Attempt = n
 	t.observe(ctx, d)
 	if d.Outcome != Sent && d.Outcome != FailedOpen {
 		closeBody(req)
 		return nil, heard{}, d.Err
+	}
+	if !due.IsZero() {
+		req = t.onWire(req, due, d.Allowance) // lateness.go
 	}
 	resp, err := t.base.RoundTrip(req)
 	if err != nil || resp == nil {

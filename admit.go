@@ -76,10 +76,11 @@ func (t *Transport) admit(ctx context.Context, r *rule, k keyed) (d Decision, du
 			// The caller must not wait for the store, so Cancel runs on
 			// its own goroutine with a detached context; it is best effort
 			// (a failed Cancel only leaves the slot unused).
+			from := g.from // not g: a closure over it would move every grant to the heap
 			go func() {
 				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
 				defer cancel()
-				_ = g.from.Cancel(cctx, res)
+				_ = from.Cancel(cctx, res)
 			}()
 			return d.end(Canceled, err), due
 		}

@@ -125,7 +125,9 @@ func (t *Transport) attempt(ctx context.Context, r *rule, k keyed, n int, req *h
 		return nil, heard{}, d.Err
 	}
 	if !due.IsZero() {
-		req = t.onWire(req, due, d.Allowance) // lateness.go
+		var done func()
+		req, done = t.onWire(req, due, d.Allowance) // lateness.go
+		defer done()
 	}
 	resp, err := t.base.RoundTrip(req)
 	if err != nil || resp == nil {

@@ -142,40 +142,12 @@ func (l *lateness) publish() {
 // transport has the connection to write it on (a dial, a TLS handshake or a
 // wait for a full pool count): the part of the lateness no wake-up sees. A
 // base transport that is not a net/http one may never call it; then the
-// wake-ups alone are measured. req itself is not modified; done releases
-// the trace once the base transport has returned.
-func (t *Transport) onWire(req *http.Request, due time.Time, a time.Duration) (traced *http.Request, done func()) {
-	w := wirePool.Get().(*wireTrace)
-	w.t, w.due, w.a = t, due, a
-	w.trace = httptrace.ClientTrace{GotConn: w.hook} // WithClientTrace may have composed the last one
-	return req.WithContext(httptrace.WithClientTrace(req.Context(), &w.trace)), w.release
-}
-
-// wireTrace is one request's trace; pooled, as a trace and its closure per
-// request would cost two allocations.
-type wireTrace struct {
-	t       *Transport
-	due     time.Time
-	a       time.Duration
-	trace   httptrace.ClientTrace
-	hook    func(httptrace.GotConnInfo) // w.gotConn, bound once
-	release func()                      // puts w back, bound once
-}
-
-var wirePool sync.Pool
-
-func init() { // not in wirePool's declaration: New refers to wirePool
-	wirePool.New = func() any {
-		w := &wireTrace{}
-		w.hook = w.gotConn
-		w.release = func() { w.t = nil; wirePool.Put(w) }
-		return w
-	}
-}
-
-func (w *wireTrace) gotConn(httptrace.GotConnInfo) {
-	if t := w.t; t != nil {
+// wake-ups alone are measured. req itself is not modified. (The trace cannot
+// be pooled: net/http reads it until the response's body is closed.)
+func (t *Transport) onWire(req *http.Request, due time.Time, a time.Duration) *http.Request {
+	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
 		now := t.now()
-		t.late.observe(now, now.Sub(w.due), w.a, true)
-	}
+		t.late.observe(now, now.Sub(due), a, true)
+	}}
+	return req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
 }

@@ -125,9 +125,7 @@ func (t *Transport) attempt(ctx context.Context, r *rule, k keyed, n int, req *h
 		return nil, heard{}, d.Err
 	}
 	if !due.IsZero() {
-		var done func()
-		req, done = t.onWire(req, due, d.Allowance) // lateness.go
-		defer done()
+		req = t.onWire(req, due, d.Allowance) // lateness.go
 	}
 	resp, err := t.base.RoundTrip(req)
 	if err != nil || resp == nil {

@@ -35,19 +35,27 @@ const (
 	feedbackFailed               // the store failed to record feedback
 )
 
-// String names k in a summary line: `"limited" decisions`, `"throttled"
-// responses`.
-func (k logKind) String() string {
+// name is what the events of kind k are: an outcome ("limited",
+// "sent_local"), "throttled" or "feedback_failed".
+func (k logKind) name() string {
 	switch k.feedback {
 	case throttledAnswer:
-		return `"throttled" responses`
+		return "throttled"
 	case feedbackFailed:
-		return `"feedback failed" responses`
+		return "feedback_failed"
 	}
 	if k.local {
-		return fmt.Sprintf("%q local decisions", k.outcome)
+		return k.outcome.String() + "_local"
 	}
-	return fmt.Sprintf("%q decisions", k.outcome)
+	return k.outcome.String()
+}
+
+// noun is what the events of kind k are about.
+func (k logKind) noun() string {
+	if k.feedback != noFeedback {
+		return "responses"
+	}
+	return "decisions"
 }
 
 // logLimiter holds, per kind, the window of the last line logged in full.
@@ -97,8 +105,8 @@ func (t *Transport) logFull(ctx context.Context, level slog.Level, k logKind) bo
 	if n > 0 {
 		// Up to the second, so that "in the last" stays true.
 		since = (since + time.Second - 1).Truncate(time.Second)
-		t.logger.LogAttrs(ctx, level, fmt.Sprintf("throttle: %d more %s for rule %q in the last %s", n, k, k.rule, since),
-			slog.String("rule", k.rule), slog.Int("count", n), slog.Duration("interval", since))
+		t.logger.LogAttrs(ctx, level, fmt.Sprintf("throttle: %d more %q %s for rule %q in the last %s", n, k.name(), k.noun(), k.rule, since),
+			slog.String("rule", k.rule), slog.String("outcome", k.name()), slog.Int("count", n), slog.Duration("interval", since))
 	}
 	return full
 }

@@ -100,7 +100,7 @@ func TestStoreOutageIsSummed(t *testing.T) {
 	}{
 		{throttle.FailClosed, nil, `"failed" decisions`},
 		{throttle.FailOpen, nil, `"failed_open" decisions`},
-		{throttle.FailLocal, []throttle.Option{throttle.WithLocalShare(1)}, `"sent" local decisions`},
+		{throttle.FailLocal, []throttle.Option{throttle.WithLocalShare(1)}, `"sent_local" decisions`},
 	} {
 		t.Run(tc.policy.String(), func(t *testing.T) {
 			t.Parallel()

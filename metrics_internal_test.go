@@ -52,3 +52,25 @@ func TestWaitBucketsIsACopy(t *testing.T) {
 	WaitBuckets()[1] = time.Hour
 	assert.Equal(t, time.Millisecond, WaitBuckets()[1])
 }
+
+// BenchmarkRecord is what counting costs a request: one atomic add when
+// sent at once or refused, two after a wait.
+func BenchmarkRecord(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		d    Decision
+	}{
+		{"sent", Decision{Outcome: Sent}},
+		{"sent after a wait", Decision{Outcome: Sent, Delay: 3 * time.Millisecond}},
+		{"limited", Decision{Outcome: Limited}},
+	} {
+		d := c.d
+		b.Run(c.name, func(b *testing.B) {
+			var s ruleStats
+			b.ReportAllocs()
+			for b.Loop() {
+				s.record(d)
+			}
+		})
+	}
+}

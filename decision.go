@@ -80,8 +80,11 @@ type Decision struct {
 	Err error
 }
 
-// observe reports d to the hook and the logger, if any.
-func (t *Transport) observe(ctx context.Context, d Decision) {
+// observe counts d in the stats of r (nil: unmatched), and reports it to the
+// hook and the logger, if any. Repeated lines above Debug are summed up
+// (logs.go).
+func (t *Transport) observe(ctx context.Context, r *rule, d Decision) {
+	t.statsOf(r).record(d)
 	if t.onDecision != nil {
 		t.onDecision(d)
 	}
@@ -99,7 +102,8 @@ func (t *Transport) observe(ctx context.Context, d Decision) {
 	case Limited:
 		level = slog.LevelInfo
 	}
-	if !t.logger.Enabled(ctx, level) {
+	if !t.logger.Enabled(ctx, level) ||
+		level > slog.LevelDebug && !t.logFull(ctx, level, logKind{rule: d.Rule, outcome: d.Outcome, local: d.Local}) {
 		return
 	}
 	attrs := []slog.Attr{

@@ -30,6 +30,11 @@
 // once with a *LimitError matching ErrUpstreamLimited; throttled idempotent
 // requests may be retried (Rule.Retries).
 //
+// Transport.Stats counts, per rule, the requests by outcome, their waits,
+// the store failures and what the upstreams said; the modules
+// metrics/prometheus and metrics/otel export the counts. WithLogger logs the
+// decisions, a repeated refusal or store failure once per 10s with a count.
+//
 //	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 //	st, _ := store.NewRedis(rdb)
 //	tr, err := throttle.New(nil, st, throttle.WithRule(throttle.Rule{

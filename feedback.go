@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/throttle-go/throttle/store"
@@ -49,7 +48,7 @@ type Feedback struct {
 }
 
 // FeedbackStats counts what the transport heard from upstreams since it was
-// created. Read it with Transport.FeedbackStats.
+// created. Read it with Transport.FeedbackStats, or per rule in Stats.
 type FeedbackStats struct {
 	// TooManyRequests counts the 429 responses received, despite the
 	// throttle: the number to keep at zero.
@@ -63,12 +62,11 @@ type FeedbackStats struct {
 	Tightenings uint64
 }
 
-// feedbackState is the transport's side of the feedback: counters, and what
-// it last told the store per key, so that a header repeated on every
-// response does not cost a store call on every response.
+// feedbackState is the transport's side of the feedback: what it last told
+// the store per key, so that a header repeated on every response does not
+// cost a store call on every response. (The counters are per rule, in
+// metrics.go.)
 type feedbackState struct {
-	tooMany, unavailable, pauses, tightenings atomic.Uint64
-
 	mu   sync.Mutex
 	told map[string]told
 }
@@ -83,35 +81,11 @@ type told struct {
 // costs at most one extra store call per key).
 const maxTold = 10_000
 
-// FeedbackStats returns the transport's counts of what upstreams said.
-func (t *Transport) FeedbackStats() FeedbackStats {
-	return FeedbackStats{
-		TooManyRequests: t.fb.tooMany.Load(),
-		Unavailable:     t.fb.unavailable.Load(),
-		Pauses:          t.fb.pauses.Load(),
-		Tightenings:     t.fb.tightenings.Load(),
-	}
-}
-
 // throttledStatus reports whether a response is the upstream saying "slow
 // down": a 429, or a 503 with Retry-After.
 func throttledStatus(resp *http.Response) bool {
 	return resp.StatusCode == http.StatusTooManyRequests ||
 		resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != ""
-}
-
-// count counts resp in FeedbackStats when it is a 429, or a 503 with
-// Retry-After, and reports whether it is either.
-func (f *feedbackState) count(resp *http.Response) (throttled bool) {
-	switch {
-	case resp.StatusCode == http.StatusTooManyRequests:
-		f.tooMany.Add(1)
-		return true
-	case throttledStatus(resp):
-		f.unavailable.Add(1)
-		return true
-	}
-	return false
 }
 
 // heard is what listen made of a response: the pause it asks for (zero if
@@ -124,7 +98,7 @@ type heard struct {
 // listen reads resp, sent under rule r for k, records what it says through
 // the store failure policy, and reports it.
 func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Response) heard {
-	throttled := t.fb.count(resp)
+	throttled := r.stats.count(resp)
 	now := t.now()
 	sig := parseSignals(resp.Header, now)
 	l := r.learn(sig, throttled)
@@ -146,11 +120,11 @@ func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Res
 		recorded, fb.Err = t.policy.learn(ctx, r, k.skey, l)
 		if recorded {
 			if l.Pause > 0 {
-				t.fb.pauses.Add(1)
+				r.stats.pauses.Add(1)
 				h.held = true
 			}
 			if l.Limit.N > 0 || l.Reset > 0 {
-				t.fb.tightenings.Add(1)
+				r.stats.tightenings.Add(1)
 			}
 		}
 	}
@@ -283,14 +257,15 @@ func (t *Transport) report(ctx context.Context, fb Feedback) {
 	if t.logger == nil {
 		return
 	}
-	level := slog.LevelDebug
+	level, kind := slog.LevelDebug, noFeedback
 	switch {
 	case fb.Err != nil:
-		level = slog.LevelWarn
+		level, kind = slog.LevelWarn, feedbackFailed
 	case fb.Throttled || fb.Pause > 0:
-		level = slog.LevelInfo
+		level, kind = slog.LevelInfo, throttledAnswer
 	}
-	if !t.logger.Enabled(ctx, level) {
+	if !t.logger.Enabled(ctx, level) ||
+		kind != noFeedback && !t.logFull(ctx, level, logKind{rule: fb.Rule, feedback: kind}) {
 		return
 	}
 	attrs := []slog.Attr{

@@ -249,6 +249,7 @@ func TestLateWakeRetakesTheSlot(t *testing.T) {
 				sent, decisions := r.sent, r.decisions
 				require.Len(t, sent, 3)
 				assert.Equal(t, tc.wantRetaken, decisions[1].Retaken)
+				assert.Equal(t, uint64(tc.wantRetaken), tr.Stats().Rules[0].Retakes)
 				assert.GreaterOrEqual(t, sent[1].Sub(sent[0]), time.Second+DefaultMargin)
 				if tc.wantRetaken < maxRetakes {
 					// The late send was recorded within half the margin of

@@ -85,7 +85,9 @@ func WithOnFeedback(f func(Feedback)) Option {
 }
 
 // WithLogger logs every decision to l: refusals at Info, store failures at
-// Warn, the rest at Debug. The transport logs nothing without it.
+// Warn, the rest at Debug. A line above Debug that repeats (same rule and
+// outcome) is logged once per 10s, then summed up in one line with a count.
+// The transport logs nothing without it.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) error {
 		if l == nil {

@@ -115,6 +115,7 @@ type rule struct {
 	maxWait       time.Duration // 0 in FailFast mode
 	maxServerWait time.Duration
 	minN          int
+	stats         *ruleStats // the counters of its name (metrics.go)
 }
 
 func (r *Rule) displayName(isDefault bool) string {

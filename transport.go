@@ -31,6 +31,11 @@ type Transport struct {
 	fb         feedbackState
 	late       lateness // the allowance of this process's reservations (lateness.go)
 
+	// What an operator sees: counters (metrics.go) and logs (logs.go).
+	stats     []*ruleStats // per rule name
+	unmatched ruleStats    // the requests no rule matched
+	logs      logLimiter   // repeated lines become summaries
+
 	// The time seam (admit.go): tests replace sleep to make a process late.
 	now   func() time.Time
 	sleep func(context.Context, time.Duration) error
@@ -79,6 +84,7 @@ func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, er
 		return nil, err
 	}
 	t.policy = p
+	t.stats = bindStats(c.rules, c.def)
 	return t, nil
 }
 
@@ -94,17 +100,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	r := t.match(req)
 	if r == nil {
-		t.observe(ctx, Decision{Outcome: Unmatched})
+		t.observe(ctx, nil, Decision{Outcome: Unmatched})
 		resp, err := t.base.RoundTrip(req)
 		if err == nil && resp != nil {
-			t.fb.count(resp)
+			t.unmatched.count(resp)
 		}
 		return resp, err
 	}
 	k, err := t.keyOf(r, req)
 	if err != nil {
 		closeBody(req)
-		t.observe(ctx, Decision{Rule: r.Name, Key: k.key, Outcome: Failed, Err: err})
+		t.observe(ctx, r, Decision{Rule: r.Name, Key: k.key, Outcome: Failed, Err: err})
 		return nil, err
 	}
 	resp, heard, err := t.attempt(ctx, r, k, 0, req)
@@ -119,7 +125,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 func (t *Transport) attempt(ctx context.Context, r *rule, k keyed, n int, req *http.Request) (*http.Response, heard, error) {
 	d, due := t.admit(ctx, r, k) // admit.go
 	d.Attempt = n
-	t.observe(ctx, d)
+	t.observe(ctx, r, d)
 	if d.Outcome != Sent && d.Outcome != FailedOpen {
 		closeBody(req)
 		return nil, heard{}, d.Err

@@ -1,0 +1,273 @@
+package throttle
+
+import (
+	"errors"
+	"math"
+	"math/bits"
+	"net/http"
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+// This file is the transport's counters: per rule name, atomic, no lock and
+// no allocation on the request path; Stats reads them. The adapters in
+// metrics/prometheus and metrics/otel (modules of their own) export them.
+
+// numOutcomes is the number of Outcome values.
+const numOutcomes = len(outcomeNames)
+
+// waitBounds are the upper bounds of the wait histogram's buckets: 0 (no
+// wait), then powers of 2 from 1ms to 65.536s, past DefaultMaxWait. A wait
+// falls in the first bucket whose bound is at least the wait.
+var waitBounds = func() (b [18]time.Duration) {
+	for i := 1; i < len(b); i++ {
+		b[i] = time.Millisecond << (i - 1)
+	}
+	return b
+}()
+
+// numWaitBuckets is the number of buckets of a WaitHistogram: one per bound
+// and one for the waits above the last.
+const numWaitBuckets = len(waitBounds) + 1
+
+// WaitBuckets returns the upper bounds of a WaitHistogram's buckets: 0, 1ms,
+// 2ms, 4ms, ... 65.536s.
+func WaitBuckets() []time.Duration { return slices.Clone(waitBounds[:]) }
+
+// waitBucket returns the index of the bucket of a wait of d: 0 for none, i
+// for d in (2^(i-2)ms, 2^(i-1)ms], the last for a wait above every bound.
+func waitBucket(d time.Duration) int {
+	if d <= 0 {
+		return 0
+	}
+	ms := uint64((d + time.Millisecond - 1) / time.Millisecond) // rounded up
+	return min(bits.Len64(ms-1)+1, numWaitBuckets-1)
+}
+
+// Stats is a snapshot of a Transport's counters since it was created. Each
+// counter is read atomically, but not all at the same instant.
+type Stats struct {
+	// Rules has one entry per rule name, in the order of the options, the
+	// default rule last (rules of the same name share their counts).
+	Rules []RuleStats
+	// Unmatched counts the requests no rule matched (Outcome Unmatched),
+	// and the throttled responses they got. Its Rule is empty.
+	Unmatched RuleStats
+}
+
+// Total returns the sum of the counts of every rule and of Unmatched. Its
+// Rule is empty.
+func (s Stats) Total() RuleStats {
+	t := s.Unmatched
+	for _, r := range s.Rules {
+		t.add(r)
+	}
+	t.Rule = ""
+	return t
+}
+
+// RuleStats counts what happened to the requests of one rule.
+type RuleStats struct {
+	Rule string
+	// Requests counts the decisions by outcome, one per attempt (a
+	// retry is counted again): Requests[Limited] is the number refused
+	// by a limit.
+	Requests Outcomes
+	// Wait is the distribution of the waits (Decision.Delay) of the
+	// requests sent (Outcome Sent).
+	Wait WaitHistogram
+	// Retakes counts the slots given back because the process woke too
+	// late for them (Decision.Retaken, summed).
+	Retakes uint64
+	// Store counts what the store failure policy did.
+	Store StoreFailureStats
+	// Upstream counts what the upstream said.
+	Upstream FeedbackStats
+}
+
+// Outcomes counts requests by Outcome, indexed by it.
+type Outcomes [numOutcomes]uint64
+
+// StoreFailureStats counts the requests that met a failed store, or one
+// marked down, by what the store failure policy did with them.
+type StoreFailureStats struct {
+	// Refused counts the requests refused with a *StoreError (FailClosed).
+	Refused uint64
+	// Open counts the requests sent uncounted (FailOpen).
+	Open uint64
+	// Local counts the requests the in-process limiter decided (FailLocal),
+	// whatever it decided: Decision.Local set.
+	Local uint64
+}
+
+// WaitHistogram is a distribution of waits over the buckets of WaitBuckets.
+type WaitHistogram struct {
+	// Counts[i] counts the waits of at most WaitBuckets()[i] (and above the
+	// bound before); the last counts the waits above every bound.
+	Counts [numWaitBuckets]uint64
+	// Sum is the total of the waits. It saturates after 292 years.
+	Sum time.Duration
+}
+
+// Count returns the number of waits in h.
+func (h WaitHistogram) Count() uint64 {
+	var n uint64
+	for _, c := range h.Counts {
+		n += c
+	}
+	return n
+}
+
+// Stats returns a snapshot of the transport's counters.
+func (t *Transport) Stats() Stats {
+	s := Stats{Rules: make([]RuleStats, len(t.stats)), Unmatched: t.unmatched.snapshot()}
+	for i, rs := range t.stats {
+		s.Rules[i] = rs.snapshot()
+	}
+	return s
+}
+
+// FeedbackStats returns the transport's counts of what upstreams said, over
+// every rule and the unmatched requests: Stats().Total().Upstream, without
+// the copy.
+func (t *Transport) FeedbackStats() FeedbackStats {
+	f := t.unmatched.upstream()
+	for _, rs := range t.stats {
+		f.add(rs.upstream())
+	}
+	return f
+}
+
+// ruleStats is the counters of a rule name: written with atomic adds on the
+// request path, read by Stats.
+type ruleStats struct {
+	name     string
+	outcomes [numOutcomes]atomic.Uint64 // but Sent: the sum of wait
+	wait     [numWaitBuckets]atomic.Uint64
+	waitSum  atomic.Uint64 // nanoseconds
+	retakes  atomic.Uint64
+
+	refused, open, local atomic.Uint64
+
+	tooMany, unavailable, pauses, tightenings atomic.Uint64
+}
+
+// bindStats gives every rule the counters of its name, shared by the rules of
+// the same name, and returns them in the order of Stats.Rules.
+func bindStats(rules []*rule, def *rule) []*ruleStats {
+	var list []*ruleStats
+	byName := map[string]*ruleStats{}
+	for _, r := range append(rules[:len(rules):len(rules)], def) {
+		if r == nil {
+			continue
+		}
+		s := byName[r.Name]
+		if s == nil {
+			s = &ruleStats{name: r.Name}
+			byName[r.Name] = s
+			list = append(list, s)
+		}
+		r.stats = s
+	}
+	return list
+}
+
+// statsOf returns the counters of r's name, or of the unmatched requests.
+func (t *Transport) statsOf(r *rule) *ruleStats {
+	if r == nil {
+		return &t.unmatched
+	}
+	return r.stats
+}
+
+// record counts d. A request sent is counted once, in its wait bucket: the
+// buckets sum to Requests[Sent], which saves the allowed path an atomic add.
+func (s *ruleStats) record(d Decision) {
+	switch {
+	case d.Outcome == Sent:
+		s.wait[waitBucket(d.Delay)].Add(1)
+		if d.Delay > 0 {
+			s.waitSum.Add(uint64(d.Delay))
+		}
+	case d.Outcome >= 0 && int(d.Outcome) < numOutcomes:
+		s.outcomes[d.Outcome].Add(1)
+	}
+	switch d.Outcome {
+	case FailedOpen:
+		s.open.Add(1)
+	case Failed:
+		if !d.Local && errors.Is(d.Err, ErrStoreUnavailable) {
+			s.refused.Add(1)
+		}
+	}
+	if d.Retaken > 0 {
+		s.retakes.Add(uint64(d.Retaken))
+	}
+	if d.Local {
+		s.local.Add(1)
+	}
+}
+
+// count counts resp when it is a 429, or a 503 with Retry-After, and
+// reports whether it is either.
+func (s *ruleStats) count(resp *http.Response) (throttled bool) {
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests:
+		s.tooMany.Add(1)
+		return true
+	case throttledStatus(resp):
+		s.unavailable.Add(1)
+		return true
+	}
+	return false
+}
+
+func (s *ruleStats) upstream() FeedbackStats {
+	return FeedbackStats{
+		TooManyRequests: s.tooMany.Load(),
+		Unavailable:     s.unavailable.Load(),
+		Pauses:          s.pauses.Load(),
+		Tightenings:     s.tightenings.Load(),
+	}
+}
+
+func (s *ruleStats) snapshot() RuleStats {
+	r := RuleStats{
+		Rule:     s.name,
+		Retakes:  s.retakes.Load(),
+		Store:    StoreFailureStats{Refused: s.refused.Load(), Open: s.open.Load(), Local: s.local.Load()},
+		Upstream: s.upstream(),
+	}
+	for i := range s.outcomes {
+		r.Requests[i] = s.outcomes[i].Load()
+	}
+	for i := range s.wait {
+		r.Wait.Counts[i] = s.wait[i].Load()
+	}
+	r.Requests[Sent] = r.Wait.Count()
+	r.Wait.Sum = time.Duration(min(s.waitSum.Load(), math.MaxInt64))
+	return r
+}
+
+func (r *RuleStats) add(o RuleStats) {
+	for i := range r.Requests {
+		r.Requests[i] += o.Requests[i]
+	}
+	for i := range r.Wait.Counts {
+		r.Wait.Counts[i] += o.Wait.Counts[i]
+	}
+	r.Wait.Sum = time.Duration(min(uint64(r.Wait.Sum)+uint64(o.Wait.Sum), math.MaxInt64))
+	r.Retakes += o.Retakes
+	r.Store.Refused += o.Store.Refused
+	r.Store.Open += o.Store.Open
+	r.Store.Local += o.Store.Local
+	r.Upstream.add(o.Upstream)
+}
+
+func (f *FeedbackStats) add(o FeedbackStats) {
+	f.TooManyRequests += o.TooManyRequests
+	f.Unavailable += o.Unavailable
+	f.Pauses += o.Pauses
+	f.Tightenings += o.Tightenings
+}

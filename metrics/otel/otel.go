@@ -1,0 +1,160 @@
+// Package throttleotel exports the counters of a throttle.Transport as
+// OpenTelemetry metrics: asynchronous instruments on a metric.Meter, observed
+// from Transport.Stats at each collection. It lives in a module of its own,
+// so that the throttle module does not depend on OpenTelemetry.
+//
+// Its attributes are rule names and fixed values only, never a rate key:
+// their number is bounded by the rules configured in code.
+//
+//	reg, err := throttleotel.Register(provider.Meter("throttle"), tr)
+//	...
+//	defer reg.Unregister()
+//
+// To register several transports on one meter, tell them apart with an
+// attribute of your own:
+//
+//	throttleotel.Register(meter, tr, attribute.String("transport", "payments"))
+//
+// OpenTelemetry has no asynchronous histogram, so the distribution of the
+// waits is given as cumulative bucket counts (throttle.wait.requests, by
+// throttle.wait.le) beside their total (throttle.wait.time), as a Prometheus
+// histogram is.
+package throttleotel
+
+import (
+	"context"
+	"errors"
+	"math"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/throttle-go/throttle"
+)
+
+// Attribute keys of the instruments.
+const (
+	// RuleKey is the rule's name; "" for the requests no rule matched.
+	RuleKey = attribute.Key("throttle.rule")
+	// OutcomeKey is what the transport did with a request: sent, limited,
+	// canceled, failed, failed_open or unmatched (throttle.Outcome).
+	OutcomeKey = attribute.Key("throttle.outcome")
+	// PolicyKey is the store failure policy that decided a request:
+	// fail_closed, fail_open or fail_local.
+	PolicyKey = attribute.Key("throttle.store.policy")
+	// WaitBoundKey is the upper bound, in seconds, of a wait bucket
+	// (+Inf for the last).
+	WaitBoundKey = attribute.Key("throttle.wait.le")
+	// StatusKey is the HTTP status code of an upstream's response (the
+	// semantic conventions' name).
+	StatusKey = attribute.Key("http.response.status_code")
+)
+
+// Register creates the instruments on m and a callback that observes tr's
+// Stats at each collection, with attrs added to every point:
+//
+//	throttle.requests             {request}     throttle.rule, throttle.outcome
+//	throttle.wait.time            s             throttle.rule
+//	throttle.wait.requests        {request}     throttle.rule, throttle.wait.le
+//	throttle.retakes              {retake}      throttle.rule
+//	throttle.store.failures       {request}     throttle.rule, throttle.store.policy
+//	throttle.upstream.responses   {response}    throttle.rule, http.response.status_code
+//	throttle.upstream.pauses      {pause}       throttle.rule
+//	throttle.upstream.tightenings {tightening}  throttle.rule
+//
+// All are cumulative counters. Unregister the Registration to stop.
+func Register(m metric.Meter, tr *throttle.Transport, attrs ...attribute.KeyValue) (metric.Registration, error) {
+	if m == nil || tr == nil {
+		return nil, errors.New("throttleotel: nil meter or transport")
+	}
+	ins := instruments{extra: append([]attribute.KeyValue(nil), attrs...)}
+	var errs []error
+	counter := func(name, unit, desc string) metric.Int64ObservableCounter {
+		c, err := m.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	ins.requests = counter("throttle.requests", "{request}",
+		"Requests by what the transport did with them, one per attempt.")
+	waitTime, err := m.Float64ObservableCounter("throttle.wait.time", metric.WithUnit("s"),
+		metric.WithDescription("Total time the requests sent waited for their slot."))
+	errs = append(errs, err)
+	ins.waitTime = waitTime
+	ins.waits = counter("throttle.wait.requests", "{request}",
+		"Requests sent that waited at most throttle.wait.le seconds for their slot (cumulative buckets).")
+	ins.retakes = counter("throttle.retakes", "{retake}",
+		"Slots given back because the process woke too late for them.")
+	ins.store = counter("throttle.store.failures", "{request}",
+		"Requests that met a failed store, or one marked down, by the policy that decided them.")
+	ins.upstream = counter("throttle.upstream.responses", "{response}",
+		"Throttled responses from the upstream: 429s, and 503s with Retry-After.")
+	ins.pauses = counter("throttle.upstream.pauses", "{pause}",
+		"Pauses recorded for the fleet after a throttled response, an exhausted budget or X-App-Usage at 100%.")
+	ins.tighten = counter("throttle.upstream.tightenings", "{tightening}",
+		"Limits and budgets learned from the upstream's headers and recorded.")
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	for _, b := range throttle.WaitBuckets() {
+		ins.bounds = append(ins.bounds, b.Seconds())
+	}
+	ins.bounds = append(ins.bounds, math.Inf(1))
+	return m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		ins.observe(o, tr.Stats())
+		return nil
+	}, ins.requests, ins.waitTime, ins.waits, ins.retakes, ins.store, ins.upstream, ins.pauses, ins.tighten)
+}
+
+type instruments struct {
+	requests, waits, retakes, store, upstream, pauses, tighten metric.Int64ObservableCounter
+	waitTime                                                   metric.Float64ObservableCounter
+	bounds                                                     []float64 // of the wait buckets, in seconds, +Inf last
+	extra                                                      []attribute.KeyValue
+}
+
+// with returns the attributes kv and the caller's.
+func (ins *instruments) with(kv ...attribute.KeyValue) metric.MeasurementOption {
+	return metric.WithAttributes(append(kv, ins.extra...)...)
+}
+
+// observe reports s. Every rule has every series, zeros included; the
+// requests that no rule matched have the rule "" and only their outcome
+// (unmatched) and upstream responses.
+func (ins *instruments) observe(o metric.Observer, s throttle.Stats) {
+	for _, r := range s.Rules {
+		rule := RuleKey.String(r.Rule)
+		for i, n := range r.Requests {
+			if oc := throttle.Outcome(i); oc != throttle.Unmatched {
+				o.ObserveInt64(ins.requests, clamp(n), ins.with(rule, OutcomeKey.String(oc.String())))
+			}
+		}
+		o.ObserveFloat64(ins.waitTime, r.Wait.Sum.Seconds(), ins.with(rule))
+		var cum uint64
+		for i, b := range ins.bounds {
+			cum += r.Wait.Counts[i]
+			o.ObserveInt64(ins.waits, clamp(cum), ins.with(rule, WaitBoundKey.Float64(b)))
+		}
+		o.ObserveInt64(ins.retakes, clamp(r.Retakes), ins.with(rule))
+		for _, p := range []struct {
+			name string
+			n    uint64
+		}{{"fail_closed", r.Store.Refused}, {"fail_open", r.Store.Open}, {"fail_local", r.Store.Local}} {
+			o.ObserveInt64(ins.store, clamp(p.n), ins.with(rule, PolicyKey.String(p.name)))
+		}
+		ins.observeUpstream(o, rule, r.Upstream)
+		o.ObserveInt64(ins.pauses, clamp(r.Upstream.Pauses), ins.with(rule))
+		o.ObserveInt64(ins.tighten, clamp(r.Upstream.Tightenings), ins.with(rule))
+	}
+	rule := RuleKey.String("")
+	o.ObserveInt64(ins.requests, clamp(s.Unmatched.Requests[throttle.Unmatched]),
+		ins.with(rule, OutcomeKey.String(throttle.Unmatched.String())))
+	ins.observeUpstream(o, rule, s.Unmatched.Upstream)
+}
+
+func (ins *instruments) observeUpstream(o metric.Observer, rule attribute.KeyValue, f throttle.FeedbackStats) {
+	o.ObserveInt64(ins.upstream, clamp(f.TooManyRequests), ins.with(rule, StatusKey.Int(429)))
+	o.ObserveInt64(ins.upstream, clamp(f.Unavailable), ins.with(rule, StatusKey.Int(503)))
+}
+
+// clamp converts a count to the int64 of an instrument.
+func clamp(n uint64) int64 { return int64(min(n, math.MaxInt64)) }

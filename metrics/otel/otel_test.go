@@ -1,0 +1,199 @@
+package throttleotel_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/throttle-go/throttle"
+	throttleotel "github.com/throttle-go/throttle/metrics/otel"
+	"github.com/throttle-go/throttle/store"
+)
+
+// upstream answers 200, or 429 to a path under /429.
+var upstream = roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+	status := http.StatusOK
+	if strings.HasPrefix(r.URL.Path, "/429") {
+		status = http.StatusTooManyRequests
+	}
+	return &http.Response{StatusCode: status, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+})
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// downStore is a store whose every call fails.
+type downStore struct{}
+
+func (downStore) Reserve(context.Context, string, store.Request) (store.Reservation, error) {
+	return store.Reservation{}, errors.New("connection refused")
+}
+func (downStore) Cancel(context.Context, store.Reservation) error { return nil }
+
+func newTransport(t *testing.T, st store.Store, opts ...throttle.Option) *throttle.Transport {
+	t.Helper()
+	if st == nil {
+		m, err := store.NewMemory()
+		require.NoError(t, err)
+		st = m
+	}
+	tr, err := throttle.New(upstream, st, opts...)
+	require.NoError(t, err)
+	return tr
+}
+
+func get(t *testing.T, tr http.RoundTripper, rawURL string) error {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, rawURL, nil)
+	require.NoError(t, err)
+	resp, err := tr.RoundTrip(req)
+	if err == nil {
+		_ = resp.Body.Close()
+	}
+	return err
+}
+
+// collected is what a ManualReader collected: per instrument, its unit and
+// its points by attributes ("k=v,k=v").
+type collected map[string]instrument
+
+type instrument struct {
+	unit   string
+	points map[string]float64
+}
+
+func collect(t *testing.T, r *sdkmetric.ManualReader) collected {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, r.Collect(context.Background(), &rm))
+	c := collected{}
+	enc := attribute.DefaultEncoder()
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			ins := instrument{unit: m.Unit, points: map[string]float64{}}
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				require.True(t, d.IsMonotonic, m.Name)
+				require.Equal(t, metricdata.CumulativeTemporality, d.Temporality, m.Name)
+				for _, p := range d.DataPoints {
+					ins.points[p.Attributes.Encoded(enc)] = float64(p.Value)
+				}
+			case metricdata.Sum[float64]:
+				require.True(t, d.IsMonotonic, m.Name)
+				for _, p := range d.DataPoints {
+					ins.points[p.Attributes.Encoded(enc)] = p.Value
+				}
+			default:
+				t.Fatalf("%s: unexpected %T", m.Name, m.Data)
+			}
+			c[m.Name] = ins
+		}
+	}
+	return c
+}
+
+// TestRegister drives a transport on a memory store through sent, waited,
+// limited, unmatched and throttled requests, and one on a store that is down
+// (FailClosed), told apart by an attribute, and collects their instruments
+// with the SDK's ManualReader:
+// names, units, kinds and values; after Unregister, nothing.
+func TestRegister(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newTransport(t, nil,
+			throttle.WithRule(throttle.Rule{Name: "api", Host: "api.example", Limits: []throttle.Limit{throttle.PerSecond(1)}}),
+			throttle.WithRule(throttle.Rule{Name: "ff", Host: "ff.example", Limits: []throttle.Limit{throttle.PerHour(1)},
+				Mode: throttle.FailFast, IgnoreUpstream: true}))
+		require.NoError(t, get(t, tr, "https://api.example/a")) // sent at once
+		require.NoError(t, get(t, tr, "https://api.example/a")) // sent after 1s and the margin
+		require.NoError(t, get(t, tr, "https://ff.example/429"))
+		require.ErrorIs(t, get(t, tr, "https://ff.example/a"), throttle.ErrLimited)
+		require.NoError(t, get(t, tr, "https://other.example/429")) // unmatched
+		down := newTransport(t, downStore{},
+			throttle.WithRule(throttle.Rule{Name: "down", Host: "api.example", Limits: []throttle.Limit{throttle.PerSecond(1)}}))
+		require.ErrorIs(t, get(t, down, "https://api.example/a"), throttle.ErrStoreUnavailable)
+
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		meter := mp.Meter("github.com/throttle-go/throttle")
+		reg, err := throttleotel.Register(meter, tr)
+		require.NoError(t, err)
+		regDown, err := throttleotel.Register(meter, down, attribute.String("transport", "down"))
+		require.NoError(t, err)
+
+		got := collect(t, reader)
+		units := map[string]string{}
+		for name, ins := range got {
+			units[name] = ins.unit
+		}
+		assert.Equal(t, map[string]string{
+			"throttle.requests":             "{request}",
+			"throttle.wait.time":            "s",
+			"throttle.wait.requests":        "{request}",
+			"throttle.retakes":              "{retake}",
+			"throttle.store.failures":       "{request}",
+			"throttle.upstream.responses":   "{response}",
+			"throttle.upstream.pauses":      "{pause}",
+			"throttle.upstream.tightenings": "{tightening}",
+		}, units)
+
+		req := got["throttle.requests"].points
+		assert.Equal(t, 2.0, req["throttle.outcome=sent,throttle.rule=api"])
+		assert.Equal(t, 0.0, req["throttle.outcome=limited,throttle.rule=api"])
+		assert.Equal(t, 1.0, req["throttle.outcome=sent,throttle.rule=ff"])
+		assert.Equal(t, 1.0, req["throttle.outcome=limited,throttle.rule=ff"])
+		assert.Equal(t, 1.0, req["throttle.outcome=failed,throttle.rule=down,transport=down"])
+		assert.Equal(t, 0.0, req["throttle.outcome=unmatched,throttle.rule=,transport=down"])
+		assert.Equal(t, 1.0, req["throttle.outcome=unmatched,throttle.rule="])
+		assert.Len(t, req, 3*5+2, "5 outcomes per rule, and the unmatched requests of each transport")
+
+		assert.InDelta(t, (time.Second + throttle.DefaultMargin).Seconds(), got["throttle.wait.time"].points["throttle.rule=api"], 1e-9)
+		waits := got["throttle.wait.requests"].points
+		le := func(b float64) string {
+			set := attribute.NewSet(throttleotel.RuleKey.String("api"), throttleotel.WaitBoundKey.Float64(b))
+			return set.Encoded(attribute.DefaultEncoder())
+		}
+		assert.Equal(t, 1.0, waits[le(0)])
+		assert.Equal(t, 1.0, waits[le(0.512)])
+		assert.Equal(t, 2.0, waits[le(1.024)])
+		assert.Equal(t, 2.0, waits[le(math.Inf(1))])
+
+		st := got["throttle.store.failures"].points
+		assert.Equal(t, 1.0, st["throttle.rule=down,throttle.store.policy=fail_closed,transport=down"])
+		assert.Equal(t, 0.0, st["throttle.rule=down,throttle.store.policy=fail_open,transport=down"])
+		assert.Equal(t, 0.0, st["throttle.rule=api,throttle.store.policy=fail_closed"])
+
+		up := got["throttle.upstream.responses"].points
+		assert.Equal(t, 1.0, up["http.response.status_code=429,throttle.rule=ff"])
+		assert.Equal(t, 1.0, up["http.response.status_code=429,throttle.rule="])
+		assert.Equal(t, 0.0, up["http.response.status_code=503,throttle.rule=ff"])
+		assert.Equal(t, 0.0, got["throttle.upstream.pauses"].points["throttle.rule=ff"])
+
+		require.NoError(t, reg.Unregister())
+		require.NoError(t, regDown.Unregister())
+		for name, ins := range collect(t, reader) {
+			assert.Empty(t, ins.points, name)
+		}
+	})
+}
+
+// TestRegisterNil: a nil meter or transport is an error, not a panic.
+func TestRegisterNil(t *testing.T) {
+	mp := sdkmetric.NewMeterProvider()
+	_, err := throttleotel.Register(mp.Meter("x"), nil)
+	assert.Error(t, err)
+	_, err = throttleotel.Register(nil, newTransport(t, nil,
+		throttle.WithRule(throttle.Rule{Host: "api.example", Limits: []throttle.Limit{throttle.PerSecond(1)}})))
+	assert.Error(t, err)
+}

@@ -1,0 +1,108 @@
+// Package throttleprom exports the counters of a throttle.Transport to
+// Prometheus: a prometheus.Collector that reads Transport.Stats at each
+// scrape. It lives in a module of its own, so that the throttle module does
+// not depend on the Prometheus client.
+//
+// Its labels are rule names and fixed values only, never a rate key: their
+// number is bounded by the rules configured in code.
+//
+//	reg.MustRegister(throttleprom.NewCollector(tr))
+//
+// To register the collectors of several transports in one registry, tell
+// them apart with a label of your own:
+//
+//	prometheus.WrapRegistererWith(prometheus.Labels{"transport": "payments"}, reg).
+//		MustRegister(throttleprom.NewCollector(tr))
+package throttleprom
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/throttle-go/throttle"
+)
+
+// Collector is a prometheus.Collector over the Stats of one Transport. It
+// is safe for concurrent use.
+type Collector struct {
+	tr                                                        *throttle.Transport
+	requests, wait, retakes, store, upstream, pauses, tighten *prometheus.Desc
+	bounds                                                    []float64 // the wait buckets, in seconds
+}
+
+var _ prometheus.Collector = (*Collector)(nil)
+
+// NewCollector returns a Collector of tr's metrics. tr must not be nil.
+func NewCollector(tr *throttle.Transport) *Collector {
+	rule := []string{"rule"}
+	c := &Collector{
+		tr: tr,
+		requests: prometheus.NewDesc("throttle_requests_total",
+			"Requests by what the transport did with them (one per attempt); outcome is sent, limited, canceled, failed, failed_open or unmatched.",
+			[]string{"rule", "outcome"}, nil),
+		wait: prometheus.NewDesc("throttle_wait_seconds",
+			"How long the requests sent waited for their slot.", rule, nil),
+		retakes: prometheus.NewDesc("throttle_retakes_total",
+			"Slots given back because the process woke too late for them.", rule, nil),
+		store: prometheus.NewDesc("throttle_store_failures_total",
+			"Requests that met a failed store, or one marked down, by the policy that decided them: fail_closed (refused), fail_open (sent uncounted) or fail_local (decided in the process).",
+			[]string{"rule", "policy"}, nil),
+		upstream: prometheus.NewDesc("throttle_upstream_responses_total",
+			"Throttled responses from the upstream: 429s, and 503s with Retry-After.", []string{"rule", "status"}, nil),
+		pauses: prometheus.NewDesc("throttle_upstream_pauses_total",
+			"Pauses recorded for the fleet after a throttled response, an exhausted budget or X-App-Usage at 100%.", rule, nil),
+		tighten: prometheus.NewDesc("throttle_upstream_tightenings_total",
+			"Limits and budgets learned from the upstream's headers and recorded.", rule, nil),
+	}
+	for _, b := range throttle.WaitBuckets() {
+		c.bounds = append(c.bounds, b.Seconds())
+	}
+	return c
+}
+
+// Describe sends the descriptions of every metric of c.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.requests, c.wait, c.retakes, c.store, c.upstream, c.pauses, c.tighten} {
+		ch <- d
+	}
+}
+
+// Collect reads the transport's Stats and sends them as metrics. Every rule
+// has every series, zeros included; the requests that no rule matched have
+// the rule "" and only their outcome (unmatched) and upstream responses.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	if c.tr == nil {
+		return
+	}
+	s := c.tr.Stats()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	for _, r := range s.Rules {
+		for o, n := range r.Requests {
+			if throttle.Outcome(o) != throttle.Unmatched {
+				counter(c.requests, n, r.Rule, throttle.Outcome(o).String())
+			}
+		}
+		buckets := make(map[float64]uint64, len(c.bounds))
+		var cum uint64
+		for i, b := range c.bounds {
+			cum += r.Wait.Counts[i]
+			buckets[b] = cum
+		}
+		ch <- prometheus.MustNewConstHistogram(c.wait, r.Wait.Count(), r.Wait.Sum.Seconds(), buckets, r.Rule)
+		counter(c.retakes, r.Retakes, r.Rule)
+		counter(c.store, r.Store.Refused, r.Rule, "fail_closed")
+		counter(c.store, r.Store.Open, r.Rule, "fail_open")
+		counter(c.store, r.Store.Local, r.Rule, "fail_local")
+		c.upstreamMetrics(ch, r)
+		counter(c.pauses, r.Upstream.Pauses, r.Rule)
+		counter(c.tighten, r.Upstream.Tightenings, r.Rule)
+	}
+	counter(c.requests, s.Unmatched.Requests[throttle.Unmatched], "", throttle.Unmatched.String())
+	c.upstreamMetrics(ch, s.Unmatched)
+}
+
+func (c *Collector) upstreamMetrics(ch chan<- prometheus.Metric, r throttle.RuleStats) {
+	ch <- prometheus.MustNewConstMetric(c.upstream, prometheus.CounterValue, float64(r.Upstream.TooManyRequests), r.Rule, "429")
+	ch <- prometheus.MustNewConstMetric(c.upstream, prometheus.CounterValue, float64(r.Upstream.Unavailable), r.Rule, "503")
+}

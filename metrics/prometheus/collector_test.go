@@ -1,0 +1,202 @@
+package throttleprom_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/throttle-go/throttle"
+	throttleprom "github.com/throttle-go/throttle/metrics/prometheus"
+	"github.com/throttle-go/throttle/store"
+)
+
+// upstream answers 200, or 429 to a path under /429.
+var upstream = roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+	status := http.StatusOK
+	if strings.HasPrefix(r.URL.Path, "/429") {
+		status = http.StatusTooManyRequests
+	}
+	return &http.Response{StatusCode: status, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+})
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// downStore is a store whose every call fails.
+type downStore struct{}
+
+func (downStore) Reserve(context.Context, string, store.Request) (store.Reservation, error) {
+	return store.Reservation{}, errors.New("connection refused")
+}
+func (downStore) Cancel(context.Context, store.Reservation) error { return nil }
+
+func newTransport(t *testing.T, st store.Store, opts ...throttle.Option) *throttle.Transport {
+	t.Helper()
+	if st == nil {
+		m, err := store.NewMemory()
+		require.NoError(t, err)
+		st = m
+	}
+	tr, err := throttle.New(upstream, st, opts...)
+	require.NoError(t, err)
+	return tr
+}
+
+func get(t *testing.T, tr http.RoundTripper, rawURL string) error {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, rawURL, nil)
+	require.NoError(t, err)
+	resp, err := tr.RoundTrip(req)
+	if err == nil {
+		_ = resp.Body.Close()
+	}
+	return err
+}
+
+// TestCollector drives two transports, one on a memory store and one on a
+// store that is down (FailClosed), through sent, waited, limited, failed,
+// unmatched and throttled requests, and gathers their collectors from one
+// registry, told apart by a label: names, types, help and values as the
+// Prometheus text format would show them.
+func TestCollector(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newTransport(t, nil,
+			throttle.WithRule(throttle.Rule{Name: "api", Host: "api.example", Limits: []throttle.Limit{throttle.PerSecond(1)}}),
+			throttle.WithRule(throttle.Rule{Name: "ff", Host: "ff.example", Limits: []throttle.Limit{throttle.PerHour(1)},
+				Mode: throttle.FailFast, IgnoreUpstream: true}))
+		require.NoError(t, get(t, tr, "https://api.example/a"))  // sent at once
+		require.NoError(t, get(t, tr, "https://api.example/a"))  // sent after 1s and the margin
+		require.NoError(t, get(t, tr, "https://ff.example/429")) // sent, answered 429
+		require.ErrorIs(t, get(t, tr, "https://ff.example/a"), throttle.ErrLimited)
+		require.NoError(t, get(t, tr, "https://other.example/429")) // unmatched, answered 429
+
+		down := newTransport(t, downStore{},
+			throttle.WithRule(throttle.Rule{Name: "api", Host: "api.example", Limits: []throttle.Limit{throttle.PerSecond(1)}}))
+		require.ErrorIs(t, get(t, down, "https://api.example/a"), throttle.ErrStoreUnavailable)
+
+		reg := prometheus.NewPedanticRegistry() // checks every metric against its description
+		for name, tr := range map[string]*throttle.Transport{"main": tr, "down": down} {
+			prometheus.WrapRegistererWith(prometheus.Labels{"transport": name}, reg).MustRegister(throttleprom.NewCollector(tr))
+		}
+
+		const want = `
+# HELP throttle_requests_total Requests by what the transport did with them (one per attempt); outcome is sent, limited, canceled, failed, failed_open or unmatched.
+# TYPE throttle_requests_total counter
+throttle_requests_total{outcome="canceled",rule="api",transport="down"} 0
+throttle_requests_total{outcome="canceled",rule="api",transport="main"} 0
+throttle_requests_total{outcome="canceled",rule="ff",transport="main"} 0
+throttle_requests_total{outcome="failed",rule="api",transport="down"} 1
+throttle_requests_total{outcome="failed",rule="api",transport="main"} 0
+throttle_requests_total{outcome="failed",rule="ff",transport="main"} 0
+throttle_requests_total{outcome="failed_open",rule="api",transport="down"} 0
+throttle_requests_total{outcome="failed_open",rule="api",transport="main"} 0
+throttle_requests_total{outcome="failed_open",rule="ff",transport="main"} 0
+throttle_requests_total{outcome="limited",rule="api",transport="down"} 0
+throttle_requests_total{outcome="limited",rule="api",transport="main"} 0
+throttle_requests_total{outcome="limited",rule="ff",transport="main"} 1
+throttle_requests_total{outcome="sent",rule="api",transport="down"} 0
+throttle_requests_total{outcome="sent",rule="api",transport="main"} 2
+throttle_requests_total{outcome="sent",rule="ff",transport="main"} 1
+throttle_requests_total{outcome="unmatched",rule="",transport="down"} 0
+throttle_requests_total{outcome="unmatched",rule="",transport="main"} 1
+# HELP throttle_store_failures_total Requests that met a failed store, or one marked down, by the policy that decided them: fail_closed (refused), fail_open (sent uncounted) or fail_local (decided in the process).
+# TYPE throttle_store_failures_total counter
+throttle_store_failures_total{policy="fail_closed",rule="api",transport="down"} 1
+throttle_store_failures_total{policy="fail_closed",rule="api",transport="main"} 0
+throttle_store_failures_total{policy="fail_closed",rule="ff",transport="main"} 0
+throttle_store_failures_total{policy="fail_local",rule="api",transport="down"} 0
+throttle_store_failures_total{policy="fail_local",rule="api",transport="main"} 0
+throttle_store_failures_total{policy="fail_local",rule="ff",transport="main"} 0
+throttle_store_failures_total{policy="fail_open",rule="api",transport="down"} 0
+throttle_store_failures_total{policy="fail_open",rule="api",transport="main"} 0
+throttle_store_failures_total{policy="fail_open",rule="ff",transport="main"} 0
+# HELP throttle_upstream_responses_total Throttled responses from the upstream: 429s, and 503s with Retry-After.
+# TYPE throttle_upstream_responses_total counter
+throttle_upstream_responses_total{rule="",status="429",transport="down"} 0
+throttle_upstream_responses_total{rule="",status="429",transport="main"} 1
+throttle_upstream_responses_total{rule="",status="503",transport="down"} 0
+throttle_upstream_responses_total{rule="",status="503",transport="main"} 0
+throttle_upstream_responses_total{rule="api",status="429",transport="down"} 0
+throttle_upstream_responses_total{rule="api",status="429",transport="main"} 0
+throttle_upstream_responses_total{rule="api",status="503",transport="down"} 0
+throttle_upstream_responses_total{rule="api",status="503",transport="main"} 0
+throttle_upstream_responses_total{rule="ff",status="429",transport="main"} 1
+throttle_upstream_responses_total{rule="ff",status="503",transport="main"} 0
+`
+		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want),
+			"throttle_requests_total", "throttle_store_failures_total", "throttle_upstream_responses_total"))
+
+		// Every family, with its type.
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		types := map[string]dto.MetricType{}
+		for _, f := range families {
+			types[f.GetName()] = f.GetType()
+		}
+		assert.Equal(t, map[string]dto.MetricType{
+			"throttle_requests_total":             dto.MetricType_COUNTER,
+			"throttle_wait_seconds":               dto.MetricType_HISTOGRAM,
+			"throttle_retakes_total":              dto.MetricType_COUNTER,
+			"throttle_store_failures_total":       dto.MetricType_COUNTER,
+			"throttle_upstream_responses_total":   dto.MetricType_COUNTER,
+			"throttle_upstream_pauses_total":      dto.MetricType_COUNTER,
+			"throttle_upstream_tightenings_total": dto.MetricType_COUNTER,
+		}, types)
+
+		// The waits of rule api: one of none, one of 1.005s, in le 1.024.
+		h := histogram(t, families, "api", "main")
+		assert.Equal(t, uint64(2), h.GetSampleCount())
+		assert.InDelta(t, (time.Second + throttle.DefaultMargin).Seconds(), h.GetSampleSum(), 1e-9)
+		cum := map[float64]uint64{}
+		for _, b := range h.GetBucket() {
+			cum[b.GetUpperBound()] = b.GetCumulativeCount()
+		}
+		assert.Equal(t, len(throttle.WaitBuckets()), len(h.GetBucket()))
+		assert.Equal(t, uint64(1), cum[0])
+		assert.Equal(t, uint64(1), cum[0.512])
+		assert.Equal(t, uint64(2), cum[1.024])
+		assert.Equal(t, uint64(2), cum[65.536])
+
+		// The naming conventions, as promlint checks them.
+		problems, err := testutil.GatherAndLint(reg)
+		require.NoError(t, err)
+		assert.Empty(t, problems)
+	})
+}
+
+// histogram returns the wait histogram of rule on transport.
+func histogram(t *testing.T, families []*dto.MetricFamily, rule, transport string) *dto.Histogram {
+	t.Helper()
+	for _, f := range families {
+		if f.GetName() != "throttle_wait_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["rule"] == rule && labels["transport"] == transport {
+				return m.GetHistogram()
+			}
+		}
+	}
+	t.Fatalf("no throttle_wait_seconds for rule %q on %q", rule, transport)
+	return nil
+}
+
+// TestNilTransport: a collector of nil collects nothing rather than panic.
+func TestNilTransport(t *testing.T) {
+	assert.Equal(t, 0, testutil.CollectAndCount(throttleprom.NewCollector(nil)))
+}

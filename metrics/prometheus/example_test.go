@@ -1,0 +1,89 @@
+package throttleprom_test
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/throttle-go/throttle"
+	throttleprom "github.com/throttle-go/throttle/metrics/prometheus"
+	"github.com/throttle-go/throttle/store"
+)
+
+// A transport's metrics in the Prometheus text format, as a scrape of
+// promhttp.HandlerFor(reg, promhttp.HandlerOpts{}) returns them: two
+// requests sent, a third refused.
+func Example() {
+	st, _ := store.NewMemory()
+	tr, err := throttle.New(okUpstream, st, throttle.WithRule(throttle.Rule{
+		Name: "payments", Host: "api.gateway.example",
+		Limits: []throttle.Limit{throttle.PerMinute(2)}, Mode: throttle.FailFast,
+	}))
+	if err != nil {
+		panic(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(throttleprom.NewCollector(tr))
+
+	client := &http.Client{Transport: tr}
+	for range 3 {
+		resp, err := client.Get("https://api.gateway.example/v1/charges")
+		if err != nil {
+			fmt.Println("refused:", errors.Is(err, throttle.ErrLimited))
+			continue
+		}
+		resp.Body.Close()
+	}
+
+	families, err := reg.Gather()
+	if err != nil {
+		panic(err)
+	}
+	for _, f := range families {
+		switch f.GetName() {
+		case "throttle_requests_total", "throttle_wait_seconds":
+			_, _ = expfmt.MetricFamilyToText(os.Stdout, f)
+		}
+	}
+	// Output:
+	// refused: true
+	// # HELP throttle_requests_total Requests by what the transport did with them (one per attempt); outcome is sent, limited, canceled, failed, failed_open or unmatched.
+	// # TYPE throttle_requests_total counter
+	// throttle_requests_total{outcome="canceled",rule="payments"} 0
+	// throttle_requests_total{outcome="failed",rule="payments"} 0
+	// throttle_requests_total{outcome="failed_open",rule="payments"} 0
+	// throttle_requests_total{outcome="limited",rule="payments"} 1
+	// throttle_requests_total{outcome="sent",rule="payments"} 2
+	// throttle_requests_total{outcome="unmatched",rule=""} 0
+	// # HELP throttle_wait_seconds How long the requests sent waited for their slot.
+	// # TYPE throttle_wait_seconds histogram
+	// throttle_wait_seconds_bucket{rule="payments",le="0"} 2
+	// throttle_wait_seconds_bucket{rule="payments",le="0.001"} 2
+	// throttle_wait_seconds_bucket{rule="payments",le="0.002"} 2
+	// throttle_wait_seconds_bucket{rule="payments",le="0.004"} 2
+	// throttle_wait_seconds_bucket{rule="payments",le="0.008"} 2
+	// throttle_wait_seconds_bucket{rule="payments",le="0.016"} 2
+	// throttle_wait_seconds_bucket{rule="payments",le="0.032"} 2
+	// throttle_wait_seconds_bucket{rule="payments",le="0.064"} 2
+	// throttle_wait_seconds_bucket{rule="payments",le="0.128"} 2
+	// throttle_wait_seconds_bucket{rule="payments",le="0.256"} 2
+	// throttle_wait_seconds_bucket{rule="payments",le="0.512"} 2
+	// throttle_wait_seconds_bucket{rule="payments",le="1.024"} 2
+	// throttle_wait_seconds_bucket{rule="payments",le="2.048"} 2
+	// throttle_wait_seconds_bucket{rule="payments",le="4.096"} 2
+	// throttle_wait_seconds_bucket{rule="payments",le="8.192"} 2
+	// throttle_wait_seconds_bucket{rule="payments",le="16.384"} 2
+	// throttle_wait_seconds_bucket{rule="payments",le="32.768"} 2
+	// throttle_wait_seconds_bucket{rule="payments",le="65.536"} 2
+	// throttle_wait_seconds_bucket{rule="payments",le="+Inf"} 2
+	// throttle_wait_seconds_sum{rule="payments"} 0
+	// throttle_wait_seconds_count{rule="payments"} 2
+}
+
+var okUpstream = roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+})

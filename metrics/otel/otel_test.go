@@ -112,7 +112,7 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) collected {
 func TestRegister(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := newTransport(t, nil,
-			throttle.WithRule(throttle.Rule{Name: "api", Host: "api.example", Limits: []throttle.Limit{throttle.PerSecond(1)}}),
+			throttle.WithRule(throttle.Rule{Name: "api", Host: "api.example", Limits: []throttle.Limit{throttle.PerSecond(1)}, Margin: throttle.NoMargin}),
 			throttle.WithRule(throttle.Rule{Name: "ff", Host: "ff.example", Limits: []throttle.Limit{throttle.PerHour(1)},
 				Mode: throttle.FailFast, IgnoreUpstream: true}))
 		require.NoError(t, get(t, tr, "https://api.example/a")) // sent at once
@@ -158,7 +158,7 @@ func TestRegister(t *testing.T) {
 		assert.Equal(t, 1.0, req["throttle.outcome=unmatched,throttle.rule="])
 		assert.Len(t, req, 3*5+2, "5 outcomes per rule, and the unmatched requests of each transport")
 
-		assert.InDelta(t, (time.Second + throttle.DefaultMargin).Seconds(), got["throttle.wait.time"].points["throttle.rule=api"], 1e-9)
+		assert.InDelta(t, time.Second.Seconds(), got["throttle.wait.time"].points["throttle.rule=api"], 1e-9)
 		waits := got["throttle.wait.requests"].points
 		le := func(b float64) string {
 			set := attribute.NewSet(throttleotel.RuleKey.String("api"), throttleotel.WaitBoundKey.Float64(b))

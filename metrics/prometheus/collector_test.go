@@ -72,7 +72,7 @@ func get(t *testing.T, tr http.RoundTripper, rawURL string) error {
 func TestCollector(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := newTransport(t, nil,
-			throttle.WithRule(throttle.Rule{Name: "api", Host: "api.example", Limits: []throttle.Limit{throttle.PerSecond(1)}}),
+			throttle.WithRule(throttle.Rule{Name: "api", Host: "api.example", Limits: []throttle.Limit{throttle.PerSecond(1)}, Margin: throttle.NoMargin}),
 			throttle.WithRule(throttle.Rule{Name: "ff", Host: "ff.example", Limits: []throttle.Limit{throttle.PerHour(1)},
 				Mode: throttle.FailFast, IgnoreUpstream: true}))
 		require.NoError(t, get(t, tr, "https://api.example/a"))  // sent at once
@@ -154,10 +154,11 @@ throttle_upstream_responses_total{rule="ff",status="503",transport="main"} 0
 			"throttle_upstream_tightenings_total": dto.MetricType_COUNTER,
 		}, types)
 
-		// The waits of rule api: one of none, one of 1.005s, in le 1.024.
+		// The waits of rule api (no margin, so no allowance either): one of
+		// none, one of 1s, in le 1.024.
 		h := histogram(t, families, "api", "main")
 		assert.Equal(t, uint64(2), h.GetSampleCount())
-		assert.InDelta(t, (time.Second + throttle.DefaultMargin).Seconds(), h.GetSampleSum(), 1e-9)
+		assert.InDelta(t, time.Second.Seconds(), h.GetSampleSum(), 1e-9)
 		cum := map[float64]uint64{}
 		for _, b := range h.GetBucket() {
 			cum[b.GetUpperBound()] = b.GetCumulativeCount()

@@ -1,0 +1,4 @@
+package throttle
+
+// MaxWarnedHosts is how many hosts WarnUnmatched remembers, for the tests.
+const MaxWarnedHosts = maxWarnedHosts

@@ -110,7 +110,33 @@ func ExampleByBearerToken() {
 	fmt.Println(err)
 	// Output:
 	// bearer:ba7816bf8f01cfea414140de5dae2223
-	// the Authorization header is not a bearer token
+	// the Authorization header is not a bearer token (ByAuthorization keys any scheme)
+}
+
+// ByAuthorization keys a request by its credential whatever the scheme:
+// GitHub takes a token as "token X" or "Bearer X" and counts both as one, so
+// both get the same key.
+func ExampleByAuthorization() {
+	req, err := http.NewRequest(http.MethodGet, "https://api.github.com/user", nil)
+	if err != nil {
+		panic(err)
+	}
+	for _, v := range []string{"token abc", "Bearer abc", "Basic abc"} {
+		req.Header.Set("Authorization", v)
+		key, err := throttle.ByAuthorization()(req)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(key)
+	}
+	req.Header.Del("Authorization")
+	_, err = throttle.ByAuthorization()(req)
+	fmt.Println(err)
+	// Output:
+	// bearer:ba7816bf8f01cfea414140de5dae2223
+	// bearer:ba7816bf8f01cfea414140de5dae2223
+	// bearer:ba7816bf8f01cfea414140de5dae2223
+	// no Authorization header (a transport that adds it, such as oauth2.Transport, must wrap the throttle's Transport, not be its base)
 }
 
 // FirstOf keys requests by their token when they carry one, and by their host

@@ -38,6 +38,11 @@ type LimitError struct {
 	// error also matches ErrUpstreamLimited. A job queue reschedules the
 	// work after RetryAfter.
 	Upstream bool
+	// BeyondDeadline is set when the request could have waited for its slot
+	// (Wait mode, RetryAfter within MaxWait, and within MaxServerWait for a
+	// wait the upstream imposed) but the slot lay beyond its context's
+	// deadline: the deadline refused it, at once, rather than the limit.
+	BeyondDeadline bool
 }
 
 func (e *LimitError) Error() string {
@@ -48,7 +53,11 @@ func (e *LimitError) Error() string {
 	if e.Upstream {
 		s += ", paused by the upstream"
 	}
-	return s + ", retry after " + e.RetryAfter.String()
+	s += ", retry after " + e.RetryAfter.String()
+	if e.BeyondDeadline {
+		s += ", beyond the context's deadline"
+	}
+	return s
 }
 
 // Is makes errors.Is(err, ErrLimited) true, and errors.Is(err,

@@ -195,3 +195,32 @@ func ExampleRule_buckets() {
 	// Output:
 	// 200 OK
 }
+
+// A request that no rule matches is refused by default: a typo in a host
+// shows at the first request instead of leaving the upstream unlimited.
+// WithUnmatched(SendUnmatched) would send it without a limit, and
+// WithUnmatched(WarnUnmatched) would send it and warn once per host.
+func ExampleWithUnmatched() {
+	st, err := store.NewMemory()
+	if err != nil {
+		panic(err)
+	}
+	tr, err := throttle.New(fakeGateway, st, throttle.WithRule(throttle.Rule{
+		Host:   "graph.instagram.com",
+		Limits: []throttle.Limit{throttle.PerHour(200)},
+		Key:    throttle.ByQuery("access_token"),
+	}))
+	if err != nil {
+		panic(err)
+	}
+	client := &http.Client{Transport: tr}
+	_, err = client.Get("https://graph.facebook.com/me?access_token=abc")
+	fmt.Println(errors.Is(err, throttle.ErrUnmatched))
+	var ue *throttle.UnmatchedError
+	if errors.As(err, &ue) {
+		fmt.Println(ue)
+	}
+	// Output:
+	// true
+	// throttle: no rule matches host "graph.facebook.com", so the request was not sent: add a Rule for it (WithRule), a default rule (WithDefault), or send unmatched requests without a limit (WithUnmatched(SendUnmatched))
+}

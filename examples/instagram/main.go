@@ -35,7 +35,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/throttle-go/throttle"
@@ -125,10 +125,22 @@ func run() int {
 	pool := http.DefaultTransport.(*http.Transport).Clone()
 	pool.MaxIdleConnsPerHost = load.Workers // one idle connection per worker: no dial per request
 	tally := throttletest.NewTally(os.Stderr)
-	perToken := newWaits()
+	// What each token sent and waited, by its rate key: the hash the
+	// throttle derives from the token, never the token.
+	keys := make([]string, len(tokens))
+	perKey := make(map[string]*waits, len(tokens)) // read-only from here on
+	for i, tok := range tokens {
+		keys[i], err = rule.Key(&http.Request{URL: &url.URL{RawQuery: url.Values{"access_token": {tok}}.Encode()}})
+		if err != nil {
+			return bad("token %d: %v", i+1, err)
+		}
+		perKey[keys[i]] = new(waits)
+	}
 	tr, err := throttle.New(pool, st, throttle.WithRule(rule), throttle.WithOnDecision(func(d throttle.Decision) {
 		tally.OnDecision(d)
-		perToken.add(d)
+		if w := perKey[d.Key]; w != nil && d.Outcome == throttle.Sent {
+			w.add(d.Delay)
+		}
 	}))
 	if err != nil {
 		return bad("%v", err)
@@ -151,15 +163,10 @@ func run() int {
 	})
 
 	c := tally.Counts()
-	for i, tok := range tokens {
-		// The key the throttle derived from the token: its hash, never the token.
-		key, err := rule.Key(&http.Request{URL: &url.URL{RawQuery: url.Values{"access_token": {tok}}.Encode()}})
-		if err != nil {
-			return bad("token %d: %v", i+1, err)
-		}
-		w := perToken.of(key)
+	for i, key := range keys {
+		w := perKey[key]
 		fmt.Fprintf(os.Stderr, "token %d (key %s…): sent %d, %d of them after a wait, the longest %s\n",
-			i+1, key[:len(key)-24], w.sent, w.waited, w.longest.Round(time.Millisecond))
+			i+1, key[:len(key)-24], w.sent.Load(), w.waited.Load(), time.Duration(w.longest.Load()).Round(time.Millisecond))
 	}
 	fmt.Fprintf(os.Stderr, "done: %d refused by the limit; %d cut by the end of the run (in flight, or their slot lay beyond it)\n",
 		c.Limited, c.Cut)
@@ -167,40 +174,24 @@ func run() int {
 	return 0
 }
 
-// waits counts, per rate key, the requests sent and how long they waited for
-// their slot. It is safe for concurrent use.
+// waits counts the requests of one token that the throttle sent, those that
+// waited for their slot, and the longest wait. The decision hook runs between
+// a request's slot and its send, so it takes no lock.
 type waits struct {
-	mu   sync.Mutex
-	keys map[string]keyWaits
+	sent, waited, longest atomic.Int64
 }
 
-type keyWaits struct {
-	sent, waited int
-	longest      time.Duration
-}
-
-func newWaits() *waits { return &waits{keys: make(map[string]keyWaits)} }
-
-// add counts a decision of the throttle; only the sent requests count.
-func (w *waits) add(d throttle.Decision) {
-	if d.Outcome != throttle.Sent {
-		return
+func (w *waits) add(delay time.Duration) {
+	w.sent.Add(1)
+	if delay > time.Millisecond {
+		w.waited.Add(1)
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	k := w.keys[d.Key]
-	k.sent++
-	if d.Delay > time.Millisecond {
-		k.waited++
+	for {
+		old := w.longest.Load()
+		if int64(delay) <= old || w.longest.CompareAndSwap(old, int64(delay)) {
+			return
+		}
 	}
-	k.longest = max(k.longest, d.Delay)
-	w.keys[d.Key] = k
-}
-
-func (w *waits) of(key string) keyWaits {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.keys[key]
 }
 
 // fetch makes one call with token. A 429 is a response, not an error.

@@ -105,11 +105,13 @@ func ByBearerToken() KeyFunc {
 // The scheme is not part of the key: GitHub accepts a token as "token X" or
 // "Bearer X" and counts both against the same limit, so both get the same
 // key, which is also ByBearerToken's, so that a fleet may switch from one to
-// the other as it runs. A header that is missing, has no credential after
-// its scheme, or uses a scheme that signs every request (Digest, OAuth 1.0,
-// Signature, AWS4-HMAC-SHA256: the credential changes each time, so each
-// request would have its own log) gives a *KeyError; key those by their
-// stable part (the user, the access key) with a KeyFunc of your own.
+// the other as it runs. A header that is missing, is one word (a scheme
+// without a credential, or a bare key), has an empty credential, or uses a
+// scheme that signs every request (Digest, OAuth 1.0, Signature, HOBA, AWS
+// Signature Version 4: the credential changes each time, so each request
+// would have its own log) gives a *KeyError; key those by their stable part
+// (the user, the access key) with a KeyFunc of your own. No reason holds
+// the credential.
 func ByAuthorization() KeyFunc {
 	return func(r *http.Request) (string, error) {
 		v := strings.TrimLeft(r.Header.Get("Authorization"), " \t")

@@ -68,7 +68,8 @@ func (t *Transport) admit(ctx context.Context, r *rule, k keyed) (d Decision, du
 		if !res.Allowed {
 			up := res.Cause == store.CauseUpstream
 			d.RetryAfter, d.Upstream = res.RetryAfter, up
-			return d.end(Limited, &LimitError{Rule: r.Name, Key: k.key, Limit: d.Limit, RetryAfter: res.RetryAfter, Upstream: up}), due
+			return d.end(Limited, &LimitError{Rule: r.Name, Key: k.key, Limit: d.Limit, RetryAfter: res.RetryAfter, Upstream: up,
+				BeyondDeadline: beyondDeadline(r, req.MaxWait, res.RetryAfter, up)}), due
 		}
 		d.Delay += res.Delay
 		if err := t.sleep(ctx, res.Delay); err != nil {
@@ -132,6 +133,17 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// beyondDeadline reports whether a refusal came from the context's deadline
+// alone: the slot, retryAfter away, lay within what the rule lets a request
+// wait, but beyond the deadline that cut its MaxWait to asked.
+func beyondDeadline(r *rule, asked, retryAfter time.Duration, upstream bool) bool {
+	bound := r.maxWait
+	if upstream {
+		bound = min(bound, r.maxServerWait)
+	}
+	return r.Mode == Wait && asked < r.maxWait && retryAfter <= bound
 }
 
 // maxWait is the longest a request may wait for its slot: the rule's MaxWait,

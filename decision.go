@@ -28,8 +28,9 @@ const (
 	// counted. Under FailLocal, such requests are Sent, Limited or
 	// Canceled with Decision.Local set instead.
 	FailedOpen
-	// Unmatched: no rule and no default rule matched; the request was sent
-	// without a limit.
+	// Unmatched: no rule and no default rule matched; the request was
+	// refused with an *UnmatchedError in Err (RefuseUnmatched, logged at
+	// Warn), or sent without a limit (SendUnmatched, WarnUnmatched).
 	Unmatched
 )
 
@@ -101,6 +102,10 @@ func (t *Transport) observe(ctx context.Context, r *rule, d Decision) {
 		}
 	case Limited:
 		level = slog.LevelInfo
+	case Unmatched:
+		if d.Err != nil {
+			level = slog.LevelWarn
+		}
 	}
 	if !t.logger.Enabled(ctx, level) ||
 		level > slog.LevelDebug && !t.logFull(ctx, level, logKind{rule: d.Rule, outcome: d.Outcome, local: d.Local}) {

@@ -59,7 +59,7 @@ func TestHooksAndLogsHoldNoSecret(t *testing.T) {
 		do(bg, "GET", "https://h.example.com/a"+q, nil)                      // sent
 		do(bg, "GET", "https://long.example.com/a"+q, nil)                   // sent, hashed key
 		do(bg, "GET", "https://cost.example.com/a"+q, nil)                   // invalid cost
-		do(bg, "GET", "https://other.example.com/a"+q, nil)                  // unmatched
+		do(bg, "GET", "https://other.example.com/a"+q, nil)                  // unmatched: refused
 		do(bg, "GET", "https://api.example.com/a"+q, func(r *http.Request) { // no key: not bearer
 			r.Header.Set("Authorization", "Basic "+secret)
 		})
@@ -96,7 +96,7 @@ func TestHooksAndLogsHoldNoSecret(t *testing.T) {
 			throttle.Sent: 4, throttle.Limited: 2, throttle.Canceled: 1,
 			throttle.Failed: 3, throttle.FailedOpen: 1, throttle.Unmatched: 1,
 		}, seen)
-		require.Len(t, errs, 6)
+		require.Len(t, errs, 7)
 		for _, err := range errs {
 			assert.NotContains(t, err.Error(), secret)
 		}

@@ -9,7 +9,9 @@
 // store.Redis for a fleet, store.Memory for one process. In Wait mode the
 // request then sleeps until its slot, bounded by MaxWait and its context;
 // in FailFast mode, or when the slot is too far away, it fails at once with a
-// *LimitError that errors.Is(err, ErrLimited) finds.
+// *LimitError that errors.Is(err, ErrLimited) finds. A request that no rule
+// matches is refused with an *UnmatchedError (ErrUnmatched), unless
+// WithDefault gives a rule for the rest or WithUnmatched says to send it.
 //
 // The guarantee: for every key and every limit of N per W, in any interval
 // of length W the fleet sends at most N units, counted when they are sent.

@@ -38,6 +38,11 @@ type LimitError struct {
 	// error also matches ErrUpstreamLimited. A job queue reschedules the
 	// work after RetryAfter.
 	Upstream bool
+	// BeyondDeadline is set when the request could have waited for its slot
+	// (Wait mode, RetryAfter within MaxWait, and within MaxServerWait for a
+	// wait the upstream imposed) but the slot lay beyond its context's
+	// deadline: the deadline refused it, at once, rather than the limit.
+	BeyondDeadline bool
 }
 
 func (e *LimitError) Error() string {
@@ -48,7 +53,11 @@ func (e *LimitError) Error() string {
 	if e.Upstream {
 		s += ", paused by the upstream"
 	}
-	return s + ", retry after " + e.RetryAfter.String()
+	s += ", retry after " + e.RetryAfter.String()
+	if e.BeyondDeadline {
+		s += ", beyond the context's deadline"
+	}
+	return s
 }
 
 // Is makes errors.Is(err, ErrLimited) true, and errors.Is(err,
@@ -131,3 +140,27 @@ func (e *StoreError) Is(target error) bool { return target == ErrStoreUnavailabl
 
 // Unwrap returns the store's error.
 func (e *StoreError) Unwrap() error { return e.Err }
+
+// ErrUnmatched is matched by an *UnmatchedError: no rule matched the request
+// and the transport refuses such requests (RefuseUnmatched, the default), so
+// it was not sent.
+var ErrUnmatched = errors.New("throttle: no rule matches the request")
+
+// UnmatchedError says that a request was not sent because none of the
+// transport's rules matched it and there is no default rule. It matches
+// ErrUnmatched with errors.Is, through the *url.Error of http.Client too.
+type UnmatchedError struct {
+	// Host is the request's host name, lower-cased, with its port if the
+	// URL has one. The path and the query, which may hold secrets, are left
+	// out.
+	Host string
+}
+
+func (e *UnmatchedError) Error() string {
+	return fmt.Sprintf("throttle: no rule matches host %q, so the request was not sent: "+
+		"add a Rule for it (WithRule), a default rule (WithDefault), "+
+		"or send unmatched requests without a limit (WithUnmatched(SendUnmatched))", e.Host)
+}
+
+// Is makes errors.Is(err, ErrUnmatched) true.
+func (e *UnmatchedError) Is(target error) bool { return target == ErrUnmatched }

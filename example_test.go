@@ -110,7 +110,33 @@ func ExampleByBearerToken() {
 	fmt.Println(err)
 	// Output:
 	// bearer:ba7816bf8f01cfea414140de5dae2223
-	// the Authorization header is not a bearer token
+	// the Authorization header is not a bearer token (ByAuthorization keys any scheme)
+}
+
+// ByAuthorization keys a request by its credential whatever the scheme:
+// GitHub takes a token as "token X" or "Bearer X" and counts both as one, so
+// both get the same key.
+func ExampleByAuthorization() {
+	req, err := http.NewRequest(http.MethodGet, "https://api.github.com/user", nil)
+	if err != nil {
+		panic(err)
+	}
+	for _, v := range []string{"token abc", "Bearer abc", "Basic abc"} {
+		req.Header.Set("Authorization", v)
+		key, err := throttle.ByAuthorization()(req)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(key)
+	}
+	req.Header.Del("Authorization")
+	_, err = throttle.ByAuthorization()(req)
+	fmt.Println(err)
+	// Output:
+	// bearer:ba7816bf8f01cfea414140de5dae2223
+	// bearer:ba7816bf8f01cfea414140de5dae2223
+	// bearer:ba7816bf8f01cfea414140de5dae2223
+	// no Authorization header (a transport that adds it, such as oauth2.Transport, must wrap the throttle's Transport, not be its base)
 }
 
 // FirstOf keys requests by their token when they carry one, and by their host
@@ -168,4 +194,33 @@ func ExampleRule_buckets() {
 	fmt.Println(resp.Status)
 	// Output:
 	// 200 OK
+}
+
+// A request that no rule matches is refused by default: a typo in a host
+// shows at the first request instead of leaving the upstream unlimited.
+// WithUnmatched(SendUnmatched) would send it without a limit, and
+// WithUnmatched(WarnUnmatched) would send it and warn once per host.
+func ExampleWithUnmatched() {
+	st, err := store.NewMemory()
+	if err != nil {
+		panic(err)
+	}
+	tr, err := throttle.New(fakeGateway, st, throttle.WithRule(throttle.Rule{
+		Host:   "graph.instagram.com",
+		Limits: []throttle.Limit{throttle.PerHour(200)},
+		Key:    throttle.ByQuery("access_token"),
+	}))
+	if err != nil {
+		panic(err)
+	}
+	client := &http.Client{Transport: tr}
+	_, err = client.Get("https://graph.facebook.com/me?access_token=abc")
+	fmt.Println(errors.Is(err, throttle.ErrUnmatched))
+	var ue *throttle.UnmatchedError
+	if errors.As(err, &ue) {
+		fmt.Println(ue)
+	}
+	// Output:
+	// true
+	// throttle: no rule matches host "graph.facebook.com", so the request was not sent: add a Rule for it (WithRule), a default rule (WithDefault), or send unmatched requests without a limit (WithUnmatched(SendUnmatched))
 }

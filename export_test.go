@@ -8,3 +8,6 @@ func Measured(tr *Transport) *Transport {
 	tr.late.observe(tr.now(), 0, 0, true)
 	return tr
 }
+
+// MaxWarnedHosts is how many hosts WarnUnmatched remembers, for the tests.
+const MaxWarnedHosts = maxWarnedHosts

@@ -204,6 +204,7 @@ func TestPauseIsFleetWide(t *testing.T) {
 		assert.True(t, le.Upstream)
 		assert.Equal(t, 45*time.Second, le.RetryAfter)
 		assert.Contains(t, le.Error(), "paused by the upstream")
+		assert.False(t, le.BeyondDeadline, "MaxServerWait refused it, with no deadline")
 		last := decisions.last(t)
 		assert.Equal(t, throttle.Limited, last.Outcome)
 		assert.True(t, last.Upstream)
@@ -212,8 +213,17 @@ func TestPauseIsFleetWide(t *testing.T) {
 		// An ordinary refusal does not match ErrUpstreamLimited.
 		assert.False(t, errors.Is(&throttle.LimitError{}, throttle.ErrUpstreamLimited))
 
-		// Within MaxServerWait it waits instead.
+		// Within MaxServerWait it waits instead, unless the context's
+		// deadline comes first; a deadline does not make a refusal by
+		// MaxServerWait one by the deadline.
 		c := newTransport(t, up, st, rule(func(r *throttle.Rule) { r.MaxServerWait = time.Minute }))
+		for tr, beyond := range map[*throttle.Transport]bool{b: false, c: true} {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err = do(t, tr, ctx)
+			cancel()
+			require.ErrorAs(t, err, &le)
+			assert.Equal(t, beyond, le.BeyondDeadline)
+		}
 		assert.Equal(t, 45*time.Second, elapsed(func() {
 			_, err := do(t, c, context.Background())
 			require.NoError(t, err)

@@ -166,6 +166,21 @@ func FuzzByBearerToken(f *testing.F) {
 	})
 }
 
+func FuzzByAuthorization(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add("token " + s)
+		f.Add("Digest " + s)
+		f.Add(s)
+	}
+	g := newKeyRig(f, throttle.ByAuthorization())
+	f.Fuzz(func(t *testing.T, auth string) {
+		req := fuzzRequest(t, nil)
+		req.Header["Authorization"] = []string{auth}
+		key := g.check(t, req)
+		checkHashed(t, key, "bearer:", auth)
+	})
+}
+
 func FuzzByQuery(f *testing.F) {
 	for _, s := range fuzzSeeds {
 		f.Add("access_token", "access_token="+url.QueryEscape(s))

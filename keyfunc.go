@@ -78,20 +78,85 @@ func ByHeader(name string) KeyFunc {
 }
 
 // ByBearerToken keys a request by the bearer token of its Authorization
-// header, hashed: one log per access token.
+// header, hashed: one log per access token. It refuses any other scheme with
+// a *KeyError; ByAuthorization, which keys any scheme and gives the same key
+// for a bearer token, is the usual choice.
 func ByBearerToken() KeyFunc {
 	return func(r *http.Request) (string, error) {
 		v := r.Header.Get("Authorization")
 		if v == "" {
-			return "", keyErr("no Authorization header")
+			return "", keyErr(noAuthorization)
 		}
 		scheme, tok, ok := strings.Cut(v, " ")
 		tok = strings.TrimSpace(tok)
 		if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
-			return "", keyErr("the Authorization header is not a bearer token")
+			return "", keyErr("the Authorization header is not a bearer token (ByAuthorization keys any scheme)")
 		}
-		return hashed("bearer:", tok), nil
+		return hashed(authPrefix, tok), nil
 	}
+}
+
+// ByAuthorization keys a request by the credential of its Authorization
+// header, whatever its scheme, hashed: one log per access token, whether it
+// is sent as "Bearer …", as GitHub's "token …" or as "Basic …". Use it for
+// any API that authenticates with this header; use ByHeader("Authorization")
+// for a bare key sent with no scheme.
+//
+// The scheme is not part of the key: GitHub accepts a token as "token X" or
+// "Bearer X" and counts both against the same limit, so both get the same
+// key, which is also ByBearerToken's, so that a fleet may switch from one to
+// the other as it runs. A header that is missing, is one word (a scheme
+// without a credential, or a bare key), has an empty credential, or uses a
+// scheme that signs every request (Digest, OAuth 1.0, Signature, HOBA, AWS
+// Signature Version 4: the credential changes each time, so each request
+// would have its own log) gives a *KeyError; key those by their stable part
+// (the user, the access key) with a KeyFunc of your own. No reason holds
+// the credential.
+func ByAuthorization() KeyFunc {
+	return func(r *http.Request) (string, error) {
+		v := strings.TrimLeft(r.Header.Get("Authorization"), " \t")
+		if strings.TrimSpace(v) == "" {
+			return "", keyErr(noAuthorization)
+		}
+		i := strings.IndexAny(v, " \t")
+		if i < 0 {
+			return "", keyErr(`the Authorization header is one word, not a scheme and a credential ` +
+				`(for a key sent with no scheme, use ByHeader("Authorization"))`)
+		}
+		scheme, cred := v[:i], strings.TrimSpace(v[i+1:])
+		if signs := signingScheme(scheme); signs != "" {
+			return "", keyErr("the Authorization scheme " + signs + " signs every request, so its credential cannot key a log: " +
+				"key such requests by their stable part with a KeyFunc of your own")
+		}
+		if cred == "" {
+			return "", keyErr("the Authorization header has an empty credential")
+		}
+		return hashed(authPrefix, cred), nil
+	}
+}
+
+// authPrefix starts the keys of ByAuthorization and ByBearerToken.
+const authPrefix = "bearer:"
+
+// noAuthorization is the reason of ByAuthorization and ByBearerToken for a
+// request without the header: most often a transport that adds it sits
+// under the throttle instead of wrapping it.
+const noAuthorization = "no Authorization header (a transport that adds it, such as oauth2.Transport, " +
+	"must wrap the throttle's Transport, not be its base)"
+
+// signingScheme returns the name of scheme, a case-insensitive HTTP
+// authentication scheme, if its credential changes with every request, and
+// "" otherwise. The name returned is the constant's, never the header's.
+func signingScheme(scheme string) string {
+	for _, s := range []string{"Digest", "OAuth", "Signature", "HOBA"} {
+		if strings.EqualFold(scheme, s) {
+			return s
+		}
+	}
+	if len(scheme) >= 5 && strings.EqualFold(scheme[:5], "AWS4-") {
+		return "AWS4 (AWS Signature Version 4)"
+	}
+	return ""
 }
 
 // ByQuery keys a request by a query parameter, hashed: Instagram's and
@@ -118,7 +183,7 @@ func Fixed(name string) KeyFunc {
 }
 
 // FirstOf tries each KeyFunc in turn and returns the first key derived: for
-// example ByBearerToken, then ByHost for requests without a token.
+// example ByAuthorization, then ByHost for requests without a token.
 //
 // A nil KeyFunc among fs refuses every request with a *KeyError saying so
 // (a KeyFunc cannot return a configuration error).

@@ -71,11 +71,29 @@ func TestKeyFuncs(t *testing.T) {
 		{name: "ByBearerToken lower-case scheme", f: throttle.ByBearerToken(), req: reqTo("https://a.example.com", "Authorization", "bearer "+tok), hashed: "bearer:"},
 		{name: "ByBearerToken upper-case scheme", f: throttle.ByBearerToken(), req: reqTo("https://a.example.com", "Authorization", "BEARER "+tok), hashed: "bearer:"},
 		{name: "ByBearerToken extra spaces", f: throttle.ByBearerToken(), req: reqTo("https://a.example.com", "Authorization", "Bearer   "+tok+" "), hashed: "bearer:"},
-		{name: "ByBearerToken missing", f: throttle.ByBearerToken(), req: reqTo("https://a.example.com"), wantErr: "no Authorization header"},
-		{name: "ByBearerToken basic", f: throttle.ByBearerToken(), req: reqTo("https://a.example.com", "Authorization", "Basic "+tok), wantErr: "the Authorization header is not a bearer token"},
-		{name: "ByBearerToken token alone", f: throttle.ByBearerToken(), req: reqTo("https://a.example.com", "Authorization", tok), wantErr: "the Authorization header is not a bearer token"},
-		{name: "ByBearerToken empty token", f: throttle.ByBearerToken(), req: reqTo("https://a.example.com", "Authorization", "Bearer "), wantErr: "the Authorization header is not a bearer token"},
-		{name: "ByBearerToken scheme alone", f: throttle.ByBearerToken(), req: reqTo("https://a.example.com", "Authorization", "Bearer"), wantErr: "the Authorization header is not a bearer token"},
+		{name: "ByBearerToken missing", f: throttle.ByBearerToken(), req: reqTo("https://a.example.com"), wantErr: noAuthorization},
+		{name: "ByBearerToken basic", f: throttle.ByBearerToken(), req: reqTo("https://a.example.com", "Authorization", "Basic "+tok), wantErr: notBearer},
+		{name: "ByBearerToken token alone", f: throttle.ByBearerToken(), req: reqTo("https://a.example.com", "Authorization", tok), wantErr: notBearer},
+		{name: "ByBearerToken empty token", f: throttle.ByBearerToken(), req: reqTo("https://a.example.com", "Authorization", "Bearer "), wantErr: notBearer},
+		{name: "ByBearerToken scheme alone", f: throttle.ByBearerToken(), req: reqTo("https://a.example.com", "Authorization", "Bearer"), wantErr: notBearer},
+
+		// ByAuthorization
+		{name: "ByAuthorization Bearer", f: throttle.ByAuthorization(), req: reqTo("https://a.example.com", "Authorization", "Bearer "+tok), hashed: "bearer:"},
+		{name: "ByAuthorization token (GitHub)", f: throttle.ByAuthorization(), req: reqTo("https://api.github.com", "Authorization", "token "+tok), hashed: "bearer:"},
+		{name: "ByAuthorization Basic", f: throttle.ByAuthorization(), req: reqTo("https://a.example.com", "Authorization", "Basic dXNlcjp0b2stU0VDUkVULWtleS0xMjM0"), hashed: "bearer:"},
+		{name: "ByAuthorization scheme case", f: throttle.ByAuthorization(), req: reqTo("https://a.example.com", "Authorization", "TOKEN "+tok), hashed: "bearer:"},
+		{name: "ByAuthorization spaces and a tab", f: throttle.ByAuthorization(), req: reqTo("https://a.example.com", "Authorization", " Bearer\t  "+tok+" "), hashed: "bearer:"},
+		{name: "ByAuthorization missing", f: throttle.ByAuthorization(), req: reqTo("https://a.example.com"), wantErr: noAuthorization},
+		{name: "ByAuthorization blank", f: throttle.ByAuthorization(), req: reqTo("https://a.example.com", "Authorization", "  "), wantErr: noAuthorization},
+		{name: "ByAuthorization empty credential", f: throttle.ByAuthorization(), req: reqTo("https://a.example.com", "Authorization", "Bearer "), wantErr: "the Authorization header has an empty credential"},
+		{name: "ByAuthorization one word", f: throttle.ByAuthorization(), req: reqTo("https://a.example.com", "Authorization", tok), wantErr: oneWord},
+		{name: "ByAuthorization scheme alone", f: throttle.ByAuthorization(), req: reqTo("https://a.example.com", "Authorization", "Bearer"), wantErr: oneWord},
+		{name: "ByAuthorization Digest", f: throttle.ByAuthorization(), req: reqTo("https://a.example.com", "Authorization", `Digest username="`+tok+`", response="6629fae4"`),
+			wantErr: "the Authorization scheme Digest " + signs},
+		{name: "ByAuthorization OAuth 1.0", f: throttle.ByAuthorization(), req: reqTo("https://a.example.com", "Authorization", `oauth oauth_token="`+tok+`", oauth_nonce="k"`),
+			wantErr: "the Authorization scheme OAuth " + signs},
+		{name: "ByAuthorization AWS SigV4", f: throttle.ByAuthorization(), req: reqTo("https://a.example.com", "Authorization", "AWS4-HMAC-SHA256 Credential="+tok+"/20261123/us-east-1/s3/aws4_request"),
+			wantErr: "the Authorization scheme AWS4 (AWS Signature Version 4) " + signs},
 
 		// ByQuery
 		{name: "ByQuery", f: throttle.ByQuery("access_token"), req: reqTo("https://a.example.com/x?a=1&access_token=" + tok), hashed: "query:access_token:"},
@@ -95,7 +113,7 @@ func TestKeyFuncs(t *testing.T) {
 		{name: "FirstOf skips an empty key", f: throttle.FirstOf(emptyKey, throttle.Fixed("x")),
 			req: reqTo("https://a.example.com"), want: "x"},
 		{name: "FirstOf all fail", f: throttle.FirstOf(throttle.ByBearerToken(), throttle.ByHeader("X-Api-Key")),
-			req: reqTo("https://a.example.com"), wantErr: "no Authorization header; no X-Api-Key header"},
+			req: reqTo("https://a.example.com"), wantErr: noAuthorization + "; no X-Api-Key header"},
 		{name: "FirstOf nothing", f: throttle.FirstOf(), req: reqTo("https://a.example.com"), wantErr: "no key function derived a key"},
 		{name: "FirstOf only empty keys", f: throttle.FirstOf(emptyKey), req: reqTo("https://a.example.com"), wantErr: "no key function derived a key"},
 	}
@@ -127,6 +145,14 @@ func TestKeyFuncs(t *testing.T) {
 		})
 	}
 }
+
+// The reasons of the Authorization key functions.
+const (
+	noAuthorization = "no Authorization header (a transport that adds it, such as oauth2.Transport, must wrap the throttle's Transport, not be its base)"
+	notBearer       = "the Authorization header is not a bearer token (ByAuthorization keys any scheme)"
+	oneWord         = `the Authorization header is one word, not a scheme and a credential (for a key sent with no scheme, use ByHeader("Authorization"))`
+	signs           = "signs every request, so its credential cannot key a log: key such requests by their stable part with a KeyFunc of your own"
+)
 
 // emptyKey is a KeyFunc that derives an empty key without an error.
 func emptyKey(*http.Request) (string, error) { return "", nil }
@@ -160,6 +186,17 @@ func TestHashedKeysTellTokensApart(t *testing.T) {
 	// noticed (it would split every fleet's logs during a rolling deploy).
 	assert.Equal(t, "bearer:ba7816bf8f01cfea414140de5dae2223", key(throttle.ByBearerToken(),
 		keyReq(t, "https://a.example.com", "Authorization", "Bearer abc")))
+
+	// ByAuthorization: the scheme is not part of the key, so that GitHub's
+	// "token X" and "Bearer X", which it counts as one token, share a log;
+	// and a bearer token's key is ByBearerToken's, so that a fleet may switch
+	// from one to the other while it runs.
+	auth := throttle.ByAuthorization()
+	for _, v := range []string{"Bearer abc", "token abc", "TOKEN abc", "Basic abc", "bearer\tabc "} {
+		assert.Equal(t, "bearer:ba7816bf8f01cfea414140de5dae2223", key(auth, keyReq(t, "https://a.example.com", "Authorization", v)), v)
+	}
+	assert.NotEqual(t, key(auth, keyReq(t, "https://a.example.com", "Authorization", "token abc")),
+		key(auth, keyReq(t, "https://a.example.com", "Authorization", "token abd")))
 }
 
 // TestKeysAreBounded checks that long, huge and non-UTF-8 values give keys of
@@ -182,6 +219,7 @@ func TestKeysAreBounded(t *testing.T) {
 		{name: "short non-UTF-8 Fixed kept", key: throttle.Fixed("gw-\xff\xfe"), want: "gw-\xff\xfe"},
 		{name: "huge header", key: throttle.ByHeader("X-Api-Key"), header: []string{"X-Api-Key", huge}, prefix: "header:X-Api-Key:"},
 		{name: "huge bearer token", key: throttle.ByBearerToken(), header: []string{"Authorization", "Bearer " + huge}, prefix: "bearer:"},
+		{name: "huge token credential", key: throttle.ByAuthorization(), header: []string{"Authorization", "token " + huge}, prefix: "bearer:"},
 		{name: "non-UTF-8 query", key: throttle.ByQuery("t"), url: "https://api.example.com/?t=%ff%fe%00", prefix: "query:t:"},
 		{name: "huge custom key", key: func(*http.Request) (string, error) { return huge, nil }, prefix: "sha256:"},
 		{name: "empty custom key", key: emptyKey, wantErr: throttle.ErrNoKey},

@@ -121,7 +121,7 @@ func (h WaitHistogram) Count() uint64 {
 
 // Stats returns a snapshot of the transport's counters.
 func (t *Transport) Stats() Stats {
-	s := Stats{Rules: make([]RuleStats, len(t.stats)), Unmatched: t.unmatched.snapshot()}
+	s := Stats{Rules: make([]RuleStats, len(t.stats)), Unmatched: t.unmatchedStats.snapshot()}
 	for i, rs := range t.stats {
 		s.Rules[i] = rs.snapshot()
 	}
@@ -132,7 +132,7 @@ func (t *Transport) Stats() Stats {
 // every rule and the unmatched requests: Stats().Total().Upstream, without
 // the copy.
 func (t *Transport) FeedbackStats() FeedbackStats {
-	f := t.unmatched.upstream()
+	f := t.unmatchedStats.upstream()
 	for _, rs := range t.stats {
 		f.add(rs.upstream())
 	}
@@ -176,7 +176,7 @@ func bindStats(rules []*rule, def *rule) []*ruleStats {
 // statsOf returns the counters of r's name, or of the unmatched requests.
 func (t *Transport) statsOf(r *rule) *ruleStats {
 	if r == nil {
-		return &t.unmatched
+		return &t.unmatchedStats
 	}
 	return r.stats
 }

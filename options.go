@@ -26,6 +26,8 @@ type config struct {
 	storeFailure StoreFailure
 	localShare   float64
 	storeTimeout time.Duration
+	unmatched    UnmatchedPolicy
+	unmatchedSet bool
 }
 
 // WithRule adds a rule. Rules may be given in any order; see Rule for which
@@ -42,7 +44,7 @@ func WithRule(r Rule) Option {
 }
 
 // WithDefault sets the rule of requests that no other rule matches. Without
-// one, such requests are sent without a limit.
+// one, WithUnmatched says what happens to them (by default they are refused).
 func WithDefault(r Rule) Option {
 	return optionFunc(func(c *config) error {
 		if c.def != nil {
@@ -53,6 +55,19 @@ func WithDefault(r Rule) Option {
 			return err
 		}
 		c.def = cr
+		return nil
+	})
+}
+
+// WithUnmatched sets what the transport does with a request that no rule
+// matches, when there is no default rule: RefuseUnmatched (the default),
+// SendUnmatched or WarnUnmatched. It cannot be given with WithDefault.
+func WithUnmatched(p UnmatchedPolicy) Option {
+	return optionFunc(func(c *config) error {
+		if p < RefuseUnmatched || p > WarnUnmatched {
+			return &ConfigError{Reason: fmt.Sprintf("unknown UnmatchedPolicy %d", int(p))}
+		}
+		c.unmatched, c.unmatchedSet = p, true
 		return nil
 	})
 }
@@ -84,10 +99,12 @@ func WithOnFeedback(f func(Feedback)) Option {
 	})
 }
 
-// WithLogger logs every decision to l: refusals at Info, store failures at
-// Warn, the rest at Debug. A line above Debug that repeats (same rule and
-// outcome) is logged once per 10s, then summed up in one line with a count.
-// The transport logs nothing without it.
+// WithLogger logs every decision to l: refusals by a limit at Info, store
+// failures and requests refused for want of a rule at Warn, the rest at
+// Debug; WarnUnmatched's warnings go to l too. A line above Debug that
+// repeats (same rule and outcome) is logged once per 10s, then summed up in
+// one line with a count. The transport logs nothing without it (but for
+// WarnUnmatched, which then warns to slog.Default()).
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) error {
 		if l == nil {

@@ -70,6 +70,8 @@ func TestRuleMatching(t *testing.T) {
 		}
 		if withDefault {
 			opts = append(opts, throttle.WithDefault(throttle.Rule{Limits: lim}))
+		} else {
+			opts = append(opts, throttle.WithUnmatched(throttle.SendUnmatched)) // see the request the rules miss
 		}
 		return newTransport(t, sent.base(), nil, opts...), &decisions, &sent
 	}

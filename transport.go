@@ -18,7 +18,8 @@ import (
 //
 // A request that cannot be sent is refused with an error and its body closed:
 // a *LimitError (errors.Is ErrLimited), a *KeyError (ErrNoKey), an
-// ErrInvalidCost, the context's error, or a *StoreError.
+// ErrInvalidCost, the context's error, a *StoreError, or an *UnmatchedError
+// (ErrUnmatched) when no rule matches it (see WithUnmatched).
 type Transport struct {
 	base       http.RoundTripper
 	rules      []*rule
@@ -30,11 +31,13 @@ type Transport struct {
 	policy     *policy // the store and what to do when it fails (policy.go)
 	fb         feedbackState
 	late       lateness // the allowance of this process's reservations (lateness.go)
+	unmatched  UnmatchedPolicy
+	warned     warnedHosts // the hosts WarnUnmatched has warned of (unmatched.go)
 
 	// What an operator sees: counters (metrics.go) and logs (logs.go).
-	stats     []*ruleStats // per rule name
-	unmatched ruleStats    // the requests no rule matched
-	logs      logLimiter   // repeated lines become summaries
+	stats          []*ruleStats // per rule name
+	unmatchedStats ruleStats    // the requests no rule matched
+	logs           logLimiter   // repeated lines become summaries
 
 	// The time seam (admit.go): tests replace sleep to make a process late.
 	now   func() time.Time
@@ -66,6 +69,9 @@ func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, er
 	if len(c.rules) == 0 && c.def == nil {
 		return nil, &ConfigError{Reason: "no rules: give WithRule or WithDefault"}
 	}
+	if c.unmatchedSet && c.def != nil {
+		return nil, &ConfigError{Reason: "WithUnmatched and WithDefault: with a default rule every request matches one"}
+	}
 	// Rules of the same name share their logs, so they must count alike.
 	byName := map[string]*rule{}
 	for _, r := range append(slices.Clone(c.rules), c.def) {
@@ -78,7 +84,7 @@ func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, er
 		byName[r.Name] = r
 	}
 	t := &Transport{base: base, rules: c.rules, def: c.def, onDecision: c.onDecision, onFeedback: c.onFeedback,
-		logger: c.logger, keySecret: c.keySecret, now: time.Now, sleep: sleep}
+		logger: c.logger, keySecret: c.keySecret, unmatched: c.unmatched, now: time.Now, sleep: sleep}
 	p, err := newPolicy(st, c, func() time.Time { return t.now() })
 	if err != nil {
 		return nil, err
@@ -100,12 +106,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	r := t.match(req)
 	if r == nil {
-		t.observe(ctx, nil, Decision{Outcome: Unmatched})
-		resp, err := t.base.RoundTrip(req)
-		if err == nil && resp != nil {
-			t.unmatched.count(resp)
-		}
-		return resp, err
+		return t.sendUnmatched(ctx, req) // unmatched.go: refuse, send, or warn and send
 	}
 	k, err := t.keyOf(r, req)
 	if err != nil {

@@ -3,6 +3,7 @@ package throttle_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -121,8 +122,22 @@ func TestRoundTripPaths(t *testing.T) {
 			wantOutcome: throttle.FailedOpen,
 		},
 		{
-			name:        "unmatched",
+			name:        "unmatched: refused (the default)",
 			rule:        throttle.Rule{Host: "other.example.com", Limits: perTick, Key: throttle.Fixed("k")},
+			wantErr:     throttle.ErrUnmatched,
+			wantOutcome: throttle.Unmatched,
+		},
+		{
+			name:        "unmatched: sent (SendUnmatched)",
+			rule:        throttle.Rule{Host: "other.example.com", Limits: perTick, Key: throttle.Fixed("k")},
+			opts:        []throttle.Option{throttle.WithUnmatched(throttle.SendUnmatched)},
+			wantBase:    true,
+			wantOutcome: throttle.Unmatched,
+		},
+		{
+			name:        "unmatched: sent (WarnUnmatched)",
+			rule:        throttle.Rule{Host: "other.example.com", Limits: perTick, Key: throttle.Fixed("k")},
+			opts:        []throttle.Option{throttle.WithUnmatched(throttle.WarnUnmatched), throttle.WithLogger(slog.New(slog.DiscardHandler))},
 			wantBase:    true,
 			wantOutcome: throttle.Unmatched,
 		},
@@ -390,7 +405,8 @@ func TestUnmatchedResponsesAreCounted(t *testing.T) {
 	base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: http.StatusTooManyRequests, Body: http.NoBody, Request: r}, nil
 	})
-	tr := newTransport(t, base, newMemory(t), throttle.WithRule(throttle.Rule{Host: "other.example.com", Limits: []throttle.Limit{throttle.PerHour(1)}}))
+	tr := newTransport(t, base, newMemory(t), throttle.WithUnmatched(throttle.SendUnmatched),
+		throttle.WithRule(throttle.Rule{Host: "other.example.com", Limits: []throttle.Limit{throttle.PerHour(1)}}))
 	req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
 	resp, err := tr.RoundTrip(req)
 	require.NoError(t, err)

@@ -144,8 +144,8 @@ type result struct {
 
 // summary is the parsed summary line of one process.
 type summary struct {
-	sent, ok, tooMany, limited, errors int
-	p50, p99                           time.Duration
+	sent, ok, tooMany, limited, cut, errors int
+	p50, p99                                time.Duration
 }
 
 func runFleet(t *testing.T, rdb redis.UniversalClient, f fleet) result {
@@ -283,8 +283,8 @@ func scriptCalls(t *testing.T, rdb redis.UniversalClient) int64 {
 	return n
 }
 
-// parseSummary finds the one line "sent=… ok=… 429=… limited=… errors=…
-// wait_p50=… wait_p99=…" in a process's standard output.
+// parseSummary finds the one line "sent=… ok=… 429=… limited=… cut=…
+// errors=… wait_p50=… wait_p99=…" in a process's standard output.
 func parseSummary(t *testing.T, stdout string) summary {
 	t.Helper()
 	var lines []string
@@ -301,7 +301,7 @@ func parseSummary(t *testing.T, stdout string) summary {
 		fields[k] = v
 	}
 	var s summary
-	for k, p := range map[string]*int{"sent": &s.sent, "ok": &s.ok, "429": &s.tooMany, "limited": &s.limited, "errors": &s.errors} {
+	for k, p := range map[string]*int{"sent": &s.sent, "ok": &s.ok, "429": &s.tooMany, "limited": &s.limited, "cut": &s.cut, "errors": &s.errors} {
 		v, err := strconv.Atoi(fields[k])
 		require.NoError(t, err, "summary field %s in %q", k, lines[0])
 		*p = v
@@ -386,12 +386,13 @@ func logSummaries(t *testing.T, res result) summary {
 	t.Helper()
 	var tot summary
 	for i, s := range res.summaries {
-		t.Logf("process %d: sent=%d ok=%d 429=%d limited=%d errors=%d wait_p50=%s wait_p99=%s",
-			i, s.sent, s.ok, s.tooMany, s.limited, s.errors, s.p50, s.p99)
+		t.Logf("process %d: sent=%d ok=%d 429=%d limited=%d cut=%d errors=%d wait_p50=%s wait_p99=%s",
+			i, s.sent, s.ok, s.tooMany, s.limited, s.cut, s.errors, s.p50, s.p99)
 		tot.sent += s.sent
 		tot.ok += s.ok
 		tot.tooMany += s.tooMany
 		tot.limited += s.limited
+		tot.cut += s.cut
 		tot.errors += s.errors
 	}
 	return tot
@@ -436,6 +437,7 @@ func TestFleet(t *testing.T) {
 		require.Zero(t, st.Rejected, "429s at the upstream\n%s", res.output)
 		requireSentReceived(t, tot.sent, received, procs*workersPerProc, "payments")
 		require.Zero(t, tot.errors, res.output)
+		requireHealthyEnd(t, res, "payments")
 		// The guarantee is judged exactly; how much of the rate a run uses
 		// and how often a late process retakes its slot depend on how the
 		// machine schedules the processes, so the test only bounds them
@@ -526,6 +528,7 @@ func TestFleet(t *testing.T) {
 		require.Zero(t, st.Total.Rejected, "429s at the upstream\n%s", res.output)
 		requireSentReceived(t, tot.sent, st.Total.Accepted, procs*workersPerProc, "instagram")
 		require.Zero(t, tot.errors, res.output)
+		requireHealthyEnd(t, res, "instagram")
 		for i := range tokens {
 			require.GreaterOrEqual(t, shares[i], 0.99, "token %d: accepted %.2f%% of an optimum of %d", i+1, 100*shares[i], opts[i])
 		}
@@ -541,6 +544,18 @@ func requireSentReceived(t *testing.T, sent, received, workers int, what string)
 	t.Helper()
 	require.LessOrEqual(t, received, sent, "%s: the upstream received requests no process sent", what)
 	require.LessOrEqual(t, sent-received, workers, "%s: sent %d, received %d: more lost than requests in flight at the end", what, sent, received)
+}
+
+// requireHealthyEnd checks what a healthy run in wait mode reports: no
+// request refused by the limit (limited=0), and at most one request per
+// worker cut short by the end of the run (in flight or waiting then, or
+// refused because its slot lay beyond it; the worker stops there).
+func requireHealthyEnd(t *testing.T, res result, what string) {
+	t.Helper()
+	for i, s := range res.summaries {
+		require.Zero(t, s.limited, "%s: process %d: requests refused by the limit in wait mode\n%s", what, i, res.output)
+		require.LessOrEqual(t, s.cut, workersPerProc, "%s: process %d: more requests cut than workers", what, i)
+	}
 }
 
 // assertNoTokens scans every Redis key and fails if a key name or a value

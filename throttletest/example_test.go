@@ -133,5 +133,5 @@ func ExampleTally() {
 	})
 	fmt.Println(tally.Counts())
 	// Output:
-	// sent=5 ok=5 429=0 limited=2 errors=0 wait_p50=0s wait_p99=0s
+	// sent=5 ok=5 429=0 limited=2 cut=0 errors=0 wait_p50=0s wait_p99=0s
 }

@@ -39,12 +39,17 @@ type Counts struct {
 	OK int
 	// TooMany counts the answers with status 429.
 	TooMany int
-	// Limited counts the requests the throttle refused (throttle.ErrLimited).
+	// Limited counts the requests the throttle refused (throttle.ErrLimited)
+	// but for those in Cut.
 	Limited int
+	// Cut counts the requests cut short by the end of the load: in flight
+	// or waiting for their slot when it came, or refused because their slot
+	// lay beyond it (a *throttle.LimitError with BeyondDeadline, when the
+	// load's context has a deadline). A healthy run that ends at a deadline
+	// has a few, up to one per worker; they are not refusals by a limit.
+	Cut int
 	// Errors counts the other errors and the other statuses.
 	Errors int
-	// Canceled counts the requests cut short by the end of the load.
-	Canceled int
 	// WaitP50 and WaitP99 are percentiles, by nearest rank and rounded to
 	// 10µs, of how long the throttle held the sent requests.
 	WaitP50, WaitP99 time.Duration
@@ -55,16 +60,17 @@ type Counts struct {
 }
 
 // String returns the summary line
-// "sent=… ok=… 429=… limited=… errors=… wait_p50=… wait_p99=…".
+// "sent=… ok=… 429=… limited=… cut=… errors=… wait_p50=… wait_p99=…".
 func (c Counts) String() string {
-	return fmt.Sprintf("sent=%d ok=%d 429=%d limited=%d errors=%d wait_p50=%s wait_p99=%s",
-		c.Sent, c.OK, c.TooMany, c.Limited, c.Errors, c.WaitP50, c.WaitP99)
+	return fmt.Sprintf("sent=%d ok=%d 429=%d limited=%d cut=%d errors=%d wait_p50=%s wait_p99=%s",
+		c.Sent, c.OK, c.TooMany, c.Limited, c.Cut, c.Errors, c.WaitP50, c.WaitP99)
 }
 
 // NewTally returns an empty Tally. If progress is not nil, Drive writes a
 // line to it every second, such as
-// "[ 2.0s] sent=… ok=… 429=… limited=… errors=…" (the time since Drive
-// began), and once "first error: …" when an error is first counted.
+// "[ 2.0s] sent=… ok=… 429=… limited=… cut=… errors=… wait_max=…" (the time
+// since Drive began; the longest wait of the requests sent in that second),
+// and once "first error: …" when an error is first counted.
 func NewTally(progress io.Writer) *Tally { return &Tally{progress: progress} }
 
 // OnDecision is the hook to pass to throttle.WithOnDecision: it counts the
@@ -85,7 +91,9 @@ func (t *Tally) OnDecision(d throttle.Decision) {
 // counted in TooMany. After a refusal (a *throttle.LimitError) the worker
 // sleeps its RetryAfter, as a queue consumer would requeue the job, and after
 // another error a short pause; it sleeps no longer than ctx lasts. Drive
-// returns when every worker has.
+// returns when every worker has. Requests cut short by the end of ctx,
+// including those refused because their slot lay beyond its deadline, are
+// counted in Cut.
 func (t *Tally) Drive(ctx context.Context, workers int, send func(ctx context.Context, worker, call int) (*http.Response, error)) {
 	if t.progress != nil {
 		stop := make(chan struct{})
@@ -127,15 +135,26 @@ func (t *Tally) count(ctx context.Context, resp *http.Response, err error) time.
 	case err == nil:
 		t.failed(fmt.Errorf("unexpected status %d", resp.StatusCode))
 	case errors.As(err, &limited):
-		t.counts.Limited++
+		if limited.BeyondDeadline && beyondEnd(ctx, limited.RetryAfter) {
+			t.counts.Cut++ // its slot lay beyond the end of the load
+		} else {
+			t.counts.Limited++
+		}
 		return max(limited.RetryAfter, time.Millisecond)
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
-		t.counts.Canceled++ // the load is over: the request was cut short
+		t.counts.Cut++ // the load is over: the request was cut short
 	default:
 		t.failed(err)
 		return errorPause
 	}
 	return 0
+}
+
+// beyondEnd reports whether a slot d from now lies at or beyond the deadline
+// of ctx, the load's end.
+func beyondEnd(ctx context.Context, d time.Duration) bool {
+	end, ok := ctx.Deadline()
+	return ok && !time.Now().Add(d).Before(end)
 }
 
 // failed counts an error; t.mu is held.
@@ -178,18 +197,27 @@ func (t *Tally) report(stop <-chan struct{}, interval time.Duration) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	told := false
+	reported := 0 // the waits already reported
 	for {
 		select {
 		case <-stop:
 			return
 		case <-tick.C:
-			c := t.Counts()
+			t.mu.Lock()
+			c := t.counts
+			var longest time.Duration
+			for _, w := range t.waits[reported:] {
+				longest = max(longest, w)
+			}
+			reported = len(t.waits)
+			t.mu.Unlock()
 			if c.FirstError != nil && !told {
 				fmt.Fprintln(t.progress, "first error:", c.FirstError)
 				told = true
 			}
-			fmt.Fprintf(t.progress, "[%4.1fs] sent=%d ok=%d 429=%d limited=%d errors=%d\n",
-				time.Since(start).Seconds(), c.Sent, c.OK, c.TooMany, c.Limited, c.Errors)
+			fmt.Fprintf(t.progress, "[%4.1fs] sent=%d ok=%d 429=%d limited=%d cut=%d errors=%d wait_max=%s\n",
+				time.Since(start).Seconds(), c.Sent, c.OK, c.TooMany, c.Limited, c.Cut, c.Errors,
+				longest.Round(time.Millisecond))
 		}
 	}
 }

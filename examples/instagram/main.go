@@ -5,14 +5,25 @@
 //
 // With no flags it runs on its own: an embedded Redis and an in-process
 // strict API that answers 429 to any excess, per token, enforcing -rate per
-// -per.
+// -per. By default that rolling hour is scaled down to 50 calls per 2s per
+// token, so that a 10s run shows what a crawler meets after its first burst:
+// every token spends its quota at once, then each request waits for the
+// oldest call of its token to leave the window. -rate 5000 -per 1h is the
+// real limit (its first hour spent, a request would wait most of an hour,
+// more than -maxwait, and is refused).
 //
 //	go run ./examples/instagram
-//	go run ./examples/instagram -redis 127.0.0.1:6379 -api https://graph.instagram.com -tokens "$TOKENS"
+//	go run ./examples/instagram -redis 127.0.0.1:6379 -api https://graph.instagram.com -tokens "$TOKENS" -rate 5000 -per 1h
 //
-// It prints progress every second and ends with one summary line:
+// It prints progress every second (wait_max: the longest wait of the
+// requests sent in that second), what each token sent and waited, and ends
+// with one summary line:
 //
-//	sent=… ok=… 429=… limited=… errors=… wait_p50=… wait_p99=…
+//	sent=… ok=… 429=… limited=… cut=… errors=… wait_p50=… wait_p99=…
+//
+// limited counts the requests the throttle refused because their token had
+// no slot within -maxwait; cut counts those the end of the run cut short: in
+// flight, or refused at once because their slot lay beyond the end.
 package main
 
 import (
@@ -24,6 +35,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/throttle-go/throttle"
@@ -38,8 +50,8 @@ func run() int {
 	load.Register(flag.CommandLine)
 	api := flag.String("api", "", "API base URL; requests are GET URL/me/media?access_token=TOKEN (empty: in-process strict API)")
 	tokenList := flag.String("tokens", "token-a,token-b,token-c", "comma-separated access tokens; workers spread requests over them")
-	rate := flag.Int("rate", 5000, "requests allowed per token per -per")
-	per := flag.Duration("per", time.Hour, "the limit's window")
+	rate := flag.Int("rate", 50, "requests allowed per token per -per (Instagram: 5000)")
+	per := flag.Duration("per", 2*time.Second, "the limit's rolling window (Instagram: 1h; scaled down so that a short run shows the waits)")
 	flag.Parse()
 
 	bad := func(format string, args ...any) int {
@@ -113,7 +125,23 @@ func run() int {
 	pool := http.DefaultTransport.(*http.Transport).Clone()
 	pool.MaxIdleConnsPerHost = load.Workers // one idle connection per worker: no dial per request
 	tally := throttletest.NewTally(os.Stderr)
-	tr, err := throttle.New(pool, st, throttle.WithRule(rule), throttle.WithOnDecision(tally.OnDecision))
+	// What each token sent and waited, by its rate key: the hash the
+	// throttle derives from the token, never the token.
+	keys := make([]string, len(tokens))
+	perKey := make(map[string]*waits, len(tokens)) // read-only from here on
+	for i, tok := range tokens {
+		keys[i], err = rule.Key(&http.Request{URL: &url.URL{RawQuery: url.Values{"access_token": {tok}}.Encode()}})
+		if err != nil {
+			return bad("token %d: %v", i+1, err)
+		}
+		perKey[keys[i]] = new(waits)
+	}
+	tr, err := throttle.New(pool, st, throttle.WithRule(rule), throttle.WithOnDecision(func(d throttle.Decision) {
+		tally.OnDecision(d)
+		if w := perKey[d.Key]; w != nil && d.Outcome == throttle.Sent {
+			w.add(d.Delay)
+		}
+	}))
 	if err != nil {
 		return bad("%v", err)
 	}
@@ -135,9 +163,35 @@ func run() int {
 	})
 
 	c := tally.Counts()
-	fmt.Fprintf(os.Stderr, "done: %d requests cut short by the end of the run\n", c.Canceled)
+	for i, key := range keys {
+		w := perKey[key]
+		fmt.Fprintf(os.Stderr, "token %d (key %s…): sent %d, %d of them after a wait, the longest %s\n",
+			i+1, key[:len(key)-24], w.sent.Load(), w.waited.Load(), time.Duration(w.longest.Load()).Round(time.Millisecond))
+	}
+	fmt.Fprintf(os.Stderr, "done: %d refused by the limit; %d cut by the end of the run (in flight, or their slot lay beyond it)\n",
+		c.Limited, c.Cut)
 	fmt.Println(c)
 	return 0
+}
+
+// waits counts the requests of one token that the throttle sent, those that
+// waited for their slot, and the longest wait. The decision hook runs between
+// a request's slot and its send, so it takes no lock.
+type waits struct {
+	sent, waited, longest atomic.Int64
+}
+
+func (w *waits) add(delay time.Duration) {
+	w.sent.Add(1)
+	if delay > time.Millisecond {
+		w.waited.Add(1)
+	}
+	for {
+		old := w.longest.Load()
+		if int64(delay) <= old || w.longest.CompareAndSwap(old, int64(delay)) {
+			return
+		}
+	}
 }
 
 // fetch makes one call with token. A 429 is a response, not an error.

@@ -12,7 +12,12 @@
 //
 // It prints progress every second and ends with one summary line:
 //
-//	sent=… ok=… 429=… limited=… errors=… wait_p50=… wait_p99=…
+//	sent=… ok=… 429=… limited=… cut=… errors=… wait_p50=… wait_p99=…
+//
+// limited counts the charges the throttle refused because the limit had no
+// slot for them within -maxwait (in -mode wait, none in a healthy run); cut
+// counts those the end of the run cut short: in flight, or refused at once
+// because their slot lay beyond the end (up to one per worker).
 package main
 
 import (
@@ -163,8 +168,9 @@ func run() int {
 	})
 
 	c, fb := tally.Counts(), tr.FeedbackStats()
-	fmt.Fprintf(os.Stderr, "done: %d requests cut short by the end of the run; upstream: %d 429s, %d pauses, %d tightenings recorded\n",
-		c.Canceled, fb.TooManyRequests, fb.Pauses, fb.Tightenings)
+	fmt.Fprintf(os.Stderr, "done: %d refused by the limit; %d cut by the end of the run (in flight, or their slot lay beyond it); "+
+		"upstream: %d 429s, %d pauses, %d tightenings recorded\n",
+		c.Limited, c.Cut, fb.TooManyRequests, fb.Pauses, fb.Tightenings)
 	fmt.Println(c)
 	return 0
 }

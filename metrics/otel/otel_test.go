@@ -113,6 +113,7 @@ func TestRegister(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := newTransport(t, nil,
 			throttle.WithRule(throttle.Rule{Name: "api", Host: "api.example", Limits: []throttle.Limit{throttle.PerSecond(1)}, Margin: throttle.NoMargin}),
+			throttle.WithUnmatched(throttle.SendUnmatched),
 			throttle.WithRule(throttle.Rule{Name: "ff", Host: "ff.example", Limits: []throttle.Limit{throttle.PerHour(1)},
 				Mode: throttle.FailFast, IgnoreUpstream: true}))
 		require.NoError(t, get(t, tr, "https://api.example/a")) // sent at once

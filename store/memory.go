@@ -45,6 +45,9 @@ type memLog struct {
 	times   []int64
 	head    int
 	expires int64 // like PEXPIRE: the log is gone at or after this time
+	// tat is the theoretical arrival time of the key's paced limit, as the
+	// pace key in Redis; it counts while now < tatExpires.
+	tat, tatExpires int64
 }
 
 // counterKey names the state of a key under a counting algorithm: each
@@ -95,7 +98,7 @@ func NewMemory(opts ...MemoryOption) (*Memory, error) {
 // The result is named and filled in place: Reserve returns a struct of
 // several words by value, and copying it out costs as much as a map lookup.
 func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Reservation, err error) {
-	maxW, ok := req.valid(key)
+	maxW, paced, ok := req.valid(key)
 	if !ok {
 		return Reservation{}, req.invalid(key)
 	}
@@ -124,7 +127,7 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 		return reserveCounts(st, key, req, now, m.liveFeedback(key, now)), nil
 	}
 	lg := m.logs[key]
-	if lg != nil && lg.expires <= now {
+	if lg != nil && max(lg.expires, lg.tatExpires) <= now {
 		delete(m.logs, key)
 		lg = nil
 	}
@@ -143,7 +146,26 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 	live := lg.times[lg.head:]
 
 	s, limit, cause := now, 0, CauseNone
+	// As log.lua and pace.lua: the paced limit's slot is its theoretical
+	// arrival time, less its tolerance, plus the spacing of all but one unit.
+	var pace, tat int64 // the paced limit's spacing (0: none) and state
+	if paced {
+		if lg.tatExpires > now {
+			tat = lg.tat
+		}
+		for i, l := range req.Limits {
+			if l.Paced {
+				pace = l.interval()
+				if t := tat + int64(req.Cost-1-l.Burst)*pace; tat > 0 && t > s {
+					s, limit, cause = t, i, CauseLimit
+				}
+			}
+		}
+	}
 	for i, l := range req.Limits {
+		if l.Paced {
+			continue
+		}
 		if k := l.N - req.Cost + 1; k <= len(live) {
 			if t := live[len(live)-k] + micros(l.Per); t > s {
 				s, limit, cause = t, i, CauseLimit
@@ -191,15 +213,23 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 	if len(live) > 0 {
 		rec = max(rec, live[len(live)-1])
 	}
-	for range req.Cost {
-		lg.times = append(lg.times, rec)
+	if pace > 0 {
+		// Recorded from the latest time the units may be sent (pace.lua).
+		lg.tat = max(tat, s+allowance) + int64(req.Cost)*pace
+		lg.tatExpires = lg.tat + 1000
+		res.tat, res.limits = lg.tat, req.Limits
 	}
-	if lg.head > 32 && lg.head*2 > len(lg.times) {
-		lg.times = append(lg.times[:0], lg.times[lg.head:]...)
-		lg.head = 0
+	if !paced || maxW > 0 {
+		for range req.Cost {
+			lg.times = append(lg.times, rec)
+		}
+		if lg.head > 32 && lg.head*2 > len(lg.times) {
+			lg.times = append(lg.times[:0], lg.times[lg.head:]...)
+			lg.head = 0
+		}
+		// Like the script's PEXPIRE, never shortened.
+		lg.expires = max(lg.expires, rec+maxW+1000)
 	}
-	// Like the script's PEXPIRE, never shortened.
-	lg.expires = max(lg.expires, rec+maxW+1000)
 	res.Allowed, res.Delay, res.slot, res.entry = true, usDuration(wait), s, rec
 	return res, nil
 }
@@ -221,6 +251,14 @@ func (m *Memory) Cancel(_ context.Context, res Reservation) error {
 	if lg == nil {
 		return nil
 	}
+	if res.tat != 0 && lg.tat == res.tat && lg.tatExpires > m.micros() {
+		// As pace.lua: only while no later reservation moved it.
+		for _, l := range res.limits {
+			if l.Paced {
+				lg.tat -= int64(res.cost) * l.interval()
+			}
+		}
+	}
 	// The log is ordered, so the entries equal to the reservation's are one
 	// run, [lo, hi); remove up to Cost of them.
 	hi := len(lg.times)
@@ -239,7 +277,7 @@ func (m *Memory) Cancel(_ context.Context, res Reservation) error {
 func (m *Memory) sweep(now int64) {
 	m.calls = 0
 	for k, lg := range m.logs {
-		if lg.expires <= now {
+		if max(lg.expires, lg.tatExpires) <= now {
 			delete(m.logs, k)
 		}
 	}

@@ -24,6 +24,7 @@ type Memory struct {
 
 	mu       sync.Mutex
 	logs     map[string]*memLog
+	paces    map[string]*memPace // made on the first paced limit
 	counters map[counterKey]*counterState
 	// feedback holds what the upstream said, per key (feedback_memory.go).
 	feedback map[string]*memFeedback
@@ -45,9 +46,15 @@ type memLog struct {
 	times   []int64
 	head    int
 	expires int64 // like PEXPIRE: the log is gone at or after this time
-	// tat is the theoretical arrival time of the key's paced limit, as the
-	// pace key in Redis; it counts while now < tatExpires.
-	tat, tatExpires int64
+}
+
+// noLog is the empty log of a request that keeps none.
+var noLog memLog
+
+// memPace is the state of a key's paced limit, as its pace key in Redis:
+// the theoretical arrival time, which counts while now < expires.
+type memPace struct {
+	tat, expires int64
 }
 
 // counterKey names the state of a key under a counting algorithm: each
@@ -127,11 +134,15 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 		return reserveCounts(st, key, req, now, m.liveFeedback(key, now)), nil
 	}
 	lg := m.logs[key]
-	if lg != nil && max(lg.expires, lg.tatExpires) <= now {
+	if lg != nil && lg.expires <= now {
 		delete(m.logs, key)
 		lg = nil
 	}
-	if lg == nil {
+	switch {
+	case lg != nil:
+	case paced && maxW == 0:
+		lg = &noLog // a paced limit alone keeps no log (never written)
+	default:
 		lg = &memLog{}
 		m.logs[key] = lg
 	}
@@ -149,9 +160,17 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 	// As log.lua and pace.lua: the paced limit's slot is its theoretical
 	// arrival time, less its tolerance, plus the spacing of all but one unit.
 	var pace, tat int64 // the paced limit's spacing (0: none) and state
+	var ps *memPace
 	if paced {
-		if lg.tatExpires > now {
-			tat = lg.tat
+		if m.paces == nil {
+			m.paces = make(map[string]*memPace)
+		}
+		if ps = m.paces[key]; ps == nil {
+			ps = &memPace{}
+			m.paces[key] = ps
+		}
+		if ps.expires > now {
+			tat = ps.tat
 		}
 		for i, l := range req.Limits {
 			if l.Paced {
@@ -162,7 +181,8 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 			}
 		}
 	}
-	for i, l := range req.Limits {
+	for i := range req.Limits {
+		l := &req.Limits[i]
 		if l.Paced {
 			continue
 		}
@@ -172,7 +192,7 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 			}
 		}
 	}
-	res.key, res.cost = key, req.Cost
+	res.key, res.cost = key, int32(req.Cost)
 	var budgetReset int64
 	if f := m.liveFeedback(key, now); f != nil {
 		h := f.hold(now, int64(req.Cost), microsDown(req.serverWait()))
@@ -215,9 +235,9 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 	}
 	if pace > 0 {
 		// Recorded from the latest time the units may be sent (pace.lua).
-		lg.tat = max(tat, s+allowance) + int64(req.Cost)*pace
-		lg.tatExpires = lg.tat + 1000
-		res.tat, res.limits = lg.tat, req.Limits
+		ps.tat = max(tat, s+allowance) + int64(req.Cost)*pace
+		ps.expires = ps.tat + 1000
+		res.tat, res.limits = ps.tat, req.Limits
 	}
 	if !paced || maxW > 0 {
 		for range req.Cost {
@@ -247,17 +267,17 @@ func (m *Memory) Cancel(_ context.Context, res Reservation) error {
 		}
 		return nil
 	}
+	if ps := m.paces[res.key]; res.tat != 0 && ps != nil && ps.tat == res.tat && ps.expires > m.micros() {
+		// As cancel_pace.lua: only while no later reservation moved it.
+		for _, l := range res.limits {
+			if l.Paced {
+				ps.tat -= int64(res.cost) * l.interval()
+			}
+		}
+	}
 	lg := m.logs[res.key]
 	if lg == nil {
 		return nil
-	}
-	if res.tat != 0 && lg.tat == res.tat && lg.tatExpires > m.micros() {
-		// As pace.lua: only while no later reservation moved it.
-		for _, l := range res.limits {
-			if l.Paced {
-				lg.tat -= int64(res.cost) * l.interval()
-			}
-		}
 	}
 	// The log is ordered, so the entries equal to the reservation's are one
 	// run, [lo, hi); remove up to Cost of them.
@@ -266,7 +286,7 @@ func (m *Memory) Cancel(_ context.Context, res Reservation) error {
 		hi--
 	}
 	lo := hi
-	for lo > lg.head && lg.times[lo-1] == res.entry && hi-lo < res.cost {
+	for lo > lg.head && lg.times[lo-1] == res.entry && hi-lo < int(res.cost) {
 		lo--
 	}
 	lg.times = append(lg.times[:lo], lg.times[hi:]...)
@@ -276,8 +296,13 @@ func (m *Memory) Cancel(_ context.Context, res Reservation) error {
 // sweep drops every expired log; m.mu is held.
 func (m *Memory) sweep(now int64) {
 	m.calls = 0
+	for k, ps := range m.paces {
+		if ps.expires <= now {
+			delete(m.paces, k)
+		}
+	}
 	for k, lg := range m.logs {
-		if max(lg.expires, lg.tatExpires) <= now {
+		if lg.expires <= now {
 			delete(m.logs, k)
 		}
 	}
@@ -291,5 +316,5 @@ func (m *Memory) sweep(now int64) {
 			delete(m.counters, k)
 		}
 	}
-	m.kept = len(m.logs) + len(m.counters)
+	m.kept = len(m.logs) + len(m.counters) + len(m.paces)
 }

@@ -228,7 +228,7 @@ func (r *Redis) parseReserve(key string, req Request, reply []any) (Reservation,
 		cause == CauseLimit && (limit < 1 || limit > int64(len(req.Limits))) || cause != CauseLimit && limit != 0 {
 		return Reservation{}, fmt.Errorf("store: redis reserve: unexpected reply %v", v)
 	}
-	res := Reservation{Cause: cause, key: key, cost: req.Cost}
+	res := Reservation{Cause: cause, key: key, cost: int32(req.Cost)}
 	if cause == CauseLimit {
 		res.Limit = int(limit) - 1
 	}

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -105,9 +106,10 @@ type Request struct {
 // The throttle Transport keys its logs by rule for this reason.
 
 // ErrInvalidRequest is returned, wrapped, for a Request that no store could
-// ever grant: no limits, a limit or cost below 1, a cost above a limit, a
-// negative MaxWait, an empty key, an unknown Algorithm, or a Precision the
-// Algorithm cannot use.
+// ever grant: no limits, a limit or cost below 1, a cost above a limit or
+// above 2^31-1, a negative MaxWait, an empty key, an unknown Algorithm, a
+// Precision the Algorithm cannot use, or a paced limit it cannot (see
+// Limit.Paced).
 var ErrInvalidRequest = errors.New("store: invalid request")
 
 // Validate reports whether r is well formed; every store calls it first.
@@ -124,10 +126,11 @@ func (r Request) Validate(key string) error {
 // three: the Memory store's hot path calls it). invalid says which rule
 // failed; a test keeps the two in step.
 func (r *Request) valid(key string) (maxPer int64, paced, ok bool) {
-	ok = key != "" && len(r.Limits) > 0 && r.Cost >= 1 && r.MaxWait >= 0 && r.MaxServerWait >= 0 &&
+	ok = key != "" && len(r.Limits) > 0 && r.Cost >= 1 && r.Cost <= math.MaxInt32 && r.MaxWait >= 0 && r.MaxServerWait >= 0 &&
 		(r.Allowance == 0 || r.Allowance > 0 && r.Allowance <= MaxAllowance && r.Algorithm == SlidingLog) &&
 		int(r.Algorithm) < len(algorithmNames)
-	for _, l := range r.Limits {
+	for i := range r.Limits {
+		l := &r.Limits[i] // no copy: this is the Memory store's hot path
 		ok = ok && l.N >= 1 && l.Per >= time.Microsecond && r.Cost <= l.N &&
 			(l.Precision == 0 || r.Algorithm == Buckets && l.Precision >= time.Microsecond && l.Precision <= l.Per) &&
 			(r.Algorithm != Buckets || l.buckets() <= MaxBuckets)
@@ -150,8 +153,8 @@ func (r Request) invalid(key string) error {
 	if len(r.Limits) == 0 {
 		return fmt.Errorf("%w: no limits", ErrInvalidRequest)
 	}
-	if r.Cost < 1 {
-		return fmt.Errorf("%w: cost %d is below 1", ErrInvalidRequest, r.Cost)
+	if r.Cost < 1 || r.Cost > math.MaxInt32 {
+		return fmt.Errorf("%w: cost %d outside 1..%d", ErrInvalidRequest, r.Cost, math.MaxInt32)
 	}
 	if r.MaxWait < 0 || r.MaxServerWait < 0 {
 		return fmt.Errorf("%w: negative max wait %s or max server wait %s", ErrInvalidRequest, r.MaxWait, r.MaxServerWait)
@@ -223,24 +226,24 @@ func (c Cause) String() string {
 type Reservation struct {
 	Allowed bool
 	Cause   Cause
-	// alg is the algorithm that recorded the units (here, beside the
-	// flags, so that it takes no word of its own: Reserve returns the
-	// struct by value on every call).
+	// alg is the algorithm that recorded the units, and cost the units
+	// (here, beside the flags, so that they take no word of their own:
+	// Reserve returns the struct by value on every call).
 	alg        Algorithm
+	cost       int32
 	Limit      int           // index in Request.Limits of the limit that set the slot, when Cause is CauseLimit; 0 otherwise
 	Delay      time.Duration // allowed: how long from now until the slot
 	RetryAfter time.Duration // refused: when a request of the same cost would have been admitted
 
 	// What Cancel needs: the rate key; the slot and the time the units
 	// were recorded at (the slot, or later with an Allowance), in
-	// microseconds on the store's clock; the cost; for the counting
+	// microseconds on the store's clock; for the counting
 	// algorithms and a paced limit, the limits (to find the counters of
 	// the slot again, or the paced spacing); and the theoretical arrival
 	// time the reservation left on its paced limit (0: none).
 	key    string
 	slot   int64
 	entry  int64
-	cost   int
 	limits []Limit
 	tat    int64
 }

@@ -34,8 +34,13 @@
 -- within [s, s + A] = [r - A, r] and reaches the upstream after a transit
 -- that varies by at most D. So the units reaching an upstream in any
 -- interval of length L were recorded within an interval of length L + A + D,
--- which holds at most floor((L + A + D + B*T - A) / T) + 1 units, i.e.
+-- which holds at most floor((L + A + D + B*T - A) / T) + 1 units (taking the
+-- first and the last reservation in it; one reservation alone holds c <=
+-- B + 1), i.e.
 --     units in any interval of length L  <=  floor((L + D) / T) + B + 1.
+-- (A Cancel moves TAT back only to max(TAT before, r) of the reservation it
+-- removes, and an expired TAT is at most now: the inequality holds for the
+-- reservations that stay.)
 -- * A GCRA upstream (token bucket of B + 1) of the configured rate, spacing
 --   T0 = Per0/N <= T, accepts floor(L / T0) + B + 1 in any interval of
 --   length L. floor((L + D) / T) <= floor(L / T0) for every L iff
@@ -44,7 +49,8 @@
 --   the allowance. A request sent later than A after its slot, or a transit
 --   varying by more than Margin/N, can meet a 429 from a strict (B = 0)
 --   upstream: the transport retakes a slot when it wakes later than its
---   allowance plus half the margin.
+--   allowance plus Margin/(2N), but it cannot see a stall between its wake
+--   and the upstream's read.
 -- * A sliding-window upstream of N per Per0 (Per0 + Margin = N * T): with
 --   B = 0, an interval of length Per0 holds at most floor((Per0 + D) / T)
 --   + 1 <= N units while D < Margin: the margin is paid once per window, in

@@ -73,10 +73,10 @@ func TestFleetPacing(t *testing.T) {
 		// guarantee holds for lateness within the allowance and a transit
 		// that varies by at most that, but the transport measures lateness
 		// when it wakes, not when the request reaches the upstream. On the
-		// shared 2-core machine of the measurements, 2 of 3 runs met 1 and
-		// 3 late 429s, the 3 arriving within 0.1ms of each other: a stall
-		// after the wake (of the client process, or of the upstream before
-		// it read them). So this row is measured, not judged.
+		// shared 2-core machine of the measurements, 4 of 5 runs met one
+		// late 429 (and a loaded run 3), each 7.9-9.99ms after the accepted
+		// arrival before it: that one reached the upstream later after its
+		// wake than the slack allows. So this row is measured, not judged.
 		{"gcra burst 0 / paced 0", "gcra0", throttletest.GCRA, 0, false, false},
 		{"token bucket 10 / paced 10", "bucket10", throttletest.GCRA, 10, false, true},
 		{"sliding log / paced 0", "sliding", throttletest.SlidingLog, 0, false, true},
@@ -116,7 +116,14 @@ func TestFleetPacing(t *testing.T) {
 				t.Logf("upstream: accepted=%d 429=%d (after the first second: %d) share=%.2f%% of %d; script calls=%d per request=%.3f; min gap %s",
 					st.Accepted, st.Rejected, late, 100*share, most, res.calls, perReq, gap)
 				for _, r := range st.RejectedAt {
-					t.Logf("429 at +%s", r.Sub(st.FirstAccepted))
+					// The accepted arrivals just before it: how close they came.
+					var before []string
+					for _, a := range st.Arrivals {
+						if !a.After(r) && r.Sub(a) < 5*spacing {
+							before = append(before, r.Sub(a).String())
+						}
+					}
+					t.Logf("429 at +%s, after accepted arrivals %v before it", r.Sub(st.FirstAccepted), before)
 				}
 				fmt.Fprintf(&table, "%-28s %-10d %-14d %-10s %-10.3f %-12s %s / %s\n", tc.name, st.Rejected, late,
 					fmt.Sprintf("%.1f%%", 100*share), perReq, gap, p50.Round(time.Millisecond), p99.Round(time.Millisecond))

@@ -44,3 +44,12 @@ func TestPacedLateWakeRetakes(t *testing.T) {
 		})
 	}
 }
+
+// TestPacedLocalShare: under FailLocal, a paced limit keeps its spacing's
+// share and its burst's, and the largest local cost follows the burst.
+func TestPacedLocalShare(t *testing.T) {
+	t.Parallel()
+	s := shareOf([]Limit{PerHour(4000), Paced(100, time.Second, 10)}, 0.25)
+	assert.Equal(t, []Limit{PerHour(1000), Paced(25, time.Second, 2)}, s.limits)
+	assert.Equal(t, 3, s.minN, "a cost of at most the burst plus one")
+}

@@ -89,8 +89,9 @@ func (t *Transport) admit(ctx context.Context, r *rule, k keyed) (d Decision, du
 			break
 		}
 		due = asked.Add(res.Delay)
-		// A request that wakes later than its allowance plus half the
-		// margin after its slot (a stalled or starved process) would send
+		// A request that wakes later than its allowance plus r.retake
+		// (half the margin; less for a paced limit) after its slot (a
+		// stalled or starved process) would send
 		// into the headroom the margin keeps for the upstream: it gives the
 		// slot back and takes the next free one instead. Its lateness (an
 		// upper bound: from before the Reserve call, so it includes the
@@ -98,7 +99,7 @@ func (t *Transport) admit(ctx context.Context, r *rule, k keyed) (d Decision, du
 		woke := t.now()
 		late := woke.Sub(asked) - res.Delay
 		t.late.observe(woke, late, d.Allowance, false)
-		if late <= d.Allowance+r.Margin/2 || d.Retaken == maxRetakes {
+		if late <= d.Allowance+r.retake || d.Retaken == maxRetakes {
 			break
 		}
 		// A failed Cancel leaves the old slot recorded, which only

@@ -242,7 +242,8 @@ func (r *rule) learn(sig signals, throttled bool) store.Learned {
 // least w long.
 func (r *rule) implied(n int, w time.Duration) bool {
 	for _, lim := range r.Limits {
-		if lim.N <= n && lim.Per >= w {
+		// A paced limit's burst lets N + Burst into a window.
+		if lim.N+lim.Burst <= n && lim.Per >= w {
 			return true
 		}
 	}

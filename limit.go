@@ -8,7 +8,8 @@ import (
 
 // Limit allows at most N units in any interval of length Per: a sliding
 // window, not a fixed one. PerHour(5000) allows 5000 calls in every hour-long
-// interval, wherever it starts.
+// interval, wherever it starts. A paced limit (Paced) spaces the units
+// instead.
 type Limit = store.Limit
 
 // Algorithm is how a rule counts its units; see store.Algorithm.
@@ -36,3 +37,14 @@ func PerDay(n int) Limit { return Limit{N: n, Per: 24 * time.Hour} }
 
 // Per returns a limit of n per rolling window of length d.
 func Per(n int, d time.Duration) Limit { return Limit{N: n, Per: d} }
+
+// Paced returns a limit of n per d sent evenly, one every d/n, with up to
+// burst more at once after an idle spell (0 <= burst <= n; burst 0: evenly
+// spaced): a GCRA, as token buckets and strict-spacing upstreams count.
+// Paced(100, time.Second, 0) sends one every 10ms. The rule's Margin
+// lengthens d, once per window: the spacing is (d + Margin)/n. A rule may
+// hold one paced limit beside window limits, under SlidingLog only, and a
+// cost of at most burst+1. See docs/pacing.md.
+func Paced(n int, d time.Duration, burst int) Limit {
+	return Limit{N: n, Per: d, Paced: true, Burst: burst}
+}

@@ -123,9 +123,14 @@ func shareOf(limits []Limit, share float64) localShare {
 	for _, l := range limits {
 		// The epsilon keeps 300 × (1/3) at 100 despite rounding.
 		n := max(1, int(math.Floor(float64(l.N)*share+1e-9)))
-		s.limits = append(s.limits, Limit{N: n, Per: l.Per, Precision: l.Precision})
+		// A paced limit keeps its spacing's share and its burst's.
+		b := min(int(math.Floor(float64(l.Burst)*share+1e-9)), n)
+		s.limits = append(s.limits, Limit{N: n, Per: l.Per, Precision: l.Precision, Paced: l.Paced, Burst: b})
 		if s.minN == 0 || n < s.minN {
 			s.minN = n
+		}
+		if l.Paced && b+1 < s.minN {
+			s.minN = b + 1
 		}
 		s.maxPer = max(s.maxPer, l.Per)
 	}

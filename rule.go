@@ -78,7 +78,8 @@ type Rule struct {
 	MaxWait time.Duration
 	// Margin is added to every window, so that the upstream, which sees a
 	// request a little after it was sent, still never sees more than N in
-	// any of its windows. How late this process sends after its slots is
+	// any of its windows (a paced limit's window too: its spacing is
+	// (Per + Margin)/N). How late this process sends after its slots is
 	// measured and covered apart (Decision.Allowance). Zero: DefaultMargin;
 	// NoMargin: no margin, no allowance and no retake.
 	Margin time.Duration
@@ -116,8 +117,12 @@ type rule struct {
 	scope         string        // prefix of the store keys: the rule's own logs
 	maxWait       time.Duration // 0 in FailFast mode
 	maxServerWait time.Duration
-	minN          int
-	stats         *ruleStats // the counters of its name (metrics.go)
+	minN          int // the largest cost: the least N, or a paced burst + 1
+	// retake is how much later than its allowance a request may wake and
+	// still send: half the margin, or half a paced limit's slack in its
+	// spacing, Margin/N, which is all a strict-spacing upstream leaves.
+	retake time.Duration
+	stats  *ruleStats // the counters of its name (metrics.go)
 }
 
 func (r *Rule) displayName(isDefault bool) string {
@@ -190,7 +195,16 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 		if c.minN == 0 || l.N < c.minN {
 			c.minN = l.N
 		}
-		c.eff = append(c.eff, Limit{N: l.N, Per: l.Per + r.Margin, Precision: l.Precision})
+		if l.Paced && l.Burst >= 0 && l.Burst+1 < c.minN {
+			c.minN = l.Burst + 1
+		}
+		c.eff = append(c.eff, Limit{N: l.N, Per: l.Per + r.Margin, Precision: l.Precision, Paced: l.Paced, Burst: l.Burst})
+	}
+	c.retake = r.Margin / 2
+	for _, l := range r.Limits {
+		if l.Paced {
+			c.retake = min(c.retake, r.Margin/time.Duration(2*l.N))
+		}
 	}
 	// What the store would refuse on every request (a Precision the
 	// algorithm cannot use, too many buckets) fails here instead.

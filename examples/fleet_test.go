@@ -207,7 +207,8 @@ func runFleet(t *testing.T, rdb redis.UniversalClient, f fleet) result {
 func startUpstream(t *testing.T, bin string, cfg throttletest.Config, keyQuery string) (string, func() throttletest.Stats) {
 	t.Helper()
 	args := []string{"-n", strconv.Itoa(cfg.N), "-per", cfg.Window.String(),
-		"-key-query", keyQuery, "-transit", cfg.Transit.String()}
+		"-key-query", keyQuery, "-transit", cfg.Transit.String(),
+		"-algorithm", cfg.Algorithm.String(), "-burst", strconv.Itoa(cfg.Burst)}
 	for flag, on := range map[string]bool{"-ietf": cfg.IETF, "-xratelimit": cfg.XRateLimit, "-no-retry-after": cfg.NoRetryAfter} {
 		if on {
 			args = append(args, flag)

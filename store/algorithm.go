@@ -74,6 +74,9 @@ func (a Algorithm) validate(limits []Limit) error {
 		return fmt.Errorf("%w: unknown algorithm %d", ErrInvalidRequest, uint8(a))
 	}
 	for _, l := range limits {
+		if l.Paced && a != SlidingLog {
+			return fmt.Errorf("%w: limit %s: a paced limit needs the log algorithm, not %s", ErrInvalidRequest, l, a)
+		}
 		switch {
 		case l.Precision < 0:
 			return fmt.Errorf("%w: limit %s: negative Precision", ErrInvalidRequest, l)

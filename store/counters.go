@@ -195,7 +195,7 @@ type counterState struct {
 func reserveCounts(st *counterState, key string, req Request, now int64, f *memFeedback) Reservation {
 	cost := int64(req.Cost)
 	limits := slices.Clone(req.Limits)
-	res := Reservation{key: key, cost: req.Cost}
+	res := Reservation{key: key, cost: int32(req.Cost)}
 	start, cause, budgetReset := now, CauseNone, int64(0)
 	var tightened []bool // by a learned limit
 	if f != nil {

@@ -24,6 +24,7 @@ type Memory struct {
 
 	mu       sync.Mutex
 	logs     map[string]*memLog
+	paces    map[string]*memPace // made on the first paced limit
 	counters map[counterKey]*counterState
 	// feedback holds what the upstream said, per key (feedback_memory.go).
 	feedback map[string]*memFeedback
@@ -45,6 +46,15 @@ type memLog struct {
 	times   []int64
 	head    int
 	expires int64 // like PEXPIRE: the log is gone at or after this time
+}
+
+// noLog is the empty log of a request that keeps none.
+var noLog memLog
+
+// memPace is the state of a key's paced limit, as its pace key in Redis:
+// the theoretical arrival time, which counts while now < expires.
+type memPace struct {
+	tat, expires int64
 }
 
 // counterKey names the state of a key under a counting algorithm: each
@@ -95,7 +105,7 @@ func NewMemory(opts ...MemoryOption) (*Memory, error) {
 // The result is named and filled in place: Reserve returns a struct of
 // several words by value, and copying it out costs as much as a map lookup.
 func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Reservation, err error) {
-	maxW, ok := req.valid(key)
+	maxW, paced, ok := req.valid(key)
 	if !ok {
 		return Reservation{}, req.invalid(key)
 	}
@@ -128,7 +138,11 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 		delete(m.logs, key)
 		lg = nil
 	}
-	if lg == nil {
+	switch {
+	case lg != nil:
+	case paced && maxW == 0:
+		lg = &noLog // a paced limit alone keeps no log (never written)
+	default:
 		lg = &memLog{}
 		m.logs[key] = lg
 	}
@@ -143,14 +157,42 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 	live := lg.times[lg.head:]
 
 	s, limit, cause := now, 0, CauseNone
-	for i, l := range req.Limits {
+	// As log.lua and pace.lua: the paced limit's slot is its theoretical
+	// arrival time, less its tolerance, plus the spacing of all but one unit.
+	var pace, tat int64 // the paced limit's spacing (0: none) and state
+	var ps *memPace
+	if paced {
+		if m.paces == nil {
+			m.paces = make(map[string]*memPace)
+		}
+		if ps = m.paces[key]; ps == nil {
+			ps = &memPace{}
+			m.paces[key] = ps
+		}
+		if ps.expires > now {
+			tat = ps.tat
+		}
+		for i, l := range req.Limits {
+			if l.Paced {
+				pace = l.interval()
+				if t := tat + int64(req.Cost-1-l.Burst)*pace; tat > 0 && t > s {
+					s, limit, cause = t, i, CauseLimit
+				}
+			}
+		}
+	}
+	for i := range req.Limits {
+		l := &req.Limits[i]
+		if l.Paced {
+			continue
+		}
 		if k := l.N - req.Cost + 1; k <= len(live) {
 			if t := live[len(live)-k] + micros(l.Per); t > s {
 				s, limit, cause = t, i, CauseLimit
 			}
 		}
 	}
-	res.key, res.cost = key, req.Cost
+	res.key, res.cost = key, int32(req.Cost)
 	var budgetReset int64
 	if f := m.liveFeedback(key, now); f != nil {
 		h := f.hold(now, int64(req.Cost), microsDown(req.serverWait()))
@@ -191,15 +233,23 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 	if len(live) > 0 {
 		rec = max(rec, live[len(live)-1])
 	}
-	for range req.Cost {
-		lg.times = append(lg.times, rec)
+	if pace > 0 {
+		// Recorded from the latest time the units may be sent (pace.lua).
+		ps.tat = max(tat, s+allowance) + int64(req.Cost)*pace
+		ps.expires = ps.tat + 1000
+		res.tat, res.limits = ps.tat, req.Limits
 	}
-	if lg.head > 32 && lg.head*2 > len(lg.times) {
-		lg.times = append(lg.times[:0], lg.times[lg.head:]...)
-		lg.head = 0
+	if !paced || maxW > 0 {
+		for range req.Cost {
+			lg.times = append(lg.times, rec)
+		}
+		if lg.head > 32 && lg.head*2 > len(lg.times) {
+			lg.times = append(lg.times[:0], lg.times[lg.head:]...)
+			lg.head = 0
+		}
+		// Like the script's PEXPIRE, never shortened.
+		lg.expires = max(lg.expires, rec+maxW+1000)
 	}
-	// Like the script's PEXPIRE, never shortened.
-	lg.expires = max(lg.expires, rec+maxW+1000)
 	res.Allowed, res.Delay, res.slot, res.entry = true, usDuration(wait), s, rec
 	return res, nil
 }
@@ -217,6 +267,14 @@ func (m *Memory) Cancel(_ context.Context, res Reservation) error {
 		}
 		return nil
 	}
+	if ps := m.paces[res.key]; res.tat != 0 && ps != nil && ps.tat == res.tat && ps.expires > m.micros() {
+		// As cancel_pace.lua: only while no later reservation moved it.
+		for _, l := range res.limits {
+			if l.Paced {
+				ps.tat -= int64(res.cost) * l.interval()
+			}
+		}
+	}
 	lg := m.logs[res.key]
 	if lg == nil {
 		return nil
@@ -228,7 +286,7 @@ func (m *Memory) Cancel(_ context.Context, res Reservation) error {
 		hi--
 	}
 	lo := hi
-	for lo > lg.head && lg.times[lo-1] == res.entry && hi-lo < res.cost {
+	for lo > lg.head && lg.times[lo-1] == res.entry && hi-lo < int(res.cost) {
 		lo--
 	}
 	lg.times = append(lg.times[:lo], lg.times[hi:]...)
@@ -238,6 +296,11 @@ func (m *Memory) Cancel(_ context.Context, res Reservation) error {
 // sweep drops every expired log; m.mu is held.
 func (m *Memory) sweep(now int64) {
 	m.calls = 0
+	for k, ps := range m.paces {
+		if ps.expires <= now {
+			delete(m.paces, k)
+		}
+	}
 	for k, lg := range m.logs {
 		if lg.expires <= now {
 			delete(m.logs, k)
@@ -253,5 +316,5 @@ func (m *Memory) sweep(now int64) {
 			delete(m.counters, k)
 		}
 	}
-	m.kept = len(m.logs) + len(m.counters)
+	m.kept = len(m.logs) + len(m.counters) + len(m.paces)
 }

@@ -23,6 +23,7 @@ const DefaultPrefix = "throttle:"
 // WithPrefix):
 //
 //	p{k}          LIST: the SlidingLog's send times
+//	p{k}:pace     STRING: a paced limit's theoretical arrival time
 //	p{k}:fixed    HASH: FixedWindow's counters (":counter", ":buckets" alike)
 //	p{k}:p        HASH: what the upstream said (Feedback)
 //
@@ -177,14 +178,25 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 	if req.Algorithm == SlidingLog {
 		args = append(args, micros(req.Allowance))
 	}
-	for _, l := range req.Limits {
-		if req.Algorithm == Buckets {
+	p := req.paced()
+	if p >= 0 {
+		l := req.Limits[p]
+		args = append(args, l.interval(), l.Burst, p+1)
+	}
+	for i, l := range req.Limits {
+		switch {
+		case i == p:
+		case req.Algorithm == Buckets:
 			args = append(args, l.N, l.precision(), l.buckets())
-		} else {
+		default:
 			args = append(args, l.N, micros(l.Per))
 		}
 	}
 	call := scriptCall{reserveScripts[req.Algorithm], []string{r.keyFor(key, req.Algorithm), r.feedbackKey(key)}, args}
+	if p >= 0 {
+		call.script = pacedScript
+		call.keys = append(call.keys, r.paceKey(key))
+	}
 	var reply []any
 	var err error
 	switch {
@@ -208,13 +220,15 @@ func (r *Redis) parseReserve(key string, req Request, reply []any) (Reservation,
 	if err != nil {
 		return Reservation{}, fmt.Errorf("store: redis reserve: %w", err)
 	}
-	allowed, wait, slot, limit, cause, entry := v[0], v[1], v[2], v[3], Cause(v[4]), v[5]
+	allowed, wait, slot, limit, cause, entry, tat := v[0], v[1], v[2], v[3], Cause(v[4]), v[5], v[6]
+	paced := req.paced() >= 0
 	if allowed != 0 && allowed != 1 || wait < 0 || allowed == 1 && (slot <= 0 || entry < slot) ||
+		allowed == 1 && paced != (tat > slot) || !paced && tat != 0 ||
 		v[4] < 0 || v[4] > int64(CauseLearned) ||
 		cause == CauseLimit && (limit < 1 || limit > int64(len(req.Limits))) || cause != CauseLimit && limit != 0 {
 		return Reservation{}, fmt.Errorf("store: redis reserve: unexpected reply %v", v)
 	}
-	res := Reservation{Cause: cause, key: key, cost: req.Cost}
+	res := Reservation{Cause: cause, key: key, cost: int32(req.Cost)}
 	if cause == CauseLimit {
 		res.Limit = int(limit) - 1
 	}
@@ -222,6 +236,9 @@ func (r *Redis) parseReserve(key string, req Request, reply []any) (Reservation,
 		res.Allowed, res.Delay, res.slot, res.entry = true, usDuration(wait), slot, entry
 		if req.Algorithm != SlidingLog {
 			res.alg, res.limits = req.Algorithm, req.Limits // for Cancel
+		}
+		if paced {
+			res.tat, res.limits = tat, req.Limits // for Cancel
 		}
 	} else {
 		res.RetryAfter = usDuration(wait)
@@ -240,6 +257,17 @@ func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
 		return nil
 	}
 	call := scriptCall{cancelScript, []string{r.logKey(res.key)}, []any{strconv.FormatInt(res.entry, 10), res.cost}}
+	if res.tat != 0 {
+		var back int64
+		for _, l := range res.limits {
+			if l.Paced {
+				back = int64(res.cost) * l.interval()
+			}
+		}
+		call.script = cancelPacedScript
+		call.keys = append(call.keys, r.paceKey(res.key))
+		call.args = append(call.args, strconv.FormatInt(res.tat, 10), back)
+	}
 	if res.alg != SlidingLog {
 		call.script = cancelCountsScript
 		call.keys[0] = r.keyFor(res.key, res.alg)
@@ -333,11 +361,12 @@ func (r *Redis) failed(err error) {
 	r.reloader.ReloadState(context.Background())
 }
 
-// int64s checks that a script reply is a list of five or six integers: a
+// int64s checks that a script reply is a list of five to seven integers: a
 // reply of five (a refusal, or a counting algorithm, which records at the
-// slot) gets the slot as its sixth, the entry.
-func int64s(reply []any) (out [6]int64, err error) {
-	if len(reply) != len(out) && len(reply) != len(out)-1 {
+// slot) gets the slot as its sixth, the entry; the seventh, a paced limit's
+// TAT, is 0 when absent.
+func int64s(reply []any) (out [7]int64, err error) {
+	if len(reply) < 5 || len(reply) > len(out) {
 		return out, fmt.Errorf("unexpected reply of %d elements", len(reply))
 	}
 	for i, e := range reply {
@@ -347,11 +376,15 @@ func int64s(reply []any) (out [6]int64, err error) {
 		}
 		out[i] = v
 	}
-	if len(reply) < len(out) {
+	if len(reply) < 6 {
 		out[5] = out[2]
 	}
 	return out, nil
 }
+
+// paceKey is the name of the Redis key, a STRING, that holds the theoretical
+// arrival time of a rate key's paced limit.
+func (r *Redis) paceKey(key string) string { return r.logKey(key) + ":pace" }
 
 // feedbackKey is the name of the Redis key, a HASH, that holds what the
 // upstream said about a rate key (see Feedback).

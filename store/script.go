@@ -26,7 +26,10 @@ var (
 		SlidingCounter: newScript(script.Reserve(SlidingCounter.String())),
 		Buckets:        newScript(script.Reserve(Buckets.String())),
 	}
+	// pacedScript is the log's reserve script for a request with a paced limit.
+	pacedScript        = newScript(script.Reserve("paced"))
 	cancelScript       = newScript(script.Cancel())
+	cancelPacedScript  = newScript(script.CancelPaced())
 	cancelCountsScript = newScript(script.CancelCounts())
 	feedbackScript     = newScript(script.Feedback())
 )

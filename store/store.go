@@ -14,25 +14,59 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
-// Limit allows at most N units in any interval of length Per.
+// Limit allows at most N units in any interval of length Per; or, when
+// Paced, one unit every Per/N with Burst units of tolerance (see Paced).
 type Limit struct {
 	N   int
 	Per time.Duration
 	// Precision is the bucket length of the Buckets algorithm (zero: Per);
 	// the other algorithms refuse a Precision.
 	Precision time.Duration
+	// Paced makes the limit a GCRA (virtual scheduling) instead of a
+	// window: units are spaced Per/N apart, and up to Burst more may go
+	// early, after an idle spell (Burst 0: evenly spaced). Its state is one
+	// time per key, beside the log. Only SlidingLog takes a paced limit, at
+	// most one per request, with Cost <= Burst+1 and Burst <= N. Cancel
+	// gives its time back only while no later reservation has been made on
+	// it (docs/pacing.md).
+	Paced bool
+	// Burst is the paced limit's tolerance in units (Paced only).
+	Burst int
 }
 
-// String renders the limit as "5000/1h0m0s", or "5000/1h0m0s/1m0s" with a
-// Precision.
+// String renders the limit as "5000/1h0m0s", "5000/1h0m0s/1m0s" with a
+// Precision, or "100/1s paced", "100/1s paced+10" when paced with a burst.
 func (l Limit) String() string {
-	if l.Precision != 0 {
+	switch {
+	case l.Precision != 0:
 		return fmt.Sprintf("%d/%s/%s", l.N, l.Per, l.Precision)
+	case l.Paced && l.Burst != 0:
+		return fmt.Sprintf("%d/%s paced+%d", l.N, l.Per, l.Burst)
+	case l.Paced:
+		return fmt.Sprintf("%d/%s paced", l.N, l.Per)
 	}
 	return fmt.Sprintf("%d/%s", l.N, l.Per)
+}
+
+// interval is the spacing of a paced limit in microseconds, Per/N rounded
+// up (never shorter than asked).
+func (l Limit) interval() int64 {
+	w, n := micros(l.Per), int64(l.N)
+	return (w + n - 1) / n
+}
+
+// paced returns the index of r's paced limit, -1 if it has none.
+func (r *Request) paced() int {
+	for i := range r.Limits {
+		if r.Limits[i].Paced {
+			return i
+		}
+	}
+	return -1
 }
 
 // Request is what a caller asks of Reserve.
@@ -72,34 +106,43 @@ type Request struct {
 // The throttle Transport keys its logs by rule for this reason.
 
 // ErrInvalidRequest is returned, wrapped, for a Request that no store could
-// ever grant: no limits, a limit or cost below 1, a cost above a limit, a
-// negative MaxWait, an empty key, an unknown Algorithm, or a Precision the
-// Algorithm cannot use.
+// ever grant: no limits, a limit or cost below 1, a cost above a limit or
+// above 2^31-1, a negative MaxWait, an empty key, an unknown Algorithm, a
+// Precision the Algorithm cannot use, or a paced limit it cannot (see
+// Limit.Paced).
 var ErrInvalidRequest = errors.New("store: invalid request")
 
 // Validate reports whether r is well formed; every store calls it first.
 func (r Request) Validate(key string) error {
-	if _, ok := r.valid(key); ok {
+	if _, _, ok := r.valid(key); ok {
 		return nil
 	}
 	return r.invalid(key)
 }
 
 // valid reports, cheaply and without allocating, whether Validate accepts r,
-// and the longest window of its limits in microseconds (the one pass over
-// them serves both: the Memory store's hot path calls it). invalid says which
-// rule failed; a test keeps the two in step.
-func (r *Request) valid(key string) (maxPer int64, ok bool) {
-	ok = key != "" && len(r.Limits) > 0 && r.Cost >= 1 && r.MaxWait >= 0 && r.MaxServerWait >= 0 &&
+// the longest window of its window (not paced) limits in microseconds, and
+// whether one of its limits is paced (the one pass over them serves all
+// three: the Memory store's hot path calls it). invalid says which rule
+// failed; a test keeps the two in step.
+func (r *Request) valid(key string) (maxPer int64, paced, ok bool) {
+	ok = key != "" && len(r.Limits) > 0 && r.Cost >= 1 && r.Cost <= math.MaxInt32 && r.MaxWait >= 0 && r.MaxServerWait >= 0 &&
 		(r.Allowance == 0 || r.Allowance > 0 && r.Allowance <= MaxAllowance && r.Algorithm == SlidingLog) &&
 		int(r.Algorithm) < len(algorithmNames)
-	for _, l := range r.Limits {
+	for i := range r.Limits {
+		l := &r.Limits[i] // no copy: this is the Memory store's hot path
 		ok = ok && l.N >= 1 && l.Per >= time.Microsecond && r.Cost <= l.N &&
 			(l.Precision == 0 || r.Algorithm == Buckets && l.Precision >= time.Microsecond && l.Precision <= l.Per) &&
 			(r.Algorithm != Buckets || l.buckets() <= MaxBuckets)
+		if l.Paced {
+			ok = ok && !paced && r.Algorithm == SlidingLog && l.Burst >= 0 && l.Burst <= l.N && r.Cost <= l.Burst+1
+			paced = true
+			continue
+		}
+		ok = ok && l.Burst == 0
 		maxPer = max(maxPer, micros(l.Per))
 	}
-	return maxPer, ok
+	return maxPer, paced, ok
 }
 
 // invalid returns the error of the first rule r breaks, nil if none.
@@ -110,8 +153,8 @@ func (r Request) invalid(key string) error {
 	if len(r.Limits) == 0 {
 		return fmt.Errorf("%w: no limits", ErrInvalidRequest)
 	}
-	if r.Cost < 1 {
-		return fmt.Errorf("%w: cost %d is below 1", ErrInvalidRequest, r.Cost)
+	if r.Cost < 1 || r.Cost > math.MaxInt32 {
+		return fmt.Errorf("%w: cost %d outside 1..%d", ErrInvalidRequest, r.Cost, math.MaxInt32)
 	}
 	if r.MaxWait < 0 || r.MaxServerWait < 0 {
 		return fmt.Errorf("%w: negative max wait %s or max server wait %s", ErrInvalidRequest, r.MaxWait, r.MaxServerWait)
@@ -119,6 +162,7 @@ func (r Request) invalid(key string) error {
 	if r.Allowance < 0 || r.Allowance > MaxAllowance || r.Allowance != 0 && r.Algorithm != SlidingLog {
 		return fmt.Errorf("%w: allowance %s: must be 0 to %s, and only SlidingLog takes one", ErrInvalidRequest, r.Allowance, MaxAllowance)
 	}
+	paced := false
 	for _, l := range r.Limits {
 		if l.N < 1 || l.Per < time.Microsecond {
 			return fmt.Errorf("%w: limit %s: N must be >= 1 and Per >= 1µs", ErrInvalidRequest, l)
@@ -126,6 +170,22 @@ func (r Request) invalid(key string) error {
 		if r.Cost > l.N {
 			return fmt.Errorf("%w: cost %d exceeds limit %s", ErrInvalidRequest, r.Cost, l)
 		}
+		if !l.Paced && l.Burst != 0 {
+			return fmt.Errorf("%w: limit %s: Burst is for a paced limit", ErrInvalidRequest, l)
+		}
+		if !l.Paced {
+			continue
+		}
+		if l.Burst < 0 || l.Burst > l.N {
+			return fmt.Errorf("%w: limit %s: Burst must be from 0 to N", ErrInvalidRequest, l)
+		}
+		if r.Cost > l.Burst+1 {
+			return fmt.Errorf("%w: cost %d exceeds the burst of limit %s plus one", ErrInvalidRequest, r.Cost, l)
+		}
+		if paced {
+			return fmt.Errorf("%w: more than one paced limit", ErrInvalidRequest)
+		}
+		paced = true
 	}
 	return r.Algorithm.validate(r.Limits)
 }
@@ -166,23 +226,26 @@ func (c Cause) String() string {
 type Reservation struct {
 	Allowed bool
 	Cause   Cause
-	// alg is the algorithm that recorded the units (here, beside the
-	// flags, so that it takes no word of its own: Reserve returns the
-	// struct by value on every call).
+	// alg is the algorithm that recorded the units, and cost the units
+	// (here, beside the flags, so that they take no word of their own:
+	// Reserve returns the struct by value on every call).
 	alg        Algorithm
+	cost       int32
 	Limit      int           // index in Request.Limits of the limit that set the slot, when Cause is CauseLimit; 0 otherwise
 	Delay      time.Duration // allowed: how long from now until the slot
 	RetryAfter time.Duration // refused: when a request of the same cost would have been admitted
 
 	// What Cancel needs: the rate key; the slot and the time the units
 	// were recorded at (the slot, or later with an Allowance), in
-	// microseconds on the store's clock; the cost; and, for the counting
-	// algorithms, the limits, to find the counters of the slot again.
+	// microseconds on the store's clock; for the counting
+	// algorithms and a paced limit, the limits (to find the counters of
+	// the slot again, or the paced spacing); and the theoretical arrival
+	// time the reservation left on its paced limit (0: none).
 	key    string
 	slot   int64
 	entry  int64
-	cost   int
 	limits []Limit
+	tat    int64
 }
 
 // Store is the state shared by every transport that limits the same keys.

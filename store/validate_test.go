@@ -27,11 +27,13 @@ func TestValidMatchesInvalid(t *testing.T) {
 				N:         rng.IntN(4) - 1,
 				Per:       pick(0, time.Nanosecond, time.Microsecond, time.Second, time.Hour),
 				Precision: pick(-time.Second, 0, 0, time.Nanosecond, time.Microsecond, time.Millisecond, time.Second, 2*time.Second),
+				Paced:     rng.IntN(3) == 0,
+				Burst:     rng.IntN(5) - 1,
 			})
 		}
 		key := []string{"", "k"}[rng.IntN(2)]
 		err := r.invalid(key)
-		if _, ok := r.valid(key); ok != (err == nil) {
+		if _, _, ok := r.valid(key); ok != (err == nil) {
 			t.Fatalf("%+v key %q: valid %v, invalid %v", r, key, ok, err)
 		}
 		if err == nil {

@@ -3,7 +3,8 @@
 //
 // Upstream is a strict fake of the third party: an http.Handler that allows
 // at most N requests per key in any window of length W, measured on arrival,
-// and answers 429 to the rest. Serve it with net/http/httptest, point the
+// and answers 429 to the rest; or, with Config.Algorithm, counts as a GCRA
+// (token bucket) or in fixed windows. Serve it with net/http/httptest, point the
 // client at it, and check its Stats: a client that keeps the limit meets no
 // 429. Tally drives a load through a client and counts what the client saw.
 package throttletest
@@ -19,13 +20,57 @@ import (
 	"time"
 )
 
+// Algorithm is how an Upstream counts the arrivals of a key.
+type Algorithm int
+
+const (
+	// SlidingLog accepts an arrival at t if fewer than N accepted arrivals
+	// lie in (t-Window, t]. It is the default.
+	SlidingLog Algorithm = iota
+	// GCRA accepts one arrival every Window/N (rounded down to the
+	// nanosecond), and Burst more at once after an idle spell: a token
+	// bucket of Burst+1 tokens refilled at N per Window, as x/time/rate
+	// (burst Burst+1), throttled's GCRA (MaxBurst Burst) and redis-cell
+	// count. Burst 0 is strict spacing: two arrivals closer than Window/N
+	// are refused.
+	GCRA
+	// FixedWindow accepts at most N arrivals in each aligned window
+	// [k·Window, (k+1)·Window) since the Unix epoch.
+	FixedWindow
+)
+
+var algorithmNames = [...]string{"log", "gcra", "fixed"}
+
+// String returns the short name of a: "log", "gcra" or "fixed".
+func (a Algorithm) String() string {
+	if a >= 0 && int(a) < len(algorithmNames) {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("Algorithm(%d)", int(a))
+}
+
+// ParseAlgorithm returns the Algorithm String names s.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for i, n := range algorithmNames {
+		if n == s {
+			return Algorithm(i), nil
+		}
+	}
+	return 0, fmt.Errorf("throttletest: unknown algorithm %q (want log, gcra or fixed)", s)
+}
+
 // Config configures NewUpstream.
 type Config struct {
 	// N is how many requests of one key are accepted in any window of
-	// length Window.
+	// length Window (per Window, for GCRA and FixedWindow).
 	N int
-	// Window is the length of the sliding window; it must be positive.
+	// Window is the length of the window; it must be positive.
 	Window time.Duration
+	// Algorithm is how arrivals are counted; the zero value is SlidingLog.
+	Algorithm Algorithm
+	// Burst is GCRA's tolerance: how many arrivals beyond one may come at
+	// once (0 <= Burst; GCRA only).
+	Burst int
 	// Key returns the rate key of a request: a constant for a payment
 	// gateway, the access_token query value for Instagram. Nil: one key, "".
 	Key func(*http.Request) string
@@ -50,9 +95,9 @@ type Config struct {
 }
 
 // Upstream is a strict fake of a rate-limited third party: an http.Handler
-// that accepts a request arriving at t if and only if fewer than N accepted
-// arrivals of its key lie in (t-W, t], and answers 429 otherwise. A rejected
-// request is not logged, so it does not count against later ones. It records
+// that accepts a request arriving at t if and only if its Algorithm does
+// (by default: fewer than N accepted arrivals of its key lie in (t-W, t]),
+// and answers 429 otherwise. A rejected request counts against nothing. It records
 // every arrival, so that a test can check that no client exceeded the limit
 // and how much of it they used. It is safe for concurrent use.
 type Upstream struct {
@@ -63,7 +108,10 @@ type Upstream struct {
 }
 
 type keyState struct {
-	window   []time.Time // accepted arrivals in the current window, oldest first
+	window   []time.Time // SlidingLog: accepted arrivals in the current window, oldest first
+	tat      time.Time   // GCRA: the theoretical arrival time
+	fixed    int64       // FixedWindow: the index of the current window
+	count    int         // FixedWindow: its accepted arrivals
 	arrivals []time.Time // every accepted arrival
 	rejected []time.Time // every rejected arrival
 }
@@ -104,6 +152,12 @@ func NewUpstream(cfg Config) (*Upstream, error) {
 		return nil, errors.New("throttletest: Transit must not be negative")
 	case cfg.IETF && cfg.Window%time.Second != 0:
 		return nil, errors.New("throttletest: IETF headers need a Window of whole seconds")
+	case cfg.Algorithm < SlidingLog || cfg.Algorithm > FixedWindow:
+		return nil, fmt.Errorf("throttletest: unknown %s", cfg.Algorithm)
+	case cfg.Burst < 0 || cfg.Burst > 0 && cfg.Algorithm != GCRA:
+		return nil, errors.New("throttletest: Burst must be 0, or positive for GCRA")
+	case cfg.Algorithm == GCRA && cfg.Window/time.Duration(cfg.N) <= 0:
+		return nil, errors.New("throttletest: GCRA needs Window/N of at least 1ns")
 	}
 	if cfg.Key == nil {
 		cfg.Key = func(*http.Request) string { return "" }
@@ -166,6 +220,56 @@ func (u *Upstream) arrive(key string) (now time.Time, ok bool, retry time.Durati
 		ks = &keyState{}
 		u.keys[key] = ks
 	}
+	switch u.cfg.Algorithm {
+	case GCRA:
+		ok, retry, remaining, reset = u.gcra(ks, now)
+	case FixedWindow:
+		ok, retry, remaining, reset = u.fixed(ks, now)
+	default:
+		ok, retry, remaining, reset = u.sliding(ks, now)
+	}
+	if ok {
+		ks.arrivals = append(ks.arrivals, now)
+	} else {
+		ks.rejected = append(ks.rejected, now)
+	}
+	return now, ok, retry, remaining, reset
+}
+
+// gcra is arrive's GCRA: accepted when the theoretical arrival time is at
+// most Burst spacings ahead of now; reset is when the bucket is full again.
+func (u *Upstream) gcra(ks *keyState, now time.Time) (ok bool, retry time.Duration, remaining int, reset time.Duration) {
+	T := u.cfg.Window / time.Duration(u.cfg.N)
+	tol := time.Duration(u.cfg.Burst) * T
+	tat := ks.tat
+	if tat.Before(now) {
+		tat = now
+	}
+	if ahead := tat.Sub(now); ahead > tol {
+		return false, ahead - tol, 0, ahead
+	}
+	ks.tat = tat.Add(T)
+	ahead := ks.tat.Sub(now)
+	return true, 0, int((tol + T - ahead) / T), ahead
+}
+
+// fixed is arrive's FixedWindow.
+func (u *Upstream) fixed(ks *keyState, now time.Time) (ok bool, retry time.Duration, remaining int, reset time.Duration) {
+	w := int64(u.cfg.Window)
+	k := now.UnixNano() / w
+	if k != ks.fixed {
+		ks.fixed, ks.count = k, 0
+	}
+	reset = time.Duration((k+1)*w - now.UnixNano())
+	if ks.count >= u.cfg.N {
+		return false, reset, 0, reset
+	}
+	ks.count++
+	return true, 0, u.cfg.N - ks.count, reset
+}
+
+// sliding is arrive's SlidingLog.
+func (u *Upstream) sliding(ks *keyState, now time.Time) (ok bool, retry time.Duration, remaining int, reset time.Duration) {
 	// Drop the arrivals at or before now-W: the window is (now-W, now].
 	drop := 0
 	for drop < len(ks.window) && !ks.window[drop].After(now.Add(-u.cfg.Window)) {
@@ -173,13 +277,11 @@ func (u *Upstream) arrive(key string) (now time.Time, ok bool, retry time.Durati
 	}
 	ks.window = ks.window[drop:]
 	if len(ks.window) >= u.cfg.N {
-		ks.rejected = append(ks.rejected, now)
 		retry = ks.window[len(ks.window)-u.cfg.N].Add(u.cfg.Window).Sub(now)
-		return now, false, retry, 0, ks.window[0].Add(u.cfg.Window).Sub(now)
+		return false, retry, 0, ks.window[0].Add(u.cfg.Window).Sub(now)
 	}
 	ks.window = append(ks.window, now)
-	ks.arrivals = append(ks.arrivals, now)
-	return now, true, 0, u.cfg.N - len(ks.window), ks.window[0].Add(u.cfg.Window).Sub(now)
+	return true, 0, u.cfg.N - len(ks.window), ks.window[0].Add(u.cfg.Window).Sub(now)
 }
 
 // Stats returns a snapshot of what the upstream saw so far.

@@ -198,3 +198,78 @@ func TestRateLimitHeaders(t *testing.T) {
 	_, err = NewUpstream(Config{N: 1, Window: 1500 * time.Millisecond, IETF: true})
 	require.Error(t, err, "IETF windows are whole seconds")
 }
+
+// TestAlgorithms checks each algorithm's answers, step by step, on a fake clock.
+func TestAlgorithms(t *testing.T) {
+	type step struct {
+		name    string
+		advance time.Duration
+		want    int
+		retry   string // Retry-After of a 429
+	}
+	for _, tc := range []struct {
+		cfg   Config
+		steps []step
+	}{
+		{Config{N: 10, Window: time.Second, Algorithm: GCRA, Burst: 2}, []step{
+			{"burst 1", 0, http.StatusOK, ""},
+			{"burst 2", 0, http.StatusOK, ""},
+			{"burst 3", 0, http.StatusOK, ""},
+			{"the bucket is empty", 0, http.StatusTooManyRequests, "1"},
+			{"one spacing later", 100 * time.Millisecond, http.StatusOK, ""},
+			{"half a spacing later", 50 * time.Millisecond, http.StatusTooManyRequests, "1"},
+			{"the next spacing", 50 * time.Millisecond, http.StatusOK, ""},
+			{"idle: the burst again", time.Second, http.StatusOK, ""},
+			{"idle: 2", 0, http.StatusOK, ""},
+			{"idle: 3", 0, http.StatusOK, ""},
+			{"idle: 4", 0, http.StatusTooManyRequests, "1"},
+		}},
+		{Config{N: 10, Window: time.Second, Algorithm: GCRA}, []step{
+			{"first", 0, http.StatusOK, ""},
+			{"1µs short of the spacing", 100*time.Millisecond - time.Microsecond, http.StatusTooManyRequests, "1"},
+			{"at the spacing", time.Microsecond, http.StatusOK, ""},
+			{"a refusal counts nothing", 100 * time.Millisecond, http.StatusOK, ""},
+		}},
+		{Config{N: 2, Window: time.Second, Algorithm: FixedWindow}, []step{
+			{"0.9s", 900 * time.Millisecond, http.StatusOK, ""},
+			{"0.95s", 50 * time.Millisecond, http.StatusOK, ""},
+			{"0.99s: the window is full", 40 * time.Millisecond, http.StatusTooManyRequests, "1"},
+			{"1.0s: a new window", 10 * time.Millisecond, http.StatusOK, ""},
+			{"1.0s: 2 in 100ms", 0, http.StatusOK, ""},
+			{"1.0s: full", 0, http.StatusTooManyRequests, "1"},
+		}},
+	} {
+		t.Run(tc.cfg.Algorithm.String(), func(t *testing.T) {
+			clock := &fakeClock{t: time.Unix(1000, 0)}
+			tc.cfg.Now = clock.Now
+			u, err := NewUpstream(tc.cfg)
+			require.NoError(t, err)
+			accepted := 0
+			for _, s := range tc.steps {
+				clock.Add(s.advance)
+				rec := httptest.NewRecorder()
+				u.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+				require.Equal(t, s.want, rec.Code, s.name)
+				require.Equal(t, s.retry, rec.Header().Get("Retry-After"), s.name)
+				if s.want == http.StatusOK {
+					accepted++
+				}
+			}
+			require.Equal(t, accepted, u.Stats().Total.Accepted)
+		})
+	}
+	for i, c := range []Config{
+		{N: 1, Window: time.Second, Burst: 1},
+		{N: 1, Window: time.Second, Algorithm: GCRA, Burst: -1},
+		{N: 1, Window: time.Second, Algorithm: Algorithm(7)},
+		{N: 10, Window: 5 * time.Nanosecond, Algorithm: GCRA},
+	} {
+		_, err := NewUpstream(c)
+		require.Error(t, err, fmt.Sprint(i))
+	}
+	a, err := ParseAlgorithm("gcra")
+	require.NoError(t, err)
+	require.Equal(t, GCRA, a)
+	_, err = ParseAlgorithm("leaky")
+	require.Error(t, err)
+}

@@ -9,6 +9,7 @@
 //	go run ./examples/payments
 //	go run ./examples/payments -redis 127.0.0.1:6379 -gateway https://pg.example.com -rate 100 -per 1s
 //	go run ./examples/payments -algorithm counter
+//	go run ./examples/payments -paced -burst 10
 //
 // It prints progress every second and ends with one summary line:
 //
@@ -49,6 +50,8 @@ func run() int {
 	gatewayRate := flag.Int("gateway-rate", 0, "in-process gateway only: the limit it really enforces per -per (0: -rate)")
 	algorithm := flag.String("algorithm", "log", "how to count: log (exact sliding log), fixed, counter or buckets")
 	precision := flag.Duration("precision", 0, "-algorithm buckets: bucket length (0: -per/10)")
+	paced := flag.Bool("paced", false, "pace the limit: one every -per/-rate, -burst more at once (a GCRA; -algorithm log)")
+	burst := flag.Int("burst", 0, "-paced: requests beyond one that may go at once")
 	flag.Parse()
 
 	bad := func(format string, args ...any) int {
@@ -75,12 +78,17 @@ func run() int {
 		return bad("-precision must not be negative, not %s", *precision)
 	case precisionSet && *algorithm != "buckets":
 		return bad("-precision applies to -algorithm buckets only")
+	case *burst != 0 && !*paced:
+		return bad("-burst applies to -paced only")
 	}
 	alg, err := store.ParseAlgorithm(*algorithm)
 	if err != nil {
 		return bad("-algorithm: %v", err)
 	}
 	limit := throttle.Per(*rate, *per)
+	if *paced {
+		limit = throttle.Paced(*rate, *per, *burst)
+	}
 	if alg == throttle.Buckets {
 		limit.Precision = *precision
 		if limit.Precision == 0 {

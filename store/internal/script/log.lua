@@ -9,7 +9,9 @@
 -- ARGV[5]   allowance in microseconds (integer >= 0): how late after its slot
 --           the caller may send. The entries are recorded at the latest time
 --           the request may be sent, not at its slot (see below).
--- ARGV[6..] the limits, as pairs: N (integer >= 1), W (window in microseconds >= 1).
+-- ARGV[first..] the window limits, as pairs: N (integer >= 1), W (window in
+--           microseconds >= 1); first is 6, or 9 after a paced limit's
+--           arguments (see nopace and pace).
 --
 -- Reply: the prelude's, with entry: the value the cost entries were
 -- recorded at (0 when refused); Cancel removes cost entries of this value.
@@ -34,11 +36,13 @@
 
 local key = KEYS[1]
 local allowance = ARGV[5] + 0
+-- Whether the request has window limits: a paced limit alone keeps no log.
+local windows = #ARGV >= first
 
 -- The newest entry: a new entry never goes before it (nor, without an
 -- allowance, the slot), and nil says the log is empty (Redis deletes an empty
 -- LIST). A mark on it says there is feedback.
-local last = redis.call('LINDEX', key, -1)
+local last = windows and redis.call('LINDEX', key, -1)
 local marked = true
 if last then
   last = last + 0
@@ -50,8 +54,14 @@ end
 -- log (trimming is lazy, below): they are at least max_w before now, so they
 -- never set a slot.
 local s, limit, cause = now, 0, NONE
+local tat
+if pace then
+  local e
+  tat, e = pace_slot()
+  if e > s then s, limit, cause = e, pace.index, LIMIT end
+end
 local max_w, max_n = 0, 0
-for i = 6, #ARGV, 2 do
+for i = first, #ARGV, 2 do
   local n, w = ARGV[i] + 0, ARGV[i + 1] + 0
   if w > max_w then max_w = w end
   if n > max_n then max_n = n end
@@ -67,7 +77,12 @@ for i = 6, #ARGV, 2 do
     end
     if e then
       e = e + w
-      if e > s then s, limit, cause = e, (i - 4) / 2, LIMIT end
+      if e > s then
+        -- The limit's index in the request: the paced one sits among them.
+        local j = (i - first) / 2 + 1
+        if pace and j >= pace.index then j = j + 1 end
+        s, limit, cause = e, j, LIMIT
+      end
     end
   end
 end
@@ -109,6 +124,10 @@ spend(fb, budget, s)
 -- 2^53, so they are exact.
 local rec = s + allowance
 if last and last > rec then rec = last end
+if pace then
+  tat = pace_record(tat, s + allowance)
+  if not windows then return { 1, wait, s, limit, cause, rec, tat } end
+end
 local entry = rec
 if active then entry = -rec end
 local len
@@ -189,4 +208,5 @@ if not last or last - last % period < start then
     end
   end
 end
+if pace then return { 1, wait, s, limit, cause, rec, tat } end
 return { 1, wait, s, limit, cause, rec }

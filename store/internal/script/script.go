@@ -34,25 +34,31 @@ var (
 	// reserve is the reserve script of each algorithm, by its short name
 	// (store.Algorithm.String).
 	reserve = map[string]string{
-		"log":     assemble("reserve log", "time", "prelude", "hold", "log"),
+		"log":     assemble("reserve log", "time", "prelude", "hold", "nopace", "log"),
+		"paced":   assemble("reserve paced", "time", "prelude", "hold", "pace", "log"),
 		"fixed":   assemble("reserve fixed", "time", "prelude", "hold", "floor", "counting", "fixed", "counts"),
 		"counter": assemble("reserve counter", "time", "prelude", "hold", "floor", "counting", "counter", "counts"),
 		"buckets": assemble("reserve buckets", "time", "prelude", "hold", "floor", "counting", "buckets"),
 	}
 	cancel       = assemble("cancel", "cancel")
+	cancelPaced  = assemble("cancel paced", "cancel_pace", "cancel")
 	cancelCounts = assemble("cancel counts", "floor", "cancel_counts")
 	feedback     = assemble("feedback", "time", "feedback")
 )
 
 // Reserve returns the reserve script of an algorithm named as
-// store.Algorithm.String names it ("log", "fixed", "counter", "buckets"),
-// "" for any other name: one call reserves a send time for a key, or refuses
-// without recording anything.
+// store.Algorithm.String names it ("log", "fixed", "counter", "buckets"), or
+// "paced" for the log with a paced limit; "" for any other name: one call
+// reserves a send time for a key, or refuses without recording anything.
 func Reserve(alg string) string { return reserve[alg] }
 
 // Cancel returns the script that removes the entries of one reservation from
 // a key's log.
 func Cancel() string { return cancel }
+
+// CancelPaced returns the script that gives back the time of one reservation
+// on a paced limit, then removes its entries from the log.
+func CancelPaced() string { return cancelPaced }
 
 // CancelCounts returns the script that gives back the units of one
 // reservation of a counting algorithm.

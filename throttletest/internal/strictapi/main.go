@@ -2,7 +2,7 @@
 // in a process of its own, so that a fleet test measures arrivals in an
 // ordinary program rather than in its own race-instrumented test binary.
 //
-//	strictapi -n 200 -per 1s [-key-query access_token] [-transit 5ms] [-ietf] [-xratelimit] [-no-retry-after]
+//	strictapi -n 200 -per 1s [-algorithm log|gcra|fixed] [-burst 10] [-key-query access_token] [-transit 5ms] [-ietf] [-xratelimit] [-no-retry-after]
 //
 // It listens on a free loopback port, prints its base URL on the first line
 // of standard output, answers every path as the upstream does except
@@ -31,9 +31,16 @@ func main() {
 	noRetryAfter := flag.Bool("no-retry-after", false, "leave Retry-After out of the 429s")
 	ietf := flag.Bool("ietf", false, "send RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers)")
 	xrl := flag.Bool("xratelimit", false, "send X-RateLimit-Limit, -Remaining and -Reset (epoch seconds)")
+	algorithm := flag.String("algorithm", "log", "how to count: log (sliding window), gcra (token bucket of -burst + 1) or fixed")
+	burst := flag.Int("burst", 0, "-algorithm gcra: arrivals beyond one that may come at once")
 	flag.Parse()
 
-	cfg := throttletest.Config{N: *n, Window: *per, Transit: *transit, NoRetryAfter: *noRetryAfter, IETF: *ietf, XRateLimit: *xrl}
+	alg, err := throttletest.ParseAlgorithm(*algorithm)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "strictapi:", err)
+		os.Exit(2)
+	}
+	cfg := throttletest.Config{N: *n, Window: *per, Algorithm: alg, Burst: *burst, Transit: *transit, NoRetryAfter: *noRetryAfter, IETF: *ietf, XRateLimit: *xrl}
 	if q := *keyQuery; q != "" {
 		cfg.Key = func(r *http.Request) string { return r.URL.Query().Get(q) }
 	}

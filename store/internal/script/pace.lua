@@ -1,0 +1,86 @@
+-- pace: a paced limit (GCRA, virtual scheduling) beside the log, reserved in
+-- the same call: the slot is the latest of what the window limits and the
+-- paced limit allow, and the units are recorded in both or in neither.
+-- store.Memory is its Go twin; docs/pacing.md has the proof at length.
+--
+-- KEYS[3]   the pace key: a STRING beside the log, under the same hash tag,
+--           holding the limit's theoretical arrival time TAT (microseconds),
+--           with a TTL past it (an expired TAT allows as much as none).
+-- ARGV[6]   the spacing T in microseconds: the limit's Per over N, rounded
+--           up (the transport's Per already holds the Margin: N units take
+--           Per + Margin, so the margin is paid once per window).
+-- ARGV[7]   the burst B (0 <= B <= N, cost <= B + 1).
+-- ARGV[8]   the 1-based index of the paced limit in the request, for the
+--           reply's limit.
+-- ARGV[9..] the window limits, as in log (none: the log is neither read nor
+--           written, and a learned limit, which counts log entries, is
+--           ignored).
+--
+-- Reply: the log's, with a seventh element when allowed: the TAT the
+-- reservation left, which Cancel compares (see cancel_pace).
+--
+-- The rule. A request of cost c at now gets the slot
+--     s = max(now, TAT + (c - 1 - B) * T)          (no TAT: now)
+-- and, when allowed, TAT becomes max(TAT, s + A) + c * T, where A is the
+-- caller's allowance (ARGV[5]): the units count from the latest time they
+-- may be sent, exactly as the log records them at s + A.
+--
+-- The guarantee. Let r = s + A for each reservation. By the rule, every r
+-- satisfies r >= TAT_before + (c - 1) * T - (B*T - A), and TAT grows by at
+-- least c*T per reservation, so for any two reservations i before j,
+-- r_j - r_i >= (units from i to j, but for one) * T - (B*T - A): the records
+-- conform to a GCRA of spacing T and tolerance B*T - A (negative when A
+-- exceeds the burst: then they are spaced T + A - B*T). A request is sent
+-- within [s, s + A] = [r - A, r] and reaches the upstream after a transit
+-- that varies by at most D. So the units reaching an upstream in any
+-- interval of length L were recorded within an interval of length L + A + D,
+-- which holds at most floor((L + A + D + B*T - A) / T) + 1 units (taking the
+-- first and the last reservation in it; one reservation alone holds c <=
+-- B + 1), i.e.
+--     units in any interval of length L  <=  floor((L + D) / T) + B + 1.
+-- (A Cancel moves TAT back only to max(TAT before, r) of the reservation it
+-- removes, and an expired TAT is at most now: the inequality holds for the
+-- reservations that stay.)
+-- * A GCRA upstream (token bucket of B + 1) of the configured rate, spacing
+--   T0 = Per0/N <= T, accepts floor(L / T0) + B + 1 in any interval of
+--   length L. floor((L + D) / T) <= floor(L / T0) for every L iff
+--   D <= T - T0 = Margin/N: the spacing's slack covers a transit variation
+--   of Margin/N, and lateness within the allowance costs nothing more than
+--   the allowance. A request sent later than A after its slot, or a transit
+--   varying by more than Margin/N, can meet a 429 from a strict (B = 0)
+--   upstream: the transport retakes a slot when it wakes later than its
+--   allowance plus Margin/(2N), but it cannot see a stall between its wake
+--   and the upstream's read.
+-- * A sliding-window upstream of N per Per0 (Per0 + Margin = N * T): with
+--   B = 0, an interval of length Per0 holds at most floor((Per0 + D) / T)
+--   + 1 <= N units while D < Margin: the margin is paid once per window, in
+--   the spacing. A burst B lets N + B through in a window: a paced limit
+--   with a burst is a GCRA, not a window (add a window limit for that).
+-- The cost of the allowance: while requests queue, each unit takes
+-- T + max(0, A - B*T): with B = 0 every slot pays A (against a strict
+-- spacing that is the price of not knowing when the last one was sent);
+-- a burst of at least A/T absorbs it, and only the burst shrinks.
+--
+-- Cost: GET of the TAT, and SET with PX (the TTL in the same command) when
+-- allowed: two commands beside the log's.
+
+local first = 9
+local pace = { t = ARGV[6] + 0, burst = ARGV[7] + 0, index = ARGV[8] + 0 }
+
+-- pace_slot returns the TAT (nil when none) and the earliest slot the paced
+-- limit allows (0 when none).
+local function pace_slot()
+  local tat = redis.call('GET', KEYS[3])
+  if not tat then return nil, 0 end
+  tat = tat + 0
+  return tat, tat + (cost - 1 - pace.burst) * pace.t
+end
+
+-- pace_record records cost units from send time r on the TAT and returns it.
+local function pace_record(tat, r)
+  local t = math.max(tat or 0, r) + cost * pace.t
+  local ttl = t - now
+  ttl = (ttl - ttl % 1000) / 1000 + 1
+  redis.call('SET', KEYS[3], string.format('%.0f', t), 'PX', string.format('%.0f', ttl))
+  return t
+end

@@ -28,8 +28,8 @@ import (
 // accepted from the first arrival to the end: B + 1 + span/T), the script
 // calls per request, and the closest two arrivals came. The guarantee is
 // judged where the rows say (no 429 after the first second); the share and
-// the calls of every paced row are bounded only against a regression (half
-// the rate lost, a poll per wait).
+// the calls of every paced row are bounded only against a regression (see
+// minShare; a poll per wait).
 //
 //	FLEET_PACING_REPS=5 go test -tags integration -run TestFleetPacing -v ./examples
 //
@@ -68,19 +68,25 @@ func TestFleetPacing(t *testing.T) {
 		burst    int  // of the upstream and of the rule
 		log      bool // the rule is a window, not paced: a reference
 		judged   bool // no 429 after the first second is required
+		// minShare bounds the share of the rate against a regression. With
+		// no burst every slot pays the process's allowance (its lateness,
+		// measured), which a loaded machine raises to several spacings: 33%
+		// was seen on strict spacing at load 4-5, 67-73% at load 1.5-4.
+		minShare float64
 	}{
 		// Strict spacing leaves each slot a slack of Margin/N (50µs): the
 		// guarantee holds for lateness within the allowance and a transit
 		// that varies by at most that, but the transport measures lateness
-		// when it wakes, not when the request reaches the upstream. On the
+		// up to when the connection is obtained, not when the request
+		// reaches the upstream. On the
 		// shared 2-core machine of the measurements, 4 of 5 runs met one
 		// late 429 (and a loaded run 3), each 7.9-9.99ms after the accepted
 		// arrival before it: that one reached the upstream later after its
 		// wake than the slack allows. So this row is measured, not judged.
-		{"gcra burst 0 / paced 0", "gcra0", throttletest.GCRA, 0, false, false},
-		{"token bucket 10 / paced 10", "bucket10", throttletest.GCRA, 10, false, true},
-		{"sliding log / paced 0", "sliding", throttletest.SlidingLog, 0, false, true},
-		{"gcra burst 0 / log (ref.)", "gcra0-log", throttletest.GCRA, 0, true, false},
+		{"gcra burst 0 / paced 0", "gcra0", throttletest.GCRA, 0, false, false, 0.2},
+		{"token bucket 10 / paced 10", "bucket10", throttletest.GCRA, 10, false, true, 0.5},
+		{"sliding log / paced 0", "sliding", throttletest.SlidingLog, 0, false, true, 0.2},
+		{"gcra burst 0 / log (ref.)", "gcra0-log", throttletest.GCRA, 0, true, false, 0},
 	} {
 		t.Run(tc.sub, func(t *testing.T) {
 			for range reps {
@@ -137,8 +143,8 @@ func TestFleetPacing(t *testing.T) {
 				if late > 0 && tc.judged {
 					t.Errorf("%d 429s after the first second", late)
 				}
-				if share < 0.5 {
-					t.Errorf("accepted %d of %d: below half the rate", st.Accepted, most)
+				if share < tc.minShare {
+					t.Errorf("accepted %d of %d: below %.0f%% of the rate", st.Accepted, most, 100*tc.minShare)
 				}
 				if perReq > maxCallsPerRequest {
 					t.Errorf("%.3f script calls per request", perReq)

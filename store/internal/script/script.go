@@ -42,6 +42,13 @@ var (
 	cancel       = assemble("cancel", "cancel")
 	cancelCounts = assemble("cancel counts", "floor", "cancel_counts")
 	feedback     = assemble("feedback", "time", "feedback")
+	// usage reads a key's state without writing (usage.lua); the log's
+	// borrows fixed's assembly and uses none of its windows.
+	usage = map[string]string{
+		"log":     assemble("usage log", "time", "prelude", "hold", "floor", "counting", "fixed", "usage"),
+		"fixed":   assemble("usage fixed", "time", "prelude", "hold", "floor", "counting", "fixed", "usage"),
+		"counter": assemble("usage counter", "time", "prelude", "hold", "floor", "counting", "counter", "usage"),
+	}
 )
 
 // Reserve returns the reserve script of an algorithm named as
@@ -62,3 +69,8 @@ func CancelCounts() string { return cancelCounts }
 // budget from the upstream beside a key's state, merging with what is there
 // without ever loosening it.
 func Feedback() string { return feedback }
+
+// Usage returns the read-only script that reports a key's state under an
+// algorithm named as store.Algorithm.String names it ("log", "fixed",
+// "counter"), "" for any other (Buckets is not inspected).
+func Usage(alg string) string { return usage[alg] }

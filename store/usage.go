@@ -7,6 +7,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/throttle-go/throttle/store/internal/script"
 )
 
@@ -173,14 +175,33 @@ func ReserveScripts() []string {
 }
 
 // Keys returns the names of every Redis key that may hold state of key:
-// the log, the counters of each counting algorithm and the feedback hash,
-// for a tool that deletes a key's state.
+// the log, the counters of each counting algorithm, the feedback hash and
+// the pacing state (":pace"), for a tool that deletes a key's state. They
+// share the key's hash tag, so one slot.
 func (r *Redis) Keys(key string) []string {
 	out := []string{r.logKey(key)}
 	for a := FixedWindow; int(a) < len(algorithmNames); a++ {
 		out = append(out, r.keyFor(key, a))
 	}
-	return append(out, r.feedbackKey(key))
+	return append(out, r.feedbackKey(key), r.logKey(key)+":pace")
+}
+
+// Delete removes all of key's state (every name Keys returns) in one DEL and
+// returns how many Redis keys existed. Every process then starts the key
+// afresh: use it to repair a key, not to lift a limit the upstream counts.
+func (r *Redis) Delete(ctx context.Context, key string) (int64, error) {
+	if key == "" {
+		return 0, fmt.Errorf("%w: empty key", ErrInvalidRequest)
+	}
+	c, ok := r.client.(redis.Cmdable)
+	if !ok {
+		return 0, fmt.Errorf("store: redis delete: the client (%T) cannot run DEL", r.client)
+	}
+	n, err := c.Del(ctx, r.Keys(key)...).Result()
+	if err != nil {
+		return 0, fmt.Errorf("store: redis delete: %w", err)
+	}
+	return n, nil
 }
 
 // Usage implements Inspector, with the rules of usage.lua. It changes

@@ -236,3 +236,31 @@ func TestUsageErrorsAreTyped(t *testing.T) {
 	_, err = m.Usage(ctx, "k", store.Request{})
 	require.True(t, errors.Is(err, store.ErrInvalidRequest))
 }
+
+// Delete removes the log, the counters and the feedback of a key in one DEL
+// (one slot: it runs on the cluster too), and nothing of another key.
+func TestRedisDelete(t *testing.T) {
+	for _, im := range impls(t)[1:] {
+		t.Run(im.name, func(t *testing.T) {
+			s := im.open(t, nil).(*store.Redis)
+			key, other := uniqueKey(t), uniqueKey(t)
+			for _, k := range []string{key, other} {
+				for _, alg := range []store.Algorithm{store.SlidingLog, store.FixedWindow} {
+					r := req(1, 0, lim(3, time.Minute))
+					r.Algorithm = alg
+					reserve(t, s, k, r)
+				}
+				require.NoError(t, s.Pause(ctx, k, time.Minute))
+			}
+			n, err := s.Delete(ctx, key)
+			require.NoError(t, err)
+			assert.Equal(t, int64(3), n)
+			u := usage(t, s, key, req(1, 0, lim(3, time.Minute)))
+			assert.Zero(t, u.Limits[0].Used)
+			assert.Zero(t, u.Pause)
+			u = usage(t, s, other, req(1, 0, lim(3, time.Minute)))
+			assert.Equal(t, 1, u.Limits[0].Used)
+			assert.Positive(t, u.Pause)
+		})
+	}
+}

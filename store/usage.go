@@ -158,18 +158,16 @@ var usageScripts = map[Algorithm]luaScript{
 	SlidingCounter: newScript(script.Usage(SlidingCounter.String())),
 }
 
-// UsageScripts returns the sources of the read-only usage scripts, for a
+// Scripts returns the source of every script the Redis store runs, by a
+// short name ("reserve log", "cancel", "feedback", "usage log", …), for a
 // check that a server loads them (SCRIPT LOAD).
-func UsageScripts() []string {
-	return []string{usageScripts[SlidingLog].src, usageScripts[FixedWindow].src, usageScripts[SlidingCounter].src}
-}
-
-// ReserveScripts returns the sources of the reserve scripts, one per
-// algorithm, for a check that a server loads them (SCRIPT LOAD).
-func ReserveScripts() []string {
-	out := make([]string, len(reserveScripts))
-	for i, s := range reserveScripts {
-		out[i] = s.src
+func Scripts() map[string]string {
+	out := map[string]string{"cancel": cancelScript.src, "cancel counts": cancelCountsScript.src, "feedback": feedbackScript.src}
+	for a, s := range reserveScripts {
+		out["reserve "+Algorithm(a).String()] = s.src
+	}
+	for a, s := range usageScripts {
+		out["usage "+a.String()] = s.src
 	}
 	return out
 }

@@ -124,7 +124,7 @@ func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	defer done()
 	keys := st.Keys(t.skey)
 	if !yes {
-		fmt.Fprintf(stdout, "delete %s (%s)? Every process starts this key afresh. [y/N] ", strings.Join(keys, ", "), t.rateKey)
+		fmt.Fprintf(stdout, "delete %s (%s)? Every process starts this key afresh. [y/N] ", strings.Join(keys, ", "), t.shown())
 		line, _ := bufio.NewReader(stdin).ReadString('\n')
 		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
 			fmt.Fprintln(stdout, "not deleted")
@@ -142,7 +142,7 @@ func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 // writeUsage prints a Usage as a small table and a few lines.
 func writeUsage(w io.Writer, t *target, u store.Usage) {
-	fmt.Fprintf(w, "rule %s, key %s, algorithm %s\n", t.rule, t.rateKey, u.Algorithm)
+	fmt.Fprintf(w, "rule %s, key %s, algorithm %s\n", t.rule, t.shown(), u.Algorithm)
 	fmt.Fprintf(w, "redis key %s\n", t.redis)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	prev := u.Algorithm == store.SlidingCounter
@@ -252,3 +252,8 @@ func human(d time.Duration) string {
 	}
 	return shortDuration(d.Round(time.Second))
 }
+
+// shown is the key as the store keeps it, without the rule's scope: the rate
+// key, or its HMAC with a key secret (then the plain hash of a token, which
+// the secret is there to hide, is not shown), or its hash when long.
+func (t *target) shown() string { return strings.TrimPrefix(t.skey, t.rule+":") }

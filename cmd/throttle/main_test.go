@@ -110,7 +110,7 @@ func TestKeyDerivationMatchesTransport(t *testing.T) {
 }
 
 func TestWriteUsage(t *testing.T) {
-	tg := &target{rule: "payments", rateKey: "pg1", redis: "throttle:{payments:pg1}",
+	tg := &target{rule: "payments", rateKey: "pg1", skey: "payments:pg1", redis: "throttle:{payments:pg1}",
 		limits: []throttle.Limit{throttle.PerSecond(100), throttle.PerHour(5000)}}
 	u := store.Usage{
 		Limits: []store.LimitUsage{
@@ -324,4 +324,23 @@ func TestCheckCommand(t *testing.T) {
 	code, out, _ = runCLI("check", "-redis", "redis://"+srv.Addr+"/0")
 	assert.Equal(t, 0, code, "a warning is not a failure")
 	assert.Contains(t, out, "warn  maxmemory-policy allkeys-lru")
+}
+
+// With a key secret, only the HMAC'd key is shown, never the token's plain
+// hash (which the secret hides) nor the token.
+func TestSecretHidesPlainHash(t *testing.T) {
+	srv := realRedis(t)
+	const token = "tok-plain-hash"
+	dir := t.TempDir()
+	secretFile := filepath.Join(dir, "secret")
+	require.NoError(t, os.WriteFile(secretFile, []byte("0123456789abcdef0123456789abcdef\n"), 0o600))
+	plain, err := throttle.CredentialKey("bearer", token)
+	require.NoError(t, err)
+	code, out, errOut := runCLI("usage", "-redis", "redis://"+srv.Addr+"/0", "-rule", "api", "-limit", "1/1s", "-token", token, "-secret-file", secretFile)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "rule api, key hmac:")
+	assert.NotContains(t, out, plain)
+	assert.NotContains(t, out, strings.TrimPrefix(plain, "bearer:"))
+	assert.NotContains(t, out, token)
+	assert.NotContains(t, out, "0123456789abcdef")
 }

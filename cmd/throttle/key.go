@@ -115,10 +115,9 @@ func (e errFlags) Error() string { return e.msg }
 // target is a resolved key: the store's key and how to read it.
 type target struct {
 	rule    string
-	rateKey string // as the KeyFunc returns it (hashed for a token)
-	skey    string // the store's key
-	redis   string // the Redis key of the log or counters, for display
-	req     store.Request
+	rateKey string           // as the KeyFunc returns it (hashed for a token)
+	skey    string           // the store's key
+	redis   string           // the Redis key of the log or counters, for display
 	limits  []throttle.Limit // as given, without the margin
 	tr      *throttle.Transport
 	secrets *secrets

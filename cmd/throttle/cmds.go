@@ -87,10 +87,11 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "throttle watch: -every must be positive")
 		return exitUsage
 	}
+	// -for bounds the loop, not the calls: the first line is always
+	// printed, however slow the server.
+	var end <-chan time.Time
 	if total > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, total)
-		defer cancel()
+		end = time.After(total)
 	}
 	fmt.Fprintf(stdout, "watching %s every %s\n", t.redis, every)
 	tick := time.NewTicker(every)
@@ -99,7 +100,7 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		u, err := t.tr.Usage(ctx, t.rule, t.rateKey)
 		if err != nil {
 			if ctx.Err() != nil {
-				return exitOK
+				return exitOK // interrupted
 			}
 			fmt.Fprintf(stderr, "throttle watch: %s\n", t.secrets.clean(err))
 			return exitFailed
@@ -107,6 +108,8 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stdout, watchLine(time.Now(), t, u))
 		select {
 		case <-ctx.Done():
+			return exitOK
+		case <-end:
 			return exitOK
 		case <-tick.C:
 		}

@@ -53,7 +53,7 @@ func TestTransportUsage(t *testing.T) {
 	st, err := store.NewMemory()
 	require.NoError(t, err)
 	secret := []byte(strings.Repeat("k", throttle.MinKeySecretLen))
-	rule := throttle.Rule{Name: "api", Host: "127.0.0.1", Limits: []throttle.Limit{throttle.PerSecond(5), throttle.PerHour(100)},
+	rule := throttle.Rule{Name: "api", Host: "127.0.0.1", Limits: []throttle.Limit{throttle.PerMinute(5), throttle.PerHour(100)},
 		Key: throttle.ByAuthorization(), Mode: throttle.FailFast}
 	tr, err := throttle.New(nil, st, throttle.WithRule(rule), throttle.WithKeySecret(secret))
 	require.NoError(t, err)
@@ -72,7 +72,7 @@ func TestTransportUsage(t *testing.T) {
 	require.Len(t, u.Limits, 2)
 	assert.Equal(t, 3, u.Limits[0].Used+u.Limits[0].Reserved)
 	assert.Equal(t, 3, u.Limits[1].Used+u.Limits[1].Reserved)
-	assert.Equal(t, time.Second+throttle.DefaultMargin, u.Limits[0].Limit.Per)
+	assert.Equal(t, time.Minute+throttle.DefaultMargin, u.Limits[0].Limit.Per)
 
 	sk, err := tr.StoreKey("api", rk)
 	require.NoError(t, err)

@@ -60,7 +60,8 @@ func (t *Transport) StoreKey(rule, rateKey string) (string, error) {
 // the Margin).
 //
 // Errors: ErrUnknownRule, a *KeyError for an empty key, ErrNoUsage, or the
-// store's error (store.ErrUsageUnsupported for Buckets).
+// store's error. It calls the store directly, not through the failure
+// policy: a store that is down gives its error.
 func (t *Transport) Usage(ctx context.Context, rule, rateKey string) (store.Usage, error) {
 	key, err := t.StoreKey(rule, rateKey)
 	if err != nil {

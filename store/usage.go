@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -56,11 +55,11 @@ type Usage struct {
 type LimitUsage struct {
 	Limit Limit
 	// Used is, for SlidingLog, the units recorded in (now - Per, now]; for
-	// FixedWindow and SlidingCounter, the units of the window holding now.
+	// FixedWindow and SlidingCounter, the units of the window holding now;
+	// for Buckets, of the ceil(Per/Precision) buckets ending with now's.
 	Used int
 	// Reserved is the units recorded after now (SlidingLog) or counted in
-	// later windows (FixedWindow, SlidingCounter): reservations still
-	// waiting for their slot.
+	// later windows or buckets: reservations still waiting for their slot.
 	Reserved int
 	// Previous is, for SlidingCounter, the units of the window before
 	// now's, which its estimate weighs in (0 for the others).
@@ -81,20 +80,10 @@ var (
 	_ Inspector = (*Memory)(nil)
 )
 
-// ErrUsageUnsupported is returned, wrapped, by Usage for an algorithm it
-// cannot inspect (Buckets).
-var ErrUsageUnsupported = errors.New("store: usage is not supported for this algorithm")
-
 // usageRequest is req as Usage reads it: cost 1, no waits, no allowance.
 func usageRequest(key string, req Request) (Request, error) {
 	u := Request{Limits: req.Limits, Cost: 1, Algorithm: req.Algorithm}
-	if err := u.Validate(key); err != nil {
-		return u, err
-	}
-	if u.Algorithm == Buckets {
-		return u, fmt.Errorf("%w: %s", ErrUsageUnsupported, u.Algorithm)
-	}
-	return u, nil
+	return u, u.Validate(key)
 }
 
 // usageServerWait stands for "any pause": hold never refuses within it.
@@ -115,7 +104,11 @@ func (r *Redis) Usage(ctx context.Context, key string, req Request) (Usage, erro
 	}
 	args = append(args, usageServerWait, req.Algorithm.String())
 	for _, l := range req.Limits {
-		args = append(args, l.N, micros(l.Per))
+		if req.Algorithm == Buckets {
+			args = append(args, l.N, l.precision(), l.buckets())
+		} else {
+			args = append(args, l.N, micros(l.Per))
+		}
 	}
 	s := usageScripts[req.Algorithm]
 	reply, err := s.Run(ctx, r.client, []string{r.keyFor(key, req.Algorithm), r.feedbackKey(key)}, args...).Slice()
@@ -156,6 +149,7 @@ var usageScripts = map[Algorithm]luaScript{
 	SlidingLog:     newScript(script.Usage(SlidingLog.String())),
 	FixedWindow:    newScript(script.Usage(FixedWindow.String())),
 	SlidingCounter: newScript(script.Usage(SlidingCounter.String())),
+	Buckets:        newScript(script.Usage(Buckets.String())),
 }
 
 // Scripts returns the source of every script the Redis store runs, by a
@@ -231,7 +225,7 @@ func (m *Memory) Usage(ctx context.Context, key string, req Request) (Usage, err
 	}
 	maxW := int64(0)
 	for _, l := range req.Limits {
-		maxW = max(maxW, micros(l.Per))
+		maxW = max(maxW, window(req.Algorithm, l))
 	}
 	if req.Algorithm == SlidingLog {
 		var live []int64
@@ -287,7 +281,7 @@ func (m *Memory) Usage(ctx context.Context, key string, req Request) (Usage, err
 		if ln, lw, ok := f.learned(now, maxW); ok {
 			tightened = make([]bool, len(limits))
 			for i, l := range limits {
-				n := max(int(float64(ln)*float64(micros(l.Per))/float64(lw)), 1)
+				n := max(int(float64(ln)*float64(window(req.Algorithm, l))/float64(lw)), 1)
 				if n < l.N {
 					limits[i].N, tightened[i] = n, true
 				}
@@ -317,11 +311,18 @@ func (m *Memory) Usage(ctx context.Context, key string, req Request) (Usage, err
 	}
 	u.Next, u.NextCause, u.Capped = usDuration(t-now), cause, capped
 	for i, l := range req.Limits {
-		k := floorDiv(now, micros(l.Per))
-		lu := LimitUsage{Limit: l, Used: int(c[i][k])}
+		k := floorDiv(now, span(req.Algorithm, l))
+		b := int64(1)
+		if req.Algorithm == Buckets {
+			b = l.buckets()
+		}
+		lu := LimitUsage{Limit: l}
 		for j, v := range c[i] {
-			if j > k {
+			switch {
+			case j > k:
 				lu.Reserved += int(v)
+			case j > k-b:
+				lu.Used += int(v)
 			}
 		}
 		if req.Algorithm == SlidingCounter {

@@ -101,12 +101,23 @@ var usageCases = []conformanceCase{
 		assert.Equal(t, []store.LimitUsage{{Limit: lim(4, time.Second), Used: 1, Previous: 3}}, u.Limits)
 		assert.Equal(t, time.Duration(0), u.Next) // 3·0.5 + 1 + 1 <= 4
 	}},
-	{"buckets and invalid requests are refused", func(t *testing.T, s store.Store, _ *fakeClock, key string) {
-		r := req(1, 0, store.Limit{N: 3, Per: time.Second, Precision: 100 * time.Millisecond})
+	{"buckets: the span ending with now's bucket", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		r := req(1, 10*time.Second, store.Limit{N: 3, Per: time.Second, Precision: 250 * time.Millisecond})
 		r.Algorithm = store.Buckets
-		_, err := s.(store.Inspector).Usage(ctx, key, r)
-		assert.ErrorIs(t, err, store.ErrUsageUnsupported)
-		_, err = s.(store.Inspector).Usage(ctx, key, req(1, 0))
+		for range 2 {
+			require.True(t, reserve(t, s, key, r).Allowed)
+		}
+		clock.Advance(500 * time.Millisecond)
+		for range 2 {
+			require.True(t, reserve(t, s, key, r).Allowed) // the second waits for bucket 4
+		}
+		u := usage(t, s, key, r)
+		assert.Equal(t, []store.LimitUsage{{Limit: r.Limits[0], Used: 3, Reserved: 1}}, u.Limits)
+		assert.Equal(t, 500*time.Millisecond, u.Next) // bucket 4: buckets 1..4 hold 2 of 3
+		assert.Equal(t, store.CauseLimit, u.NextCause)
+	}},
+	{"invalid requests are refused", func(t *testing.T, s store.Store, _ *fakeClock, key string) {
+		_, err := s.(store.Inspector).Usage(ctx, key, req(1, 0))
 		assert.ErrorIs(t, err, store.ErrInvalidRequest)
 		_, err = s.(store.Inspector).Usage(ctx, "", req(1, 0, lim(1, time.Second)))
 		assert.ErrorIs(t, err, store.ErrInvalidRequest)
@@ -123,7 +134,7 @@ func TestUsage(t *testing.T) { runCases(t, usageCases) }
 func TestUsageDifferential(t *testing.T) {
 	all := impls(t)
 	for _, im := range all[1:] {
-		for _, alg := range []store.Algorithm{store.SlidingLog, store.FixedWindow, store.SlidingCounter} {
+		for _, alg := range []store.Algorithm{store.SlidingLog, store.FixedWindow, store.SlidingCounter, store.Buckets} {
 			t.Run(im.name+"/"+alg.String(), func(t *testing.T) {
 				for seed := range uint64(2) {
 					clock := newFakeClock()
@@ -132,6 +143,9 @@ func TestUsageDifferential(t *testing.T) {
 					key := uniqueKey(t)
 					rng := rand.New(rand.NewPCG(seed, 11))
 					limits := []store.Limit{lim(3+rng.IntN(5), time.Second), lim(10+rng.IntN(10), 5*time.Second)}
+					if alg == store.Buckets {
+						limits[0].Precision, limits[1].Precision = 100*time.Millisecond, time.Second
+					}
 					var granted []store.Reservation
 					for step := range 300 {
 						switch op := rng.IntN(12); op {
@@ -201,10 +215,13 @@ func TestUsageReadOnly(t *testing.T) {
 	c := srv.Client(t)
 	s, err := store.NewRedis(c)
 	require.NoError(t, err)
-	for _, alg := range []store.Algorithm{store.SlidingLog, store.FixedWindow, store.SlidingCounter} {
+	for _, alg := range []store.Algorithm{store.SlidingLog, store.FixedWindow, store.SlidingCounter, store.Buckets} {
 		key := uniqueKey(t)
 		r := req(1, 10*time.Second, lim(3, time.Second), lim(10, time.Minute))
 		r.Algorithm = alg
+		if alg == store.Buckets {
+			r.Limits[0].Precision, r.Limits[1].Precision = 100*time.Millisecond, 10*time.Second
+		}
 		for range 20 {
 			_, err := s.Reserve(ctx, key, r)
 			require.NoError(t, err)

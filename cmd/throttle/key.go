@@ -36,11 +36,21 @@ func (l *limits) Set(s string) error {
 }
 
 // parseLimit reads "N/DURATION" ("100/1s", "5000/1h", "10/500ms"), a unit
-// alone meaning one of it ("100/s", "5000/h"), and "d" a day ("1000/d").
+// alone meaning one of it ("100/s", "5000/h"), and "d" a day ("1000/d"),
+// then optionally "/PRECISION" for the buckets algorithm ("5000/1h/1m").
 func parseLimit(s string) (throttle.Limit, error) {
 	ns, per, ok := strings.Cut(strings.TrimSpace(s), "/")
 	if !ok {
 		return throttle.Limit{}, fmt.Errorf("limit %q: want N/DURATION, e.g. 100/1s", s)
+	}
+	per, prec, hasPrec := strings.Cut(per, "/")
+	var precision time.Duration
+	if hasPrec {
+		l, err := parseLimit("1/" + prec)
+		if err != nil {
+			return throttle.Limit{}, fmt.Errorf("limit %q: bad precision", s)
+		}
+		precision = l.Per
 	}
 	n, err := strconv.Atoi(ns)
 	if err != nil || n < 1 {
@@ -59,13 +69,19 @@ func parseLimit(s string) (throttle.Limit, error) {
 	} else if d, err = time.ParseDuration(per); err != nil || d < time.Microsecond {
 		return throttle.Limit{}, fmt.Errorf("limit %q: the window must be a duration of at least 1µs, e.g. 1s, 1h", s)
 	}
-	return throttle.Per(n, d), nil
+	l := throttle.Per(n, d)
+	l.Precision = precision
+	return l, nil
 }
 
 // formatLimit writes a limit as parseLimit reads it, shortly: "100/1s",
 // "5000/1h", "10/500ms".
 func formatLimit(l throttle.Limit) string {
-	return strconv.Itoa(l.N) + "/" + shortDuration(l.Per)
+	s := strconv.Itoa(l.N) + "/" + shortDuration(l.Per)
+	if l.Precision != 0 {
+		s += "/" + shortDuration(l.Precision)
+	}
+	return s
 }
 
 // shortDuration is d without zero units: "1h", "1m30s", "500ms".
@@ -97,8 +113,8 @@ type keyFlags struct {
 func (k *keyFlags) register(fs *flag.FlagSet) {
 	k.conn.register(fs)
 	fs.StringVar(&k.rule, "rule", "", "the rule's `name` (Rule.Name)")
-	fs.Var(&k.limits, "limit", "a limit of the rule, `N/DURATION` (100/1s, 5000/1h); repeat for each, in the rule's order")
-	fs.StringVar(&k.alg, "alg", "log", "the rule's algorithm: log, fixed or counter")
+	fs.Var(&k.limits, "limit", "a limit of the rule, `N/DURATION[/PRECISION]` (100/1s, 5000/1h, 5000/1h/1m for buckets); repeat for each, in the rule's order")
+	fs.StringVar(&k.alg, "alg", "log", "the rule's algorithm: log, fixed, counter or buckets")
 	fs.DurationVar(&k.margin, "margin", throttle.DefaultMargin, "the rule's Margin (0 for a rule with NoMargin)")
 	fs.StringVar(&k.key, "key", "", "the rate key as the rule's KeyFunc returns it (e.g. pg1, host:api.example.com, bearer:<hash>)")
 	fs.StringVar(&k.token, "token", "", "a raw credential, hashed as the library does (prefer -token-file: a flag shows in ps)")
@@ -133,8 +149,8 @@ func (k *keyFlags) resolve(st store.Store, sec *secrets) (*target, error) {
 		return nil, errFlags{"at least one -limit is required"}
 	}
 	alg, err := store.ParseAlgorithm(k.alg)
-	if err != nil || alg == store.Buckets {
-		return nil, errFlags{fmt.Sprintf("-alg %q: want log, fixed or counter", k.alg)}
+	if err != nil {
+		return nil, errFlags{fmt.Sprintf("-alg %q: want log, fixed, counter or buckets", k.alg)}
 	}
 	sources := 0
 	for _, s := range []string{k.key, k.token, k.tokenFile} {

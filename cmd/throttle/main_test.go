@@ -29,14 +29,16 @@ func TestMain(m *testing.M) {
 
 func TestParseLimit(t *testing.T) {
 	for in, want := range map[string]throttle.Limit{
-		"100/1s":    throttle.PerSecond(100),
-		"100/s":     throttle.PerSecond(100),
-		"5000/1h":   throttle.PerHour(5000),
-		"5000/h":    throttle.PerHour(5000),
-		"10/500ms":  throttle.Per(10, 500*time.Millisecond),
-		"1000/d":    throttle.PerDay(1000),
-		"1000/2d":   throttle.Per(1000, 48*time.Hour),
-		" 7/1m30s ": throttle.Per(7, 90*time.Second),
+		"100/1s":     throttle.PerSecond(100),
+		"100/s":      throttle.PerSecond(100),
+		"5000/1h":    throttle.PerHour(5000),
+		"5000/h":     throttle.PerHour(5000),
+		"10/500ms":   throttle.Per(10, 500*time.Millisecond),
+		"1000/d":     throttle.PerDay(1000),
+		"1000/2d":    throttle.Per(1000, 48*time.Hour),
+		" 7/1m30s ":  throttle.Per(7, 90*time.Second),
+		"5000/1h/1m": {N: 5000, Per: time.Hour, Precision: time.Minute},
+		"10/s/100ms": {N: 10, Per: time.Second, Precision: 100 * time.Millisecond},
 	} {
 		got, err := parseLimit(in)
 		require.NoError(t, err, in)
@@ -45,7 +47,7 @@ func TestParseLimit(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, got, back, "formatLimit(%q) = %q", in, formatLimit(got))
 	}
-	for _, in := range []string{"", "100", "0/1s", "-1/1s", "x/1s", "10/", "10/0s", "10/xs", "10/0d", "10/1ns"} {
+	for _, in := range []string{"", "100", "0/1s", "-1/1s", "x/1s", "10/", "10/0s", "10/xs", "10/0d", "10/1ns", "10/1s/x", "10/1s/0s"} {
 		_, err := parseLimit(in)
 		assert.Error(t, err, in)
 	}
@@ -303,7 +305,7 @@ func TestCheckCommand(t *testing.T) {
 	srv := realRedis(t)
 	code, out, errOut := runCLI("check", "-redis", "redis://"+srv.Addr+"/0")
 	require.Equal(t, 0, code, out+errOut)
-	for _, want := range []string{"ok    redis ", "ok    maxmemory-policy noeviction", "ok    SCRIPT LOAD of the 10 scripts", "ok    latency, median of 20: PING "} {
+	for _, want := range []string{"ok    redis ", "ok    maxmemory-policy noeviction", "ok    SCRIPT LOAD of the 11 scripts", "ok    latency, median of 20: PING "} {
 		assert.Contains(t, out, want)
 	}
 

@@ -48,6 +48,7 @@ var (
 		"log":     assemble("usage log", "time", "prelude", "hold", "floor", "counting", "fixed", "usage"),
 		"fixed":   assemble("usage fixed", "time", "prelude", "hold", "floor", "counting", "fixed", "usage"),
 		"counter": assemble("usage counter", "time", "prelude", "hold", "floor", "counting", "counter", "usage"),
+		"buckets": assemble("usage buckets", "time", "prelude", "hold", "floor", "counting", "usage"),
 	}
 )
 
@@ -72,5 +73,5 @@ func Feedback() string { return feedback }
 
 // Usage returns the read-only script that reports a key's state under an
 // algorithm named as store.Algorithm.String names it ("log", "fixed",
-// "counter"), "" for any other (Buckets is not inspected).
+// "counter", "buckets"), "" for any other.
 func Usage(alg string) string { return usage[alg] }

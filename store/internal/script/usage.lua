@@ -1,15 +1,17 @@
 -- usage: read a key's state without changing it (store.Redis.Usage; the
 -- Memory store's twin is in store/usage.go). It writes nothing: no trim, no
 -- TTL, no mark. Assembled after time, prelude, hold, floor, counting and the
--- algorithm's windows (fixed or counter; the log uses neither).
+-- algorithm's windows (fixed or counter; the log and buckets use neither:
+-- buckets has its search below, bucketFrom).
 --
 -- KEYS[1]   the key's state: the log (a LIST) or the counters (a HASH).
 -- KEYS[2]   the key's feedback (see hold).
 -- ARGV[1]   cost: 1 (the next free slot is a cost-1 request's).
 -- ARGV[2]   unused (max wait); ARGV[3] now or ""; ARGV[4] a server wait
 --           beyond any pause, so that hold never refuses.
--- ARGV[5]   the algorithm: "log", "fixed" or "counter".
--- ARGV[6..] the limits, as pairs: N, W (microseconds).
+-- ARGV[5]   the algorithm: "log", "fixed", "counter" or "buckets".
+-- ARGV[6..] the limits, as pairs: N, W (microseconds); for buckets, as
+--           triples: N, P (bucket length), B (buckets per window).
 --
 -- Reply: { wait, cause, limit, capped, pause, ln, lw, lrem, budget, brem,
 --          len, last, then per limit: used, reserved, previous }
@@ -22,15 +24,27 @@
 --   budget, brem  a live budget of units left, brem µs to its reset (brem 0: none);
 --   len      the log's entries, trimmed or not (0 for the counters);
 --   last     the newest entry's time minus now (0 when len is 0);
---   used     log: entries in (now - W, now]; counting: the units of now's window;
---   reserved entries after now (log), units of later windows (counting);
+--   used     log: entries in (now - W, now]; counting: the units of now's
+--            window (buckets: of the B buckets ending with now's);
+--   reserved entries after now (log), units of later windows or buckets;
 --   previous SlidingCounter: the units of the previous window (else 0).
 
 local alg, key, fb = ARGV[5], KEYS[1], KEYS[2]
-local n, w = {}, {}
-for i = 6, #ARGV, 2 do
-  n[#n + 1] = ARGV[i] + 0
-  w[#w + 1] = ARGV[i + 1] + 0
+local n, w, p, b = {}, {}, {}, {}
+if alg == 'buckets' then
+  for i = 6, #ARGV, 3 do
+    n[#n + 1] = ARGV[i] + 0
+    p[#p + 1] = ARGV[i + 1] + 0
+    b[#b + 1] = ARGV[i + 2] + 0
+    w[#w + 1] = p[#p] * b[#b]
+  end
+else
+  for i = 6, #ARGV, 2 do
+    n[#n + 1] = ARGV[i] + 0
+    w[#w + 1] = ARGV[i + 1] + 0
+    p[#p + 1] = w[#w]
+    b[#b + 1] = 1
+  end
 end
 local max_w = 0
 for i = 1, #w do max_w = math.max(max_w, w[i]) end
@@ -90,13 +104,48 @@ else
   local _, start, fcause, _, tightened = feedback(n, w)
   local c = {}
   for i = 1, #n do c[i] = {} end
+  -- Each limit's indexes from the first a search from now reads: the
+  -- window before now's for counter, the B-1 buckets before for buckets.
+  local back = {}
+  for i = 1, #n do
+    if alg == 'buckets' then back[i] = b[i] - 1 else back[i] = lookback end
+  end
   local flat = redis.call('HGETALL', key)
   for j = 1, #flat, 2 do
     local i, k = string.match(flat[j], '^(%d+):(%d+)$')
     i, k = tonumber(i), tonumber(k)
-    if i and c[i] and k >= idx(now, w[i]) - lookback then c[i][k] = tonumber(flat[j + 1]) end
+    if i and c[i] and k >= idx(now, p[i]) - back[i] then c[i][k] = tonumber(flat[j + 1]) end
   end
-  local t, lim, out = earliest(start, #n, function(i, at) return within(c[i], n[i], w[i], at) end)
+  -- bucketFrom is store/counters.go's bucketsFrom: the earliest time >= t
+  -- at which a unit in t's bucket keeps every span of B buckets holding it
+  -- within N (buckets.lua's search, over the counters read at once).
+  local function bucketFrom(ci, ni, pi, bi, t)
+    local start = idx(t, pi)
+    local hi, sum = start, 0
+    for k, v in pairs(ci) do
+      if k > hi then hi = k end
+      if k > start - bi and k <= start then sum = sum + v end
+    end
+    local cand, q = start, start
+    while steps > 0 do
+      steps = steps - 1
+      if sum + cost > ni then
+        cand = q + 1
+      elseif q >= math.min(cand + bi - 1, math.max(cand, hi)) then
+        break
+      end
+      q = q + 1
+      sum = sum + (ci[q] or 0) - (ci[q - bi] or 0)
+    end
+    return math.max(t, cand * pi)
+  end
+  local from
+  if alg == 'buckets' then
+    from = function(i, at) return bucketFrom(c[i], n[i], p[i], b[i], at) end
+  else
+    from = function(i, at) return within(c[i], n[i], w[i], at) end
+  end
+  local t, lim, out = earliest(start, #n, from)
   s, cause = t, fcause
   if lim > 0 and tightened[lim] then
     cause = LEARNED
@@ -105,14 +154,18 @@ else
   end
   if out then capped = 1 end
   for i = 1, #n do
-    local k = idx(now, w[i])
-    local later = 0
+    local k = idx(now, p[i])
+    local used, later = 0, 0
     for j, v in pairs(c[i]) do
-      if j > k then later = later + v end
+      if j > k then
+        later = later + v
+      elseif j > k - b[i] then
+        used = used + v
+      end
     end
     local prev = 0
     if alg == 'counter' then prev = c[i][k - 1] or 0 end
-    per[#per + 1] = c[i][k] or 0
+    per[#per + 1] = used
     per[#per + 1] = later
     per[#per + 1] = prev
   end

@@ -14,7 +14,7 @@ import (
 // Usage is what a key's state says at one moment: how much of each limit is
 // used, when the next request could go, and what the upstream said. The
 // Redis store reads it in one read-only script call, the Memory store under
-// its lock; both give the same answers.
+// its lock; both give the same answers, but for Entries.
 type Usage struct {
 	// Algorithm is the one the key was inspected under.
 	Algorithm Algorithm
@@ -34,7 +34,9 @@ type Usage struct {
 	// only a lower bound.
 	Capped bool
 	// Entries is the number of entries in the log, those not trimmed yet
-	// included (SlidingLog; 0 for the counting algorithms).
+	// included (SlidingLog; 0 for the counting algorithms). The Memory store
+	// trims eagerly and the script lazily, so the two may differ here, as
+	// in memory, never in the answers above.
 	Entries int
 	// Last is the time of the log's newest entry minus now: positive while
 	// a reservation still waits (SlidingLog, when Entries > 0).

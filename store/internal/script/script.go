@@ -44,6 +44,14 @@ var (
 	cancelPaced  = assemble("cancel paced", "cancel_pace", "cancel")
 	cancelCounts = assemble("cancel counts", "floor", "cancel_counts")
 	feedback     = assemble("feedback", "time", "feedback")
+	// usage reads a key's state without writing (usage.lua); the log's
+	// borrows fixed's assembly and uses none of its windows.
+	usage = map[string]string{
+		"log":     assemble("usage log", "time", "prelude", "hold", "floor", "counting", "fixed", "usage"),
+		"fixed":   assemble("usage fixed", "time", "prelude", "hold", "floor", "counting", "fixed", "usage"),
+		"counter": assemble("usage counter", "time", "prelude", "hold", "floor", "counting", "counter", "usage"),
+		"buckets": assemble("usage buckets", "time", "prelude", "hold", "floor", "counting", "usage"),
+	}
 )
 
 // Reserve returns the reserve script of an algorithm named as
@@ -68,3 +76,8 @@ func CancelCounts() string { return cancelCounts }
 // budget from the upstream beside a key's state, merging with what is there
 // without ever loosening it.
 func Feedback() string { return feedback }
+
+// Usage returns the read-only script that reports a key's state under an
+// algorithm named as store.Algorithm.String names it ("log", "fixed",
+// "counter", "buckets"), "" for any other.
+func Usage(alg string) string { return usage[alg] }

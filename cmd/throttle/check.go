@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttle-go/throttle/store"
+)
+
+// checkRounds is how many PINGs and reservations the latency check times.
+const checkRounds = 20
+
+// report collects the lines of check and whether any failed.
+type report struct {
+	w      io.Writer
+	sec    *secrets
+	failed bool
+}
+
+func (r *report) ok(format string, a ...any)   { r.line("ok", format, a...) }
+func (r *report) warn(format string, a ...any) { r.line("warn", format, a...) }
+func (r *report) fail(format string, a ...any) {
+	r.failed = true
+	r.line("FAIL", format, a...)
+}
+
+func (r *report) line(level, format string, a ...any) {
+	msg := fmt.Sprintf(format, a...)
+	for _, v := range r.sec.list {
+		msg = strings.ReplaceAll(msg, v, "***")
+	}
+	fmt.Fprintf(r.w, "%-4s  %s\n", level, msg)
+}
+
+func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("throttle check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c conn
+	c.register(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	rdb, sec, err := c.client()
+	if err != nil {
+		fmt.Fprintf(stderr, "throttle check: %v\n", err)
+		return exitUsage
+	}
+	defer rdb.Close()
+	r := &report{w: stdout, sec: sec}
+	check(ctx, r, rdb, c.prefix)
+	if r.failed {
+		return exitFailed
+	}
+	return exitOK
+}
+
+// check runs every check on rdb, reporting to r.
+func check(ctx context.Context, r *report, rdb *redis.Client, prefix string) {
+	addr := rdb.Options().Addr
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		r.fail("connect to %s: %v", addr, err)
+		return
+	}
+	checkVersion(ctx, r, rdb, addr)
+	checkEviction(ctx, r, rdb)
+	checkACL(ctx, r, rdb)
+	checkScripts(ctx, r, rdb)
+	checkLatency(ctx, r, rdb, prefix)
+}
+
+func checkVersion(ctx context.Context, r *report, rdb *redis.Client, addr string) {
+	info, err := rdb.Info(ctx, "server").Result()
+	if err != nil {
+		r.warn("version: INFO server: %v", err)
+		return
+	}
+	v := infoField(info, "redis_version")
+	if major, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0]); major < 7 {
+		r.warn("redis %s at %s: before 7.0 each new TTL costs the scripts an extra PTTL (no PEXPIRE GT)", v, addr)
+		return
+	}
+	r.ok("redis %s at %s", v, addr)
+}
+
+// infoField returns the value of name in an INFO reply.
+func infoField(info, name string) string {
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), name+":"); ok {
+			return v
+		}
+	}
+	return "unknown"
+}
+
+// evicts reports whether a maxmemory-policy may evict throttle's keys: the
+// allkeys-* policies, and the volatile-* ones (every key of throttle has a
+// TTL).
+func evicts(policy string) bool {
+	return strings.HasPrefix(policy, "allkeys-") || strings.HasPrefix(policy, "volatile-")
+}
+
+func checkEviction(ctx context.Context, r *report, rdb *redis.Client) {
+	m, err := rdb.ConfigGet(ctx, "maxmemory-policy").Result()
+	if err != nil {
+		r.warn("maxmemory-policy: could not read it (%v): make sure it is noeviction", err)
+		return
+	}
+	p := m["maxmemory-policy"]
+	if evicts(p) {
+		r.warn("maxmemory-policy %s: under memory pressure Redis may evict throttle's keys (they all have a TTL), "+
+			"and the fleet then forgets what it sent; use noeviction, or a Redis of its own", p)
+		return
+	}
+	r.ok("maxmemory-policy %s", p)
+}
+
+func checkACL(ctx context.Context, r *report, rdb *redis.Client) {
+	if who, err := rdb.Do(ctx, "acl", "whoami").Text(); err != nil {
+		r.warn("ACL WHOAMI: %v", err)
+	} else {
+		r.ok("ACL user %s", who)
+	}
+	// TIME outside a script tells whether the user may run it at all;
+	// the scripts read it unless store.WithClientTime.
+	if err := rdb.Time(ctx).Err(); err != nil {
+		r.fail("TIME: %v (the scripts read the server's clock; or use store.WithClientTime)", err)
+	} else {
+		r.ok("TIME allowed")
+	}
+}
+
+func checkScripts(ctx context.Context, r *report, rdb *redis.Client) {
+	scripts := store.Scripts()
+	names := make([]string, 0, len(scripts))
+	for n := range scripts {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	// The same error for several scripts is said once, with their names.
+	var errs []string
+	failed := map[string][]string{}
+	for _, n := range names {
+		if err := rdb.ScriptLoad(ctx, scripts[n]).Err(); err != nil {
+			if _, ok := failed[err.Error()]; !ok {
+				errs = append(errs, err.Error())
+			}
+			failed[err.Error()] = append(failed[err.Error()], n)
+		}
+	}
+	for _, e := range errs {
+		who := strings.Join(failed[e], ", ")
+		if len(failed[e]) == len(names) {
+			who = fmt.Sprintf("all %d scripts", len(names))
+		}
+		r.fail("SCRIPT LOAD of %s: %s", who, e)
+	}
+	if len(errs) > 0 {
+		return
+	}
+	r.ok("SCRIPT LOAD of the %d scripts", len(names))
+}
+
+// checkLatency times PING and one reservation (EVALSHA of the log's reserve
+// script) on a scratch key, checkRounds times each, and deletes the key.
+func checkLatency(ctx context.Context, r *report, rdb *redis.Client, prefix string) {
+	st, err := store.NewRedis(rdb, store.WithPrefix(prefix))
+	if err != nil {
+		r.fail("store: %v", err)
+		return
+	}
+	pings := make([]time.Duration, 0, checkRounds)
+	for range checkRounds {
+		start := time.Now()
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			r.fail("PING: %v", err)
+			return
+		}
+		pings = append(pings, time.Since(start))
+	}
+	key := fmt.Sprintf("throttle-check:%d", time.Now().UnixNano())
+	req := store.Request{Limits: []store.Limit{{N: 1_000_000, Per: time.Second}}, Cost: 1}
+	reserves := make([]time.Duration, 0, checkRounds)
+	defer func() { _, _ = st.Delete(context.WithoutCancel(ctx), key) }()
+	for range checkRounds {
+		start := time.Now()
+		res, err := st.Reserve(ctx, key, req)
+		if err != nil {
+			r.fail("a reservation (EVALSHA) on a scratch key: %v", err)
+			return
+		}
+		if !res.Allowed {
+			r.fail("a reservation on a scratch key was refused (%s)", res.Cause)
+			return
+		}
+		reserves = append(reserves, time.Since(start))
+	}
+	p, s := median(pings), median(reserves)
+	r.ok("latency, median of %d: PING %s, reservation %s (EVALSHA allowed)", checkRounds, human(p), human(s))
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}

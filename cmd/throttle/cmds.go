@@ -1,0 +1,262 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/throttle-go/throttle/store"
+)
+
+// open parses the key flags of a command and connects: the target and the
+// store, or an exit code.
+func open(name string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (*target, *store.Redis, func(), int) {
+	fs := flag.NewFlagSet("throttle "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var k keyFlags
+	k.register(fs)
+	if extra != nil {
+		extra(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, nil, nil, exitOK
+		}
+		return nil, nil, nil, exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "throttle %s: unexpected arguments %q\n", name, fs.Args())
+		return nil, nil, nil, exitUsage
+	}
+	rdb, sec, err := k.client()
+	if err != nil {
+		fmt.Fprintf(stderr, "throttle %s: %v\n", name, err)
+		return nil, nil, nil, exitUsage
+	}
+	st, err := store.NewRedis(rdb, store.WithPrefix(k.prefix))
+	if err != nil {
+		_ = rdb.Close()
+		fmt.Fprintf(stderr, "throttle %s: %s\n", name, sec.clean(err))
+		return nil, nil, nil, exitUsage
+	}
+	t, err := k.resolve(st, sec)
+	if err != nil {
+		_ = rdb.Close()
+		fmt.Fprintf(stderr, "throttle %s: %s\n", name, sec.clean(err))
+		var bad errFlags
+		if errors.As(err, &bad) {
+			return nil, nil, nil, exitUsage
+		}
+		return nil, nil, nil, exitFailed
+	}
+	return t, st, func() { _ = rdb.Close() }, -1
+}
+
+func cmdUsage(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	t, _, done, code := open("usage", args, stderr, nil)
+	if code >= 0 {
+		return code
+	}
+	defer done()
+	u, err := t.tr.Usage(ctx, t.rule, t.rateKey)
+	if err != nil {
+		fmt.Fprintf(stderr, "throttle usage: %s\n", t.secrets.clean(err))
+		return exitFailed
+	}
+	writeUsage(stdout, t, u)
+	return exitOK
+}
+
+func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var every, total time.Duration
+	t, _, done, code := open("watch", args, stderr, func(fs *flag.FlagSet) {
+		fs.DurationVar(&every, "every", time.Second, "how often to print a line")
+		fs.DurationVar(&total, "for", 0, "stop after this long (0: until interrupted)")
+	})
+	if code >= 0 {
+		return code
+	}
+	defer done()
+	if every <= 0 {
+		fmt.Fprintln(stderr, "throttle watch: -every must be positive")
+		return exitUsage
+	}
+	// -for bounds the loop, not the calls: the first line is always
+	// printed, however slow the server.
+	var end <-chan time.Time
+	if total > 0 {
+		end = time.After(total)
+	}
+	fmt.Fprintf(stdout, "watching %s every %s\n", t.redis, every)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		u, err := t.tr.Usage(ctx, t.rule, t.rateKey)
+		if err != nil {
+			if ctx.Err() != nil {
+				return exitOK // interrupted
+			}
+			fmt.Fprintf(stderr, "throttle watch: %s\n", t.secrets.clean(err))
+			return exitFailed
+		}
+		fmt.Fprintln(stdout, watchLine(time.Now(), t, u))
+		select {
+		case <-ctx.Done():
+			return exitOK
+		case <-end:
+			return exitOK
+		case <-tick.C:
+		}
+	}
+}
+
+func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var yes bool
+	t, st, done, code := open("reset", args, stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&yes, "yes", false, "do not ask for confirmation")
+	})
+	if code >= 0 {
+		return code
+	}
+	defer done()
+	keys := st.Keys(t.skey)
+	if !yes {
+		fmt.Fprintf(stdout, "delete %s (%s)? Every process starts this key afresh. [y/N] ", strings.Join(keys, ", "), t.shown())
+		line, _ := bufio.NewReader(stdin).ReadString('\n')
+		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
+			fmt.Fprintln(stdout, "not deleted")
+			return exitFailed
+		}
+	}
+	n, err := st.Delete(ctx, t.skey)
+	if err != nil {
+		fmt.Fprintf(stderr, "throttle reset: %s\n", t.secrets.clean(err))
+		return exitFailed
+	}
+	fmt.Fprintf(stdout, "deleted %d Redis keys of %s\n", n, t.redis)
+	return exitOK
+}
+
+// writeUsage prints a Usage as a small table and a few lines.
+func writeUsage(w io.Writer, t *target, u store.Usage) {
+	fmt.Fprintf(w, "rule %s, key %s, algorithm %s\n", t.rule, t.shown(), u.Algorithm)
+	fmt.Fprintf(w, "redis key %s\n", t.redis)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	prev := u.Algorithm == store.SlidingCounter
+	head := "limit\twindow\tused\treserved\t"
+	if prev {
+		head += "previous\t"
+	}
+	fmt.Fprintln(tw, head)
+	for i, l := range u.Limits {
+		given := l.Limit
+		if i < len(t.limits) {
+			given = t.limits[i]
+		}
+		row := fmt.Sprintf("%s\t%s\t%d/%d\t%d\t", formatLimit(given), shortDuration(l.Limit.Per), l.Used, l.Limit.N, l.Reserved)
+		if prev {
+			row += fmt.Sprintf("%d\t", l.Previous)
+		}
+		fmt.Fprintln(tw, row)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "next free slot: %s\n", nextText(t, u))
+	if u.Algorithm == store.SlidingLog && u.Entries > 0 && u.Last > 0 {
+		fmt.Fprintf(w, "queue: the newest reservation is %s ahead\n", human(u.Last))
+	}
+	fmt.Fprintf(w, "pause: %s\n", until(u.Pause))
+	if u.Learned.N > 0 {
+		fmt.Fprintf(w, "learned limit: %s for %s\n", formatLimit(u.Learned), human(u.LearnedFor))
+	} else {
+		fmt.Fprintln(w, "learned limit: none")
+	}
+	if u.BudgetReset > 0 {
+		fmt.Fprintf(w, "budget: %d left until the reset in %s\n", u.Budget, human(u.BudgetReset))
+	} else {
+		fmt.Fprintln(w, "budget: none")
+	}
+}
+
+// nextText says when a request of cost 1 could go, and why.
+func nextText(t *target, u store.Usage) string {
+	if u.Next <= 0 {
+		return "now"
+	}
+	s := "in " + human(u.Next)
+	switch u.NextCause {
+	case store.CauseLimit:
+		if u.NextLimit < len(t.limits) {
+			s += " (limit " + formatLimit(t.limits[u.NextLimit]) + ")"
+		}
+	case store.CauseUpstream:
+		s += " (the upstream's pause or budget)"
+	case store.CauseLearned:
+		s += " (the learned limit)"
+	}
+	if u.Capped {
+		s += " at least"
+	}
+	return s
+}
+
+// watchLine is one line of watch: the time, each limit's sends in its
+// window against N (and reservations waiting), the next slot and the pause.
+func watchLine(now time.Time, t *target, u store.Usage) string {
+	var b strings.Builder
+	b.WriteString(now.UTC().Format("15:04:05.000"))
+	for i, l := range u.Limits {
+		given := l.Limit
+		if i < len(t.limits) {
+			given = t.limits[i]
+		}
+		fmt.Fprintf(&b, "  %s %d/%d", formatLimit(given), l.Used, l.Limit.N)
+		if l.Reserved > 0 {
+			fmt.Fprintf(&b, " +%d", l.Reserved)
+		}
+		if l.Previous > 0 {
+			fmt.Fprintf(&b, " prev %d", l.Previous)
+		}
+	}
+	fmt.Fprintf(&b, "  next %s  pause %s", nextShort(u), until(u.Pause))
+	return b.String()
+}
+
+func nextShort(u store.Usage) string {
+	if u.Next <= 0 {
+		return "now"
+	}
+	return human(u.Next)
+}
+
+func until(d time.Duration) string {
+	if d <= 0 {
+		return "none"
+	}
+	return human(d) + " left"
+}
+
+// human rounds a duration for reading: to the microsecond under a
+// millisecond, to 0.1ms under a second, to the millisecond under a minute,
+// to the second above.
+func human(d time.Duration) string {
+	switch {
+	case d < time.Millisecond:
+		return d.Round(time.Microsecond).String()
+	case d < time.Second:
+		return d.Round(100 * time.Microsecond).String()
+	case d < time.Minute:
+		return d.Round(time.Millisecond).String()
+	}
+	return shortDuration(d.Round(time.Second))
+}
+
+// shown is the key as the store keeps it, without the rule's scope: the rate
+// key, or its HMAC with a key secret (then the plain hash of a token, which
+// the secret is there to hide, is not shown), or its hash when long.
+func (t *target) shown() string { return strings.TrimPrefix(t.skey, t.rule+":") }

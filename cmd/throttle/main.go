@@ -1,0 +1,144 @@
+// Command throttle inspects and repairs the state that throttle keeps in
+// Redis, and checks a Redis for it.
+//
+//	go install github.com/throttle-go/throttle/cmd/throttle@latest
+//
+//	throttle usage -rule NAME -limit 100/1s [-limit 5000/1h] (-key RATEKEY | -token-file F -by KIND) [-secret-file F]
+//	throttle watch …the same flags… [-every 1s] [-for DURATION]
+//	throttle reset …the same flags… [-yes]
+//	throttle check
+//
+// Every subcommand takes -redis URL (redis:// or rediss://; default the
+// THROTTLE_REDIS environment variable, else redis://127.0.0.1:6379/0) and
+// -prefix (store.DefaultPrefix). The URL, which may hold a password, is never
+// printed; nor are a token or a key secret. See docs/cli.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// stdin is where reset reads its confirmation (a test replaces it).
+var stdin io.Reader = os.Stdin
+
+// Exit codes.
+const (
+	exitOK     = 0
+	exitFailed = 1 // a check failed, Redis could not be reached, …
+	exitUsage  = 2 // bad flags
+)
+
+const usageText = `usage: throttle <command> [flags]
+
+commands:
+  usage   print the usage of one rate key, per limit
+  watch   print it every interval until interrupted (or -for)
+  reset   delete the state of one rate key (asks unless -yes)
+  check   check a Redis: version, eviction policy, scripts, latency, ACL
+
+Run "throttle <command> -h" for its flags.
+`
+
+// run is the whole command: it parses args, writes to stdout and stderr, and
+// returns the exit code. SIGINT cancels it.
+func run(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usageText)
+		return exitUsage
+	}
+	var cmd func(context.Context, []string, io.Writer, io.Writer) int
+	switch args[0] {
+	case "usage":
+		cmd = cmdUsage
+	case "watch":
+		cmd = cmdWatch
+	case "reset":
+		cmd = cmdReset
+	case "check":
+		cmd = cmdCheck
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usageText)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "throttle: unknown command %q\n\n%s", args[0], usageText)
+		return exitUsage
+	}
+	return cmd(ctx, args[1:], stdout, stderr)
+}
+
+// conn is the -redis and -prefix flags of every command.
+type conn struct {
+	url    string
+	prefix string
+}
+
+func (c *conn) register(fs *flag.FlagSet) {
+	def := os.Getenv("THROTTLE_REDIS")
+	if def == "" {
+		def = "redis://127.0.0.1:6379/0"
+	}
+	// The default is not shown in -h: the environment's URL may hold a password.
+	fs.StringVar(&c.url, "redis", "", "Redis `URL`, redis:// or rediss:// (default: $THROTTLE_REDIS, else redis://127.0.0.1:6379/0); never printed")
+	fs.StringVar(&c.prefix, "prefix", "throttle:", "the store's key prefix (store.WithPrefix)")
+	c.url = def
+}
+
+// errBadURL is the error of an unusable -redis URL; it never holds the URL.
+var errBadURL = errors.New("invalid -redis URL (not shown: it may hold a password); want redis://[user:password@]host:port/db or rediss://…")
+
+// client opens a client on the URL. It does no I/O.
+func (c *conn) client() (*redis.Client, *secrets, error) {
+	url := c.url
+	if url == "" {
+		url = os.Getenv("THROTTLE_REDIS")
+	}
+	if url == "" {
+		url = "redis://127.0.0.1:6379/0"
+	}
+	if !strings.HasPrefix(url, "redis://") && !strings.HasPrefix(url, "rediss://") {
+		return nil, nil, errBadURL
+	}
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, nil, errBadURL
+	}
+	sec := &secrets{}
+	sec.add(opts.Password)
+	return redis.NewClient(opts), sec, nil
+}
+
+// secrets scrubs known secret strings from what the command prints.
+type secrets struct{ list []string }
+
+func (s *secrets) add(v string) {
+	if s != nil && len(v) >= 1 {
+		s.list = append(s.list, v)
+	}
+}
+
+// clean returns err's text with every secret replaced by "***".
+func (s *secrets) clean(err error) string {
+	msg := err.Error()
+	if s == nil {
+		return msg
+	}
+	for _, v := range s.list {
+		msg = strings.ReplaceAll(msg, v, "***")
+	}
+	return msg
+}

@@ -1,0 +1,176 @@
+-- usage: read a key's state without changing it (store.Redis.Usage; the
+-- Memory store's twin is in store/usage.go). It writes nothing: no trim, no
+-- TTL, no mark. Assembled after time, prelude, hold, floor, counting and the
+-- algorithm's windows (fixed or counter; the log and buckets use neither:
+-- buckets has its search below, bucketFrom).
+--
+-- KEYS[1]   the key's state: the log (a LIST) or the counters (a HASH).
+-- KEYS[2]   the key's feedback (see hold).
+-- ARGV[1]   cost: 1 (the next free slot is a cost-1 request's).
+-- ARGV[2]   unused (max wait); ARGV[3] now or ""; ARGV[4] a server wait
+--           beyond any pause, so that hold never refuses.
+-- ARGV[5]   the algorithm: "log", "fixed", "counter" or "buckets".
+-- ARGV[6..] the limits, as pairs: N, W (microseconds); for buckets, as
+--           triples: N, P (bucket length), B (buckets per window).
+--
+-- Reply: { wait, cause, limit, capped, pause, ln, lw, lrem, budget, brem,
+--          len, last, then per limit: used, reserved, previous }
+--   wait     microseconds from now to the earliest slot the limits and the
+--            feedback allow a cost-1 request (the log's order left out);
+--   cause, limit as the reserve scripts' (limit 1-based, 0 unless LIMIT);
+--   capped   1 when the counting search ran out of steps;
+--   pause    microseconds left of a pause (0: none);
+--   ln, lw, lrem  a live learned limit of ln per lw µs, lrem µs left (0s: none);
+--   budget, brem  a live budget of units left, brem µs to its reset (brem 0: none);
+--   len      the log's entries, trimmed or not (0 for the counters);
+--   last     the newest entry's time minus now (0 when len is 0);
+--   used     log: entries in (now - W, now]; counting: the units of now's
+--            window (buckets: of the B buckets ending with now's);
+--   reserved entries after now (log), units of later windows or buckets;
+--   previous SlidingCounter: the units of the previous window (else 0).
+
+local alg, key, fb = ARGV[5], KEYS[1], KEYS[2]
+local n, w, p, b = {}, {}, {}, {}
+if alg == 'buckets' then
+  for i = 6, #ARGV, 3 do
+    n[#n + 1] = ARGV[i] + 0
+    p[#p + 1] = ARGV[i + 1] + 0
+    b[#b + 1] = ARGV[i + 2] + 0
+    w[#w + 1] = p[#p] * b[#b]
+  end
+else
+  for i = 6, #ARGV, 2 do
+    n[#n + 1] = ARGV[i] + 0
+    w[#w + 1] = ARGV[i + 1] + 0
+    p[#p + 1] = w[#w]
+    b[#b + 1] = 1
+  end
+end
+local max_w = 0
+for i = 1, #w do max_w = math.max(max_w, w[i]) end
+
+-- The feedback as it stands, fields read raw.
+local f = redis.call('HMGET', fb, 'p', 'n', 'w', 'le', 'b', 'r')
+local fp, fn, fw, fle = tonumber(f[1]) or 0, tonumber(f[2]), tonumber(f[3]), tonumber(f[4])
+local fbud, fr = tonumber(f[5]), tonumber(f[6])
+local pause, ln, lw, lrem, budget, brem = 0, 0, 0, 0, 0, 0
+if fp > now then pause = fp - now end
+if fn and fw and fle and fle > now then ln, lw, lrem = fn, fw, fle - now end
+if fbud and fr and fr > now then budget, brem = fbud, fr - now end
+
+local per, len, last = {}, 0, 0
+local s, limit, cause, capped = now, 0, NONE, 0
+if alg == 'log' then
+  len = redis.call('LLEN', key)
+  local function at(i) return math.abs(tonumber(redis.call('LINDEX', key, i))) end
+  -- after(t) counts the entries recorded after t: the log is ordered, so
+  -- a bisection finds the first (O(log len) LINDEX, never the whole list).
+  local function after(t)
+    local lo, hi = 0, len
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      if at(mid) > t then hi = mid else lo = mid + 1 end
+    end
+    return len - lo
+  end
+  local future = after(now)
+  for i = 1, #n do
+    per[#per + 1] = after(now - w[i]) - future
+    per[#per + 1] = future
+    per[#per + 1] = 0
+  end
+  if len > 0 then
+    last = at(len - 1) - now
+    -- As log.lua, for a cost of 1: the N-th newest entry plus W.
+    for i = 1, #n do
+      if n[i] <= len then
+        local e = at(len - n[i]) + w[i]
+        if e > s then s, limit, cause = e, i, LIMIT end
+      end
+    end
+  end
+  local _, till, _, hn, hw = hold(fb)
+  if till >= s then s, limit, cause = till, 0, UPSTREAM end
+  if hn and len > 0 and hw <= max_w then
+    local k = math.max(hn, 1)
+    if k <= len then
+      local e = at(len - k) + hw
+      if e > s then s, limit, cause = e, 0, LEARNED end
+    end
+  end
+else
+  -- The counting algorithms: the counters a search from now reads, and the
+  -- search of counts.lua, without recording.
+  local _, start, fcause, _, tightened = feedback(n, w)
+  local c = {}
+  for i = 1, #n do c[i] = {} end
+  -- Each limit's indexes from the first a search from now reads: the
+  -- window before now's for counter, the B-1 buckets before for buckets.
+  local back = {}
+  for i = 1, #n do
+    if alg == 'buckets' then back[i] = b[i] - 1 else back[i] = lookback end
+  end
+  local flat = redis.call('HGETALL', key)
+  for j = 1, #flat, 2 do
+    local i, k = string.match(flat[j], '^(%d+):(%d+)$')
+    i, k = tonumber(i), tonumber(k)
+    if i and c[i] and k >= idx(now, p[i]) - back[i] then c[i][k] = tonumber(flat[j + 1]) end
+  end
+  -- bucketFrom is store/counters.go's bucketsFrom: the earliest time >= t
+  -- at which a unit in t's bucket keeps every span of B buckets holding it
+  -- within N (buckets.lua's search, over the counters read at once).
+  local function bucketFrom(ci, ni, pi, bi, t)
+    local start = idx(t, pi)
+    local hi, sum = start, 0
+    for k, v in pairs(ci) do
+      if k > hi then hi = k end
+      if k > start - bi and k <= start then sum = sum + v end
+    end
+    local cand, q = start, start
+    while steps > 0 do
+      steps = steps - 1
+      if sum + cost > ni then
+        cand = q + 1
+      elseif q >= math.min(cand + bi - 1, math.max(cand, hi)) then
+        break
+      end
+      q = q + 1
+      sum = sum + (ci[q] or 0) - (ci[q - bi] or 0)
+    end
+    return math.max(t, cand * pi)
+  end
+  local from
+  if alg == 'buckets' then
+    from = function(i, at) return bucketFrom(c[i], n[i], p[i], b[i], at) end
+  else
+    from = function(i, at) return within(c[i], n[i], w[i], at) end
+  end
+  local t, lim, out = earliest(start, #n, from)
+  s, cause = t, fcause
+  if lim > 0 and tightened[lim] then
+    cause = LEARNED
+  elseif lim > 0 then
+    limit, cause = lim, LIMIT
+  end
+  if out then capped = 1 end
+  for i = 1, #n do
+    local k = idx(now, p[i])
+    local used, later = 0, 0
+    for j, v in pairs(c[i]) do
+      if j > k then
+        later = later + v
+      elseif j > k - b[i] then
+        used = used + v
+      end
+    end
+    local prev = 0
+    if alg == 'counter' then prev = c[i][k - 1] or 0 end
+    per[#per + 1] = used
+    per[#per + 1] = later
+    per[#per + 1] = prev
+  end
+end
+
+local reply = { s - now, cause, limit, capped, pause, ln, lw, lrem, budget, brem, len, last }
+for i = 1, #per do reply[#reply + 1] = per[i] end
+return reply

@@ -83,9 +83,18 @@ var (
 )
 
 // usageRequest is req as Usage reads it: cost 1, no waits, no allowance.
+// A paced limit is refused: Usage does not read its state yet.
 func usageRequest(key string, req Request) (Request, error) {
 	u := Request{Limits: req.Limits, Cost: 1, Algorithm: req.Algorithm}
-	return u, u.Validate(key)
+	if err := u.Validate(key); err != nil {
+		return u, err
+	}
+	for _, l := range u.Limits {
+		if l.Paced {
+			return u, fmt.Errorf("%w: limit %s: Usage does not read a paced limit's state", ErrInvalidRequest, l)
+		}
+	}
+	return u, nil
 }
 
 // usageServerWait stands for "any pause": hold never refuses within it.

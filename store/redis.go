@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"strconv"
 	"strings"
@@ -41,6 +42,8 @@ type Redis struct {
 	ackTimeout  time.Duration
 	// batch, if set, sends concurrent reservations together (WithBatching).
 	batch *batcher
+	// logger, if set, hears of repairs (WithLogger).
+	logger *slog.Logger
 }
 
 // ErrReplicaAck is matched, with errors.Is, by the error of a reservation
@@ -93,6 +96,20 @@ func WithPrefix(prefix string) RedisOption {
 			return fmt.Errorf("store: WithPrefix(%q): braces would change the Cluster hash tag", prefix)
 		}
 		r.prefix = prefix
+		return nil
+	}
+}
+
+// WithLogger gives the store a logger for what it should not keep silent and
+// that is no caller's error: a rate key found in a wrong state and repaired
+// (see KeyStateError). The
+// store logs nothing without it. Nothing it logs contains a password.
+func WithLogger(l *slog.Logger) RedisOption {
+	return func(r *Redis) error {
+		if l == nil {
+			return errors.New("store: WithLogger: nil logger")
+		}
+		r.logger = l
 		return nil
 	}
 }
@@ -185,15 +202,28 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 		}
 	}
 	call := scriptCall{reserveScripts[req.Algorithm], []string{r.keyFor(key, req.Algorithm), r.feedbackKey(key)}, args}
-	var reply []any
-	var err error
-	switch {
-	case r.ackReplicas > 0:
-		reply, err = r.reserveAcked(ctx, call)
-	case r.batch != nil:
-		reply, err = r.batch.do(ctx, call, key, req)
-	default:
-		reply, err = call.script.Run(ctx, r.client, call.keys, call.args...).Slice()
+	run := func() ([]any, error) {
+		switch {
+		case r.ackReplicas > 0:
+			return r.reserveAcked(ctx, call)
+		case r.batch != nil:
+			return r.batch.do(ctx, call, key, req)
+		default:
+			return call.script.Run(ctx, r.client, call.keys, call.args...).Slice()
+		}
+	}
+	reply, err := run()
+	if err != nil && badState(err) {
+		// Off the common path: one key in a wrong state is that key's
+		// error alone (keystate.go).
+		maxPer, _ := req.valid(key)
+		horizon := microsDown(req.MaxWait) + micros(MaxAllowance) + maxPer
+		if reply, err = r.healed(ctx, key, req.Algorithm, horizon, err, run); err != nil {
+			var ks *KeyStateError
+			if errors.As(err, &ks) {
+				return Reservation{}, err
+			}
+		}
 	}
 	if err != nil {
 		r.failed(err)
@@ -258,6 +288,11 @@ func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
 		err = runOnce(ctx, p, call)
 	} else {
 		err = call.script.Run(ctx, r.client, call.keys, call.args...).Err()
+	}
+	if err != nil && badState(err) {
+		// The entries are gone with the key's state; the next Reserve
+		// repairs it.
+		return &KeyStateError{Key: res.key, Reason: "cancel", Err: err}
 	}
 	if err != nil {
 		r.failed(err)
@@ -377,9 +412,22 @@ func (r *Redis) Learn(ctx context.Context, key string, l Learned) error {
 		now = strconv.FormatInt(r.clock().UnixMicro(), 10)
 	}
 	// Validate ensures a limit comes with its window and TTL.
-	err := feedbackScript.Run(ctx, r.client, []string{r.feedbackKey(key), r.logKey(key)},
-		now, micros(l.Pause), l.Limit.N, micros(l.Limit.Per), micros(l.LimitTTL),
-		l.Remaining, micros(l.Reset), micros(ResetSlack)).Err()
+	run := func() ([]any, error) {
+		return nil, feedbackScript.Run(ctx, r.client, []string{r.feedbackKey(key), r.logKey(key)},
+			now, micros(l.Pause), l.Limit.N, micros(l.Limit.Per), micros(l.LimitTTL),
+			l.Remaining, micros(l.Reset), micros(ResetSlack)).Err()
+	}
+	_, err := run()
+	if err != nil && badState(err) {
+		// The log's horizon is not known here: the repair fixes types and
+		// malformed values, and the next Reserve the rest.
+		if _, err = r.healed(ctx, key, SlidingLog, micros(MaxFeedback), err, run); err != nil {
+			var ks *KeyStateError
+			if errors.As(err, &ks) {
+				return err
+			}
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("store: redis feedback: %w", err)
 	}

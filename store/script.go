@@ -29,6 +29,7 @@ var (
 	cancelScript       = newScript(script.Cancel())
 	cancelCountsScript = newScript(script.CancelCounts())
 	feedbackScript     = newScript(script.Feedback())
+	repairScript       = newScript(script.Repair())
 )
 
 // scriptCall is one call of a script, to send as EVALSHA or EVAL.

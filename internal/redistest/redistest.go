@@ -5,6 +5,7 @@ package redistest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -94,7 +95,7 @@ func StartServer(extraArgs ...string) (*Server, error) {
 			return nil, err
 		}
 		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Real: true, cmd: cmd, dir: dir, args: args}
-		if lastErr = waitReady(s.Addr, 5*time.Second); lastErr == nil {
+		if lastErr = waitReady(s.Addr, nil, 5*time.Second); lastErr == nil {
 			return s, nil
 		}
 		s.Close()
@@ -102,15 +103,17 @@ func StartServer(extraArgs ...string) (*Server, error) {
 	return nil, fmt.Errorf("redistest: redis-server did not start: %w", lastErr)
 }
 
-func waitReady(addr string, within time.Duration) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+// waitReady waits until the server at addr answers, over TLS when tlsConfig
+// is set. A server with requirepass answers NOAUTH: it is ready.
+func waitReady(addr string, tlsConfig *tls.Config, within time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, TLSConfig: tlsConfig})
 	defer c.Close()
 	deadline := time.Now().Add(within)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		err := c.Ping(ctx).Err()
 		cancel()
-		if err == nil {
+		if err == nil || redis.HasErrorPrefix(err, "NOAUTH") || redis.HasErrorPrefix(err, "WRONGPASS") {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -188,6 +191,23 @@ func Mini(tb testing.TB) *Server {
 		tb.Fatal(err)
 	}
 	s := &Server{Addr: m.Addr(), mini: m}
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// Start starts a redis-server of the test's own with extraArgs (StartServer),
+// stopped at the end of the test. Without a redis-server it skips the test,
+// or fails it in CI: tests that need a real server's features (ACL, TLS,
+// maxmemory, MONITOR) must not quietly pass there.
+func Start(tb testing.TB, extraArgs ...string) *Server {
+	tb.Helper()
+	s, err := StartServer(extraArgs...)
+	if err != nil {
+		if InCI() {
+			tb.Fatalf("redistest: CI is set but redis-server could not be started: %v", err)
+		}
+		tb.Skipf("needs a real redis-server on PATH: %v", err)
+	}
 	tb.Cleanup(s.Close)
 	return s
 }

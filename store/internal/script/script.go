@@ -42,6 +42,7 @@ var (
 	cancel       = assemble("cancel", "cancel")
 	cancelCounts = assemble("cancel counts", "floor", "cancel_counts")
 	feedback     = assemble("feedback", "time", "feedback")
+	repair       = assemble("repair", "time", "repair")
 )
 
 // Reserve returns the reserve script of an algorithm named as
@@ -62,3 +63,8 @@ func CancelCounts() string { return cancelCounts }
 // budget from the upstream beside a key's state, merging with what is there
 // without ever loosening it.
 func Feedback() string { return feedback }
+
+// Repair returns the script that puts a key's state and feedback back into
+// a state the reserve scripts can read, after one of them found it in a
+// wrong one. It never runs on the common path.
+func Repair() string { return repair }

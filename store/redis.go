@@ -42,7 +42,10 @@ type Redis struct {
 	ackTimeout  time.Duration
 	// batch, if set, sends concurrent reservations together (WithBatching).
 	batch *batcher
-	// logger, if set, hears of repairs (WithLogger).
+	// evictCheck and evict: the eviction check (eviction.go).
+	evictCheck EvictionCheck
+	evict      eviction
+	// logger, if set, hears of repairs and evicting policies (WithLogger).
 	logger *slog.Logger
 }
 
@@ -102,7 +105,7 @@ func WithPrefix(prefix string) RedisOption {
 
 // WithLogger gives the store a logger for what it should not keep silent and
 // that is no caller's error: a rate key found in a wrong state and repaired
-// (see KeyStateError). The
+// (see KeyStateError), and, under EvictionWarn, an evicting policy. The
 // store logs nothing without it. Nothing it logs contains a password.
 func WithLogger(l *slog.Logger) RedisOption {
 	return func(r *Redis) error {
@@ -131,7 +134,9 @@ func WithClientTime(now func() time.Time) RedisOption {
 
 // NewRedis returns a Redis store on client, which may be a *redis.Client, a
 // *redis.ClusterClient, a *redis.Ring, a Sentinel failover client or any
-// redis.UniversalClient. It does no I/O.
+// redis.UniversalClient. It does no I/O: the first Reserve checks that the
+// server will not evict the store's keys (see WithEvictionCheck; by default
+// every Reserve fails while it may).
 func NewRedis(client redis.Scripter, opts ...RedisOption) (*Redis, error) {
 	if client == nil {
 		return nil, errors.New("store: NewRedis: nil client")
@@ -141,6 +146,7 @@ func NewRedis(client redis.Scripter, opts ...RedisOption) (*Redis, error) {
 		return nil, fmt.Errorf("store: NewRedis: nil client (%T)", client)
 	}
 	r := &Redis{client: client, prefix: DefaultPrefix}
+	r.evict.first, r.evict.now = make(chan struct{}), time.Now
 	if rl, ok := client.(interface{ ReloadState(context.Context) }); ok {
 		r.reloader = rl
 	}
@@ -151,6 +157,9 @@ func NewRedis(client redis.Scripter, opts ...RedisOption) (*Redis, error) {
 		if err := o(r); err != nil {
 			return nil, err
 		}
+	}
+	if r.evictCheck == EvictionWarn && r.logger == nil {
+		return nil, errors.New("store: WithEvictionCheck(EvictionWarn) needs WithLogger")
 	}
 	if r.ackReplicas > 0 && r.batch != nil {
 		return nil, errors.New("store: WithBatching and WithReplicaAck cannot be combined: WAIT must follow each script on its own connection")
@@ -181,6 +190,9 @@ func (r *Redis) keyFor(key string, alg Algorithm) string {
 // Reserve implements Store.
 func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservation, error) {
 	if err := req.Validate(key); err != nil {
+		return Reservation{}, err
+	}
+	if err := r.evictionGate(ctx); err != nil {
 		return Reservation{}, err
 	}
 	args := make([]any, 0, 5+3*len(req.Limits))

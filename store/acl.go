@@ -1,0 +1,32 @@
+package store
+
+import (
+	"strings"
+)
+
+// aclCommands are the commands the Redis store sends or its scripts run:
+// EVALSHA and EVAL (on NOSCRIPT) from the client; inside the scripts TIME,
+// the LIST commands of the log, the HASH commands of the counters and the
+// feedback, PEXPIRE and PTTL for the TTLs, and TYPE, LRANGE and DEL for the
+// repair of a key in a wrong state; INFO for the eviction check.
+const aclCommands = "-@all +evalsha +eval +time" +
+	" +lindex +lrange +rpush +lrem +lset +ltrim" +
+	" +hget +hmget +hgetall +hset +hdel +hincrby" +
+	" +pexpire +pttl +type +del +info"
+
+// ACLRule returns the Redis ACL rules that give a user exactly what a Redis
+// store with the given key prefix (DefaultPrefix unless WithPrefix) needs,
+// for ACL SETUSER or an ACL file:
+//
+//	ACL SETUSER throttle on >password resetkeys ~throttle:* resetchannels -@all +evalsha +eval +time +lindex +lrange +rpush +lrem +lset +ltrim +hget +hmget +hgetall +hset +hdel +hincrby +pexpire +pttl +type +del +info
+//
+// The eviction check reads the policy with INFO memory where CONFIG GET is
+// denied, which it is under this rule (CONFIG GET would also show other
+// settings). Add +wait for WithReplicaAck, and +cluster|slots
+// +cluster|shards +readonly for a Cluster client. AUTH and HELLO need no
+// permission.
+func ACLRule(prefix string) string {
+	// Glob characters in the prefix are matched literally.
+	escaped := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`).Replace(prefix)
+	return "resetkeys ~" + escaped + "* resetchannels " + aclCommands
+}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -47,6 +48,8 @@ type Redis struct {
 	evict      eviction
 	// logger, if set, hears of repairs and evicting policies (WithLogger).
 	logger *slog.Logger
+	// tlsConfig is WithTLSConfig's, for NewRedisURL.
+	tlsConfig *tls.Config
 }
 
 // ErrReplicaAck is matched, with errors.Is, by the error of a reservation
@@ -138,6 +141,11 @@ func WithClientTime(now func() time.Time) RedisOption {
 // server will not evict the store's keys (see WithEvictionCheck; by default
 // every Reserve fails while it may).
 func NewRedis(client redis.Scripter, opts ...RedisOption) (*Redis, error) {
+	return newRedis(client, opts, false)
+}
+
+// newRedis is NewRedis; fromURL allows WithTLSConfig (NewRedisURL).
+func newRedis(client redis.Scripter, opts []RedisOption, fromURL bool) (*Redis, error) {
 	if client == nil {
 		return nil, errors.New("store: NewRedis: nil client")
 	}
@@ -157,6 +165,9 @@ func NewRedis(client redis.Scripter, opts ...RedisOption) (*Redis, error) {
 		if err := o(r); err != nil {
 			return nil, err
 		}
+	}
+	if r.tlsConfig != nil && !fromURL {
+		return nil, errors.New("store: WithTLSConfig is for NewRedisURL: set the TLSConfig of the client given to NewRedis")
 	}
 	if r.evictCheck == EvictionWarn && r.logger == nil {
 		return nil, errors.New("store: WithEvictionCheck(EvictionWarn) needs WithLogger")

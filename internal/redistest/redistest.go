@@ -25,6 +25,9 @@ type Server struct {
 	Addr string
 	// Real is false when the server is an embedded miniredis.
 	Real bool
+	// TLS is the client configuration of a server that speaks only TLS
+	// (StartTLS), nil for plain TCP.
+	TLS *tls.Config
 
 	cmd  *exec.Cmd
 	mini *miniredis.Miniredis
@@ -51,7 +54,7 @@ func (s *Server) Close() {
 
 // Client returns a client of s, closed at the end of the test.
 func (s *Server) Client(tb testing.TB) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: s.TLS})
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -69,6 +72,12 @@ func FreePort() (int, error) {
 // StartServer starts redis-server from PATH on a free loopback port with
 // persistence off. The server is killed when this process dies, too.
 func StartServer(extraArgs ...string) (*Server, error) {
+	return startServer(nil, func(port string) []string { return []string{"--port", port} }, extraArgs)
+}
+
+// startServer starts redis-server listening as listen says on a free port,
+// and waits until it answers, over TLS when tlsConfig is set.
+func startServer(tlsConfig *tls.Config, listen func(port string) []string, extraArgs []string) (*Server, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, err
@@ -83,19 +92,18 @@ func StartServer(extraArgs ...string) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		args := append([]string{
-			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		args := append(listen(strconv.Itoa(port)), "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no", "--dir", dir,
-			"--daemonize", "no", "--loglevel", "warning",
-		}, extraArgs...)
+			"--daemonize", "no", "--loglevel", "warning")
+		args = append(args, extraArgs...)
 		cmd := exec.Command(bin, args...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, err
 		}
-		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Real: true, cmd: cmd, dir: dir, args: args}
-		if lastErr = waitReady(s.Addr, nil, 5*time.Second); lastErr == nil {
+		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Real: true, TLS: tlsConfig, cmd: cmd, dir: dir, args: args}
+		if lastErr = waitReady(s.Addr, tlsConfig, 5*time.Second); lastErr == nil {
 			return s, nil
 		}
 		s.Close()

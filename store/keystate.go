@@ -66,7 +66,7 @@ func (r *Redis) repair(ctx context.Context, key string, alg Algorithm, horizon i
 	if r.clock != nil {
 		now = fmt.Sprint(r.clock().UnixMicro())
 	}
-	done, err := repairScript.Run(ctx, r.client, []string{state, r.feedbackKey(key)}, kind, now, horizon).Int64Slice()
+	done, err := repairScript.Run(ctx, r.client, []string{state, r.feedbackKey(key)}, kind, now, horizon, micros(MaxFeedback)).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("repair: %w", err)
 	}

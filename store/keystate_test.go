@@ -197,3 +197,35 @@ func TestRedisRepairOffTheCommonPath(t *testing.T) {
 }
 
 var _ redis.Error = replyErr("")
+
+// TestRedisFarFeedbackHeals: a pause or a reset past MaxFeedback from now
+// in a key's feedback (which would hold the key back until then) is removed,
+// and the request answered; a pause within it stays.
+func TestRedisFarFeedbackHeals(t *testing.T) {
+	c := realRedis(t)
+	s, err := store.NewRedis(c)
+	require.NoError(t, err)
+	tm, err := c.Time(ctx).Result()
+	require.NoError(t, err)
+	far := strconv.FormatInt(tm.Add(store.MaxFeedback+24*time.Hour).UnixMicro(), 10)
+	for _, field := range []string{"p", "r"} {
+		t.Run(field, func(t *testing.T) {
+			key := uniqueKey(t)
+			r := req(1, 0, lim(10, time.Minute))
+			require.NoError(t, s.Pause(ctx, key, time.Millisecond)) // a feedback hash, and the log marked
+			reserve(t, s, key, r)
+			time.Sleep(2 * time.Millisecond)
+			require.NoError(t, c.HSet(ctx, s.FeedbackKey(key), field, far, "b", 0).Err())
+			res := reserve(t, s, key, r)
+			assert.True(t, res.Allowed, "not held back by the far time")
+			assert.False(t, c.HExists(ctx, s.FeedbackKey(key), field).Val())
+		})
+	}
+	key := uniqueKey(t)
+	r := req(1, 0, lim(10, time.Minute))
+	reserve(t, s, key, r)
+	require.NoError(t, s.Pause(ctx, key, store.MaxFeedback-time.Hour))
+	res := reserve(t, s, key, r)
+	assert.False(t, res.Allowed)
+	assert.Equal(t, store.CauseUpstream, res.Cause, "a long pause within MaxFeedback is kept")
+}

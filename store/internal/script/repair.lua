@@ -11,10 +11,13 @@
 -- ARGV[2]  now in microseconds, or "" to read the server clock with TIME.
 -- ARGV[3]  the horizon of a log, in microseconds from now: an entry later
 --          than now + horizon is implausible (see log's header).
+-- ARGV[4]  MaxFeedback in microseconds: a pause, a learned limit's end or a
+--          reset (fields p, le, r) later than now + this is implausible.
 --
 -- Reply: { state, feedback }, for each key what was done: -1 deleted (it had
 -- another type), n >= 0 the number of entries or fields removed (those that
--- are not numbers, or past the horizon).
+-- are not numbers, or past the horizon, or, in the feedback, past
+-- MaxFeedback).
 --
 -- Everything under the store's prefix is the store's own, so what its
 -- scripts cannot read may go. Removing entries from a log only loosens its
@@ -39,7 +42,8 @@ local function fix(key, want, horizon)
     local flat = redis.call('HGETALL', key)
     for j = 1, #flat, 2 do
       local v = tonumber(flat[j + 1])
-      if not v or v % 1 ~= 0 then
+      local is_time = flat[j] == 'p' or flat[j] == 'le' or flat[j] == 'r'
+      if not v or v % 1 ~= 0 or (horizon and is_time and v > horizon) then
         n = n + redis.call('HDEL', key, flat[j])
       end
     end
@@ -48,4 +52,7 @@ local function fix(key, want, horizon)
 end
 
 local now = clock(ARGV[2])
-return { fix(KEYS[1], ARGV[1], now + tonumber(ARGV[3])), fix(KEYS[2], 'hash', 0) }
+-- The state's hash holds counters, not times: no horizon.
+local horizon = nil
+if ARGV[1] == 'list' then horizon = now + tonumber(ARGV[3]) end
+return { fix(KEYS[1], ARGV[1], horizon), fix(KEYS[2], 'hash', now + tonumber(ARGV[4])) }

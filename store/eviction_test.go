@@ -217,3 +217,28 @@ func TestEvictionCheckOnce(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 4, c.count())
 }
+
+// BenchmarkEvictionGate: what the check costs a Reserve once it has an
+// answer (an atomic load and a clock read), against EvictionOff, on a fake
+// server that answers at once.
+//
+//	go test -run '^$' -bench EvictionGate ./store/
+func BenchmarkEvictionGate(b *testing.B) {
+	granted := []any{int64(1), int64(0), int64(5), int64(0), int64(0)}
+	for _, check := range []store.EvictionCheck{store.EvictionRefuse, store.EvictionOff} {
+		b.Run(check.String(), func(b *testing.B) {
+			c := &configScripter{fakeScripter: fakeScripter{reply: granted}, policy: "noeviction"}
+			s, err := store.NewRedis(c, store.WithEvictionCheck(check))
+			require.NoError(b, err)
+			r := req(1, 0, lim(10, time.Minute))
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := s.Reserve(ctx, "k", r); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+}

@@ -242,3 +242,11 @@ func BenchmarkEvictionGate(b *testing.B) {
 		})
 	}
 }
+
+// TestEvictionCheckMiniredis: miniredis (the tests' fallback) knows neither
+// CONFIG nor INFO memory: the policy is unknown, and the store runs.
+func TestEvictionCheckMiniredis(t *testing.T) {
+	s, err := store.NewRedis(redistest.Mini(t).Client(t))
+	require.NoError(t, err)
+	assert.True(t, reserve(t, s, uniqueKey(t), req(1, 0, lim(10, time.Minute))).Allowed)
+}

@@ -97,27 +97,21 @@ func TestEvictionCheckWithoutConfig(t *testing.T) {
 	assert.True(t, reserve(t, s, uniqueKey(t), r).Allowed, "an unknown policy is not refused")
 }
 
-// TestOOMSurfaces: a server at its memory limit under noeviction answers the
-// reserve script's write with OOM, and the store reports it as it is.
+// TestOOMSurfaces: a server over its memory limit under noeviction answers
+// the reserve script's write with OOM, and the store reports it as it is.
 func TestOOMSurfaces(t *testing.T) {
-	srv := redistest.Start(t, "--maxmemory", "2mb", "--maxmemory-policy", "noeviction")
+	srv := redistest.Start(t, "--maxmemory-policy", "noeviction")
 	c := srv.Client(t)
 	s, err := store.NewRedis(c)
 	require.NoError(t, err)
 	r := req(1, 0, lim(10, time.Minute))
 	require.True(t, reserve(t, s, uniqueKey(t), r).Allowed)
-	// Fill the server to its limit: a write is admitted while the server
-	// is below it.
-	// Small values, so that the server ends above it (a large one would
-	// be refused for its own query buffer).
-	for i := 0; ; i++ {
-		err := c.Set(ctx, fmt.Sprintf("filler:%d", i), strings.Repeat("x", 1<<10), 0).Err()
-		if err != nil {
-			require.ErrorContains(t, err, "OOM")
-			break
-		}
-		require.Less(t, i, 10000)
+	// 2 MB of data, then a limit of 1 MB: the server stays above it (the
+	// limit is lowered after the store's first check, which it passed).
+	for i := range 32 {
+		require.NoError(t, c.Set(ctx, fmt.Sprintf("filler:%d", i), strings.Repeat("x", 64<<10), 0).Err())
 	}
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory", "1mb").Err())
 	_, err = s.Reserve(ctx, uniqueKey(t), r)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "OOM command not allowed")

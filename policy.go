@@ -168,6 +168,12 @@ func (p *policy) reserve(ctx context.Context, r *rule, skey string, req store.Re
 			// The caller gave up; that says nothing about the store.
 			p.health.abandoned(try)
 			return grant{err: err}
+		case errors.Is(err, store.ErrKeyState):
+			// The store answered: one key's state is wrong, and that is
+			// this request's failure alone. Nothing is marked down, and
+			// nothing is sent uncounted.
+			p.health.succeeded()
+			return grant{err: err}
 		}
 		p.health.failed(try, p.health.now(), err)
 		cause = err

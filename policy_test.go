@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle/internal/fakestore"
+	"github.com/throttle-go/throttle/store"
 )
 
 // maxProbeGap is the longest wait between probes.
@@ -410,4 +411,50 @@ func failLocalStartsFromOwnSends(t *testing.T, alg Algorithm, limit Limit) {
 		assert.Equal(t, time.Second, time.Since(start), "the local limiter knew of the two shared sends")
 		assert.Equal(t, 900*time.Millisecond, d.Delay)
 	})
+}
+
+// TestKeyStateErrorIsThatRequests: a store error about one key's state (a
+// *store.KeyStateError: WRONGTYPE, a malformed entry) fails that request
+// alone, under every policy: it is not a StoreError, nothing is sent
+// uncounted or counted locally, and the store stays up (the next request
+// calls it, none is "not tried"). A probe that meets one marks the store up:
+// the store answered.
+func TestKeyStateErrorIsThatRequests(t *testing.T) {
+	t.Parallel()
+	keyErr := &store.KeyStateError{Key: "k", Reason: "still wrong after a repair", Err: errors.New("WRONGTYPE Operation against a key holding the wrong kind of value")}
+	for _, kind := range []StoreFailure{FailClosed, FailOpen, FailLocal} {
+		t.Run(kind.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				opts := []Option{WithStoreFailure(kind)}
+				if kind == FailLocal {
+					opts = append(opts, WithLocalShare(0.5))
+				}
+				g := newOutageRig(t, outageRule, opts...)
+				g.st.Fail(keyErr, 0)
+				for range 5 {
+					d, err := g.do(t)
+					require.ErrorIs(t, err, store.ErrKeyState)
+					assert.NotErrorIs(t, err, ErrStoreUnavailable)
+					assert.Equal(t, Failed, d.Outcome)
+					assert.False(t, d.Local)
+				}
+				assert.Equal(t, 5, g.calls(), "every request called the store: none was skipped")
+				assert.Empty(t, g.sent, "nothing sent uncounted")
+
+				// Down, then a probe that meets a key's state: up again.
+				g.st.Fail(errDown, 0)
+				d, _ := g.do(t)
+				require.ErrorIs(t, d.Err, ErrStoreUnavailable)
+				time.Sleep(maxProbeGap)
+				g.st.Fail(keyErr, 0)
+				_, err := g.do(t)
+				require.ErrorIs(t, err, store.ErrKeyState)
+				g.st.Fail(nil, 0)
+				d, err = g.do(t)
+				require.NoError(t, err)
+				assert.Equal(t, Sent, d.Outcome)
+				assert.NoError(t, d.Err, "marked up by the probe that met the key's state")
+			})
+		})
+	}
 }

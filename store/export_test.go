@@ -1,5 +1,7 @@
 package store
 
+import "time"
+
 // Accessors for the store's own tests (package store_test): the Redis key
 // layout, the number of keys a Memory store holds, and what a reservation
 // recorded.
@@ -29,3 +31,6 @@ func (r Reservation) Slot() int64 { return r.slot }
 // Entry is the time the units were recorded at, in microseconds: the slot,
 // or later with an Allowance.
 func (r Reservation) Entry() int64 { return r.entry }
+
+// SetEvictionClock replaces the clock of the eviction check's recheck.
+func (r *Redis) SetEvictionClock(now func() time.Time) { r.evict.now = now }

@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"strconv"
 	"strings"
@@ -42,6 +44,13 @@ type Redis struct {
 	ackTimeout  time.Duration
 	// batch, if set, sends concurrent reservations together (WithBatching).
 	batch *batcher
+	// evictCheck and evict: the eviction check (eviction.go).
+	evictCheck EvictionCheck
+	evict      eviction
+	// logger, if set, hears of repairs and evicting policies (WithLogger).
+	logger *slog.Logger
+	// tlsConfig is WithTLSConfig's, for NewRedisURL.
+	tlsConfig *tls.Config
 }
 
 // ErrReplicaAck is matched, with errors.Is, by the error of a reservation
@@ -98,6 +107,20 @@ func WithPrefix(prefix string) RedisOption {
 	}
 }
 
+// WithLogger gives the store a logger for what it should not keep silent and
+// that is no caller's error: a rate key found in a wrong state and repaired
+// (see KeyStateError), and, under EvictionWarn, an evicting policy. The
+// store logs nothing without it. Nothing it logs contains a password.
+func WithLogger(l *slog.Logger) RedisOption {
+	return func(r *Redis) error {
+		if l == nil {
+			return errors.New("store: WithLogger: nil logger")
+		}
+		r.logger = l
+		return nil
+	}
+}
+
 // WithClientTime makes the scripts use the given clock instead of the Redis
 // server's TIME, for managed Redis that forbids TIME in scripts. Every client
 // of a key must then have a synchronised clock: a client that is behind by d
@@ -115,8 +138,15 @@ func WithClientTime(now func() time.Time) RedisOption {
 
 // NewRedis returns a Redis store on client, which may be a *redis.Client, a
 // *redis.ClusterClient, a *redis.Ring, a Sentinel failover client or any
-// redis.UniversalClient. It does no I/O.
+// redis.UniversalClient. It does no I/O: the first Reserve checks that the
+// server will not evict the store's keys (see WithEvictionCheck; by default
+// every Reserve fails while it may).
 func NewRedis(client redis.Scripter, opts ...RedisOption) (*Redis, error) {
+	return newRedis(client, opts, false)
+}
+
+// newRedis is NewRedis; fromURL allows WithTLSConfig (NewRedisURL).
+func newRedis(client redis.Scripter, opts []RedisOption, fromURL bool) (*Redis, error) {
 	if client == nil {
 		return nil, errors.New("store: NewRedis: nil client")
 	}
@@ -125,6 +155,7 @@ func NewRedis(client redis.Scripter, opts ...RedisOption) (*Redis, error) {
 		return nil, fmt.Errorf("store: NewRedis: nil client (%T)", client)
 	}
 	r := &Redis{client: client, prefix: DefaultPrefix}
+	r.evict.first, r.evict.now = make(chan struct{}), time.Now
 	if rl, ok := client.(interface{ ReloadState(context.Context) }); ok {
 		r.reloader = rl
 	}
@@ -135,6 +166,12 @@ func NewRedis(client redis.Scripter, opts ...RedisOption) (*Redis, error) {
 		if err := o(r); err != nil {
 			return nil, err
 		}
+	}
+	if r.tlsConfig != nil && !fromURL {
+		return nil, errors.New("store: WithTLSConfig is for NewRedisURL: set the TLSConfig of the client given to NewRedis")
+	}
+	if r.evictCheck == EvictionWarn && r.logger == nil {
+		return nil, errors.New("store: WithEvictionCheck(EvictionWarn) needs WithLogger")
 	}
 	if r.ackReplicas > 0 && r.batch != nil {
 		return nil, errors.New("store: WithBatching and WithReplicaAck cannot be combined: WAIT must follow each script on its own connection")
@@ -167,6 +204,9 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 	if err := req.Validate(key); err != nil {
 		return Reservation{}, err
 	}
+	if err := r.evictionGate(ctx); err != nil {
+		return Reservation{}, err
+	}
 	args := make([]any, 0, 5+3*len(req.Limits))
 	args = append(args, req.Cost, microsDown(req.MaxWait))
 	if r.clock != nil {
@@ -197,15 +237,28 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 		call.script = pacedScript
 		call.keys = append(call.keys, r.paceKey(key))
 	}
-	var reply []any
-	var err error
-	switch {
-	case r.ackReplicas > 0:
-		reply, err = r.reserveAcked(ctx, call)
-	case r.batch != nil:
-		reply, err = r.batch.do(ctx, call, key, req)
-	default:
-		reply, err = call.script.Run(ctx, r.client, call.keys, call.args...).Slice()
+	run := func() ([]any, error) {
+		switch {
+		case r.ackReplicas > 0:
+			return r.reserveAcked(ctx, call)
+		case r.batch != nil:
+			return r.batch.do(ctx, call, key, req)
+		default:
+			return call.script.Run(ctx, r.client, call.keys, call.args...).Slice()
+		}
+	}
+	reply, err := run()
+	if err != nil && badState(err) {
+		// Off the common path: one key in a wrong state is that key's
+		// error alone (keystate.go).
+		maxPer, _, _ := req.valid(key)
+		horizon := microsDown(req.MaxWait) + micros(MaxAllowance) + maxPer
+		if reply, err = r.healed(ctx, key, req.Algorithm, horizon, err, run); err != nil {
+			var ks *KeyStateError
+			if errors.As(err, &ks) {
+				return Reservation{}, err
+			}
+		}
 	}
 	if err != nil {
 		r.failed(err)
@@ -286,6 +339,11 @@ func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
 		err = runOnce(ctx, p, call)
 	} else {
 		err = call.script.Run(ctx, r.client, call.keys, call.args...).Err()
+	}
+	if err != nil && badState(err) {
+		// The entries are gone with the key's state; the next Reserve
+		// repairs it.
+		return &KeyStateError{Key: res.key, Reason: "cancel", Err: err}
 	}
 	if err != nil {
 		r.failed(err)
@@ -410,9 +468,22 @@ func (r *Redis) Learn(ctx context.Context, key string, l Learned) error {
 		now = strconv.FormatInt(r.clock().UnixMicro(), 10)
 	}
 	// Validate ensures a limit comes with its window and TTL.
-	err := feedbackScript.Run(ctx, r.client, []string{r.feedbackKey(key), r.logKey(key)},
-		now, micros(l.Pause), l.Limit.N, micros(l.Limit.Per), micros(l.LimitTTL),
-		l.Remaining, micros(l.Reset), micros(ResetSlack)).Err()
+	run := func() ([]any, error) {
+		return nil, feedbackScript.Run(ctx, r.client, []string{r.feedbackKey(key), r.logKey(key)},
+			now, micros(l.Pause), l.Limit.N, micros(l.Limit.Per), micros(l.LimitTTL),
+			l.Remaining, micros(l.Reset), micros(ResetSlack)).Err()
+	}
+	_, err := run()
+	if err != nil && badState(err) {
+		// The log's horizon is not known here: the repair fixes types and
+		// malformed values, and the next Reserve the rest.
+		if _, err = r.healed(ctx, key, SlidingLog, micros(MaxFeedback), err, run); err != nil {
+			var ks *KeyStateError
+			if errors.As(err, &ks) {
+				return err
+			}
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("store: redis feedback: %w", err)
 	}

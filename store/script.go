@@ -32,6 +32,7 @@ var (
 	cancelPacedScript  = newScript(script.CancelPaced())
 	cancelCountsScript = newScript(script.CancelCounts())
 	feedbackScript     = newScript(script.Feedback())
+	repairScript       = newScript(script.Repair())
 )
 
 // scriptCall is one call of a script, to send as EVALSHA or EVAL.

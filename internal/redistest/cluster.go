@@ -112,7 +112,7 @@ func newCluster() (*Cluster, error) {
 		}
 	}
 	for _, n := range c.nodes {
-		if err := waitReady(n.addr(), 5*time.Second); err != nil {
+		if err := waitReady(n.addr(), nil, 5*time.Second); err != nil {
 			c.Close()
 			return nil, fmt.Errorf("node %s: %w", n.addr(), err)
 		}
@@ -381,7 +381,7 @@ func (c *Cluster) Restart(addr string) error {
 			if err := c.start(n); err != nil {
 				return err
 			}
-			return waitReady(addr, 5*time.Second)
+			return waitReady(addr, nil, 5*time.Second)
 		}
 	}
 	return fmt.Errorf("redistest: no node %s", addr)

@@ -5,6 +5,7 @@ package redistest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -24,6 +25,9 @@ type Server struct {
 	Addr string
 	// Real is false when the server is an embedded miniredis.
 	Real bool
+	// TLS is the client configuration of a server that speaks only TLS
+	// (StartTLS), nil for plain TCP.
+	TLS *tls.Config
 
 	cmd  *exec.Cmd
 	mini *miniredis.Miniredis
@@ -50,7 +54,7 @@ func (s *Server) Close() {
 
 // Client returns a client of s, closed at the end of the test.
 func (s *Server) Client(tb testing.TB) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: s.TLS})
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -68,6 +72,12 @@ func FreePort() (int, error) {
 // StartServer starts redis-server from PATH on a free loopback port with
 // persistence off. The server is killed when this process dies, too.
 func StartServer(extraArgs ...string) (*Server, error) {
+	return startServer(nil, func(port string) []string { return []string{"--port", port} }, extraArgs)
+}
+
+// startServer starts redis-server listening as listen says on a free port,
+// and waits until it answers, over TLS when tlsConfig is set.
+func startServer(tlsConfig *tls.Config, listen func(port string) []string, extraArgs []string) (*Server, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, err
@@ -82,19 +92,18 @@ func StartServer(extraArgs ...string) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		args := append([]string{
-			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		args := append(listen(strconv.Itoa(port)), "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no", "--dir", dir,
-			"--daemonize", "no", "--loglevel", "warning",
-		}, extraArgs...)
+			"--daemonize", "no", "--loglevel", "warning")
+		args = append(args, extraArgs...)
 		cmd := exec.Command(bin, args...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, err
 		}
-		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Real: true, cmd: cmd, dir: dir, args: args}
-		if lastErr = waitReady(s.Addr, 5*time.Second); lastErr == nil {
+		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Real: true, TLS: tlsConfig, cmd: cmd, dir: dir, args: args}
+		if lastErr = waitReady(s.Addr, tlsConfig, 5*time.Second); lastErr == nil {
 			return s, nil
 		}
 		s.Close()
@@ -102,15 +111,17 @@ func StartServer(extraArgs ...string) (*Server, error) {
 	return nil, fmt.Errorf("redistest: redis-server did not start: %w", lastErr)
 }
 
-func waitReady(addr string, within time.Duration) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+// waitReady waits until the server at addr answers, over TLS when tlsConfig
+// is set. A server with requirepass answers NOAUTH: it is ready.
+func waitReady(addr string, tlsConfig *tls.Config, within time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, TLSConfig: tlsConfig})
 	defer c.Close()
 	deadline := time.Now().Add(within)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		err := c.Ping(ctx).Err()
 		cancel()
-		if err == nil {
+		if err == nil || redis.HasErrorPrefix(err, "NOAUTH") || redis.HasErrorPrefix(err, "WRONGPASS") {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -188,6 +199,23 @@ func Mini(tb testing.TB) *Server {
 		tb.Fatal(err)
 	}
 	s := &Server{Addr: m.Addr(), mini: m}
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// Start starts a redis-server of the test's own with extraArgs (StartServer),
+// stopped at the end of the test. Without a redis-server it skips the test,
+// or fails it in CI: tests that need a real server's features (ACL, TLS,
+// maxmemory, MONITOR) must not quietly pass there.
+func Start(tb testing.TB, extraArgs ...string) *Server {
+	tb.Helper()
+	s, err := StartServer(extraArgs...)
+	if err != nil {
+		if InCI() {
+			tb.Fatalf("redistest: CI is set but redis-server could not be started: %v", err)
+		}
+		tb.Skipf("needs a real redis-server on PATH: %v", err)
+	}
 	tb.Cleanup(s.Close)
 	return s
 }

@@ -43,7 +43,7 @@ func (s *Server) Restart() error {
 	s.cmd = cmd
 	// Another process may have taken the port meanwhile; then the server
 	// exits and the wait fails.
-	if err := waitReady(s.Addr, 5*time.Second); err != nil {
+	if err := waitReady(s.Addr, nil, 5*time.Second); err != nil {
 		return fmt.Errorf("redistest: Restart on %s: %w", s.Addr, err)
 	}
 	return nil

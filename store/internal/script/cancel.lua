@@ -18,7 +18,7 @@ if n < cost then
   if m > 0 then
     n = n + m
     local e = redis.call('LINDEX', key, -1)
-    if e and tonumber(e) > 0 then redis.call('LSET', key, -1, -tonumber(e)) end
+    if e and (tonumber(e) or 0) > 0 then redis.call('LSET', key, -1, -tonumber(e)) end
   end
 end
 return n

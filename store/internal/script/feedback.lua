@@ -57,7 +57,7 @@ local last = math.max(p, le, r)
 if last > now then expire(fb, last, now) end
 if last > now and KEYS[2] then
   local e = redis.call('LINDEX', KEYS[2], -1)
-  if e and tonumber(e) > 0 then redis.call('LSET', KEYS[2], -1, -tonumber(e)) end
+  if e and (tonumber(e) or 0) > 0 then redis.call('LSET', KEYS[2], -1, -tonumber(e)) end
 end
 if p > now then return p - now end
 return 0

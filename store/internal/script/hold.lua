@@ -8,7 +8,9 @@
 
 -- hold(fb) reads the hash (one HMGET) and returns:
 --   refusal  a reply to return at once when a pause, or a budget too short
---            for the cost, ends further than the max server wait; else nil;
+--            for the cost, ends further than the max server wait, or the
+--            error KEYSTATE when a pause or reset lies past MaxFeedback
+--            from now; else nil;
 --   till     the end of that pause or budget, which holds the slot back to
 --            it (0: nothing holds it);
 --   budget   the reset of a budget that covers the cost (see spend), or nil;
@@ -18,6 +20,11 @@ local function hold(fb)
   local f = redis.call('HMGET', fb, 'p', 'n', 'w', 'le', 'b', 'r')
   local till, budget, active = tonumber(f[1]) or 0, nil, false
   local b, r = tonumber(f[5]), tonumber(f[6])
+  -- Past MaxFeedback (366 days) from now no feedback is ever written: a
+  -- time there is a wrong state (see repair), not a pause.
+  if till > now + 31622400000000 or (r or 0) > now + 31622400000000 then
+    return redis.error_reply('KEYSTATE a feedback time lies implausibly far in the future')
+  end
   if b and r and r > now then
     active = true
     if b < cost then till = math.max(till, r) else budget = r end

@@ -15,6 +15,15 @@
 --
 -- Reply: the prelude's, with entry: the value the cost entries were
 -- recorded at (0 when refused); Cancel removes cost entries of this value.
+-- Or the error KEYSTATE when an entry it reads is not a plausible time (the
+-- Go side then repairs the log with the repair script and retries once):
+-- not a number, or later than now + max wait + MaxAllowance (a day) + the
+-- longest window. A legitimate entry is at most its caller's now + max wait
+-- + allowance (its slot is refused past the max wait; the allowance is at
+-- most MaxAllowance; an entry never goes before the last, which was bounded
+-- alike when written), so only a caller whose max wait exceeds this one's by
+-- more than a day and a window, or a client clock (WithClientTime) ahead by
+-- as much, could have written it.
 --
 -- The slot s is max(now, max_i(entry[-(N_i - cost + 1)] + W_i)), and the
 -- entries are recorded at e = max(s + allowance, last entry): the latest time
@@ -45,7 +54,8 @@ local windows = #ARGV >= first
 local last = windows and redis.call('LINDEX', key, -1)
 local marked = true
 if last then
-  last = last + 0
+  last = tonumber(last)
+  if not last then return redis.error_reply('KEYSTATE an entry is not a number') end
   if last < 0 then last = -last else marked = false end
 end
 
@@ -61,6 +71,7 @@ if pace then
   if e > s then s, limit, cause = e, pace.index, LIMIT end
 end
 local max_w, max_n = 0, 0
+local last_bad = 0 -- an older entry later than the last (the log is ordered)
 for i = first, #ARGV, 2 do
   local n, w = ARGV[i] + 0, ARGV[i + 1] + 0
   if w > max_w then max_w = w end
@@ -71,8 +82,10 @@ for i = first, #ARGV, 2 do
     if k > 1 then
       e = redis.call('LINDEX', key, -k)
       if e then
-        e = e + 0
+        e = tonumber(e)
+        if not e then return redis.error_reply('KEYSTATE an entry is not a number') end
         if e < 0 then e = -e end
+        if e > last then last_bad = e end
       end
     end
     if e then
@@ -85,6 +98,12 @@ for i = first, #ARGV, 2 do
       end
     end
   end
+end
+
+-- An entry past the horizon (see the header) would hold the key back for as
+-- long as it lies ahead: a wrong state, not a limit.
+if last and math.max(last, last_bad) > now + max_wait + 86400000000 + max_w then
+  return redis.error_reply('KEYSTATE an entry lies implausibly far in the future')
 end
 
 -- What the upstream said (one HMGET), read when the log is new or its last
@@ -103,7 +122,11 @@ if fb and marked then
     local k = math.max(n - cost + 1, 1)
     if k > 1 then
       e = redis.call('LINDEX', key, -k)
-      if e then e = math.abs(e + 0) end
+      if e then
+        e = tonumber(e)
+        if not e then return redis.error_reply('KEYSTATE an entry is not a number') end
+        e = math.abs(e)
+      end
     end
     if e and e + w > s then s, limit, cause = e + w, 0, LEARNED end
   end
@@ -164,7 +187,8 @@ if max_n > 64 then slack = math.ceil(max_n / 8) end
 if last and len > max_n + 1 and len % slack < cost then
   local horizon = math.min(now, last) - max_w
   local function at(i)
-    return math.abs(tonumber(redis.call('LINDEX', key, i)))
+    -- A malformed entry reads as 0, older than any horizon: trimmed.
+    return math.abs(tonumber(redis.call('LINDEX', key, i)) or 0)
   end
   local idx = len - max_n - 1 -- the (max_n + 1)-th newest, from the front
   if at(idx) <= horizon then

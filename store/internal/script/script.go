@@ -52,6 +52,7 @@ var (
 		"counter": assemble("usage counter", "time", "prelude", "hold", "floor", "counting", "counter", "usage"),
 		"buckets": assemble("usage buckets", "time", "prelude", "hold", "floor", "counting", "usage"),
 	}
+	repair = assemble("repair", "time", "repair")
 )
 
 // Reserve returns the reserve script of an algorithm named as
@@ -81,3 +82,8 @@ func Feedback() string { return feedback }
 // algorithm named as store.Algorithm.String names it ("log", "fixed",
 // "counter", "buckets"), "" for any other.
 func Usage(alg string) string { return usage[alg] }
+
+// Repair returns the script that puts a key's state and feedback back into
+// a state the reserve scripts can read, after one of them found it in a
+// wrong one. It never runs on the common path.
+func Repair() string { return repair }

@@ -1,0 +1,231 @@
+package store_test
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/throttle-go/throttle/store"
+)
+
+// logBuffer is a slog.Logger whose output a test reads.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(b, nil)) }
+
+// TestRedisWrongTypeHeals: another program SETs a string where a key's state
+// lives (WRONGTYPE for every script): the store repairs that key (deletes
+// the string: everything under its prefix is its own), retries once, and
+// the request is answered; the repair is logged. Another key is untouched.
+func TestRedisWrongTypeHeals(t *testing.T) {
+	c := realRedis(t)
+	var logs logBuffer
+	s, err := store.NewRedis(c, store.WithLogger(logs.logger()))
+	require.NoError(t, err)
+	for _, alg := range []store.Algorithm{store.SlidingLog, store.FixedWindow, store.SlidingCounter, store.Buckets} {
+		t.Run(alg.String(), func(t *testing.T) {
+			key, other := uniqueKey(t), uniqueKey(t)
+			r := algReq(alg, 1, 0, lim(10, time.Minute))
+			require.True(t, reserve(t, s, other, r).Allowed)
+			require.NoError(t, c.Set(ctx, s.RedisKeyFor(key, alg), "x", 0).Err())
+
+			res := reserve(t, s, key, r)
+			assert.True(t, res.Allowed, "healed at once")
+			assert.Contains(t, logs.String(), "repaired a rate key in a wrong state")
+			assert.Contains(t, logs.String(), "deleted (another type)")
+			typ := c.Type(ctx, s.RedisKeyFor(key, alg)).Val()
+			assert.NotEqual(t, "string", typ)
+			require.NoError(t, s.Cancel(ctx, res))
+			assert.True(t, reserve(t, s, other, r).Allowed, "the other key is untouched")
+		})
+	}
+}
+
+// TestRedisFeedbackWrongTypeHeals: a string where the feedback hash lives,
+// and the log marked so that the reserve script reads it.
+func TestRedisFeedbackWrongTypeHeals(t *testing.T) {
+	c := realRedis(t)
+	s, err := store.NewRedis(c)
+	require.NoError(t, err)
+	key := uniqueKey(t)
+	r := req(1, 0, lim(10, time.Minute))
+	reserve(t, s, key, r)
+	require.NoError(t, s.Pause(ctx, key, time.Millisecond)) // marks the log
+	require.NoError(t, c.Set(ctx, s.FeedbackKey(key), "x", 0).Err())
+	time.Sleep(2 * time.Millisecond)
+	res := reserve(t, s, key, r)
+	assert.True(t, res.Allowed)
+	assert.Equal(t, "none", c.Type(ctx, s.FeedbackKey(key)).Val(), "the string is gone (and the pause with it)")
+	require.NoError(t, c.Set(ctx, s.FeedbackKey(key), "x", 0).Err())
+	require.NoError(t, s.Pause(ctx, key, time.Millisecond), "Learn repairs too")
+}
+
+// TestRedisBadEntriesHeal: an entry that is not a number, and one far in the
+// future (which would hold the key back until then), are removed, and the
+// request is answered as if they had never been there.
+func TestRedisBadEntriesHeal(t *testing.T) {
+	c := realRedis(t)
+	s, err := store.NewRedis(c)
+	require.NoError(t, err)
+	r := req(1, time.Second, lim(3, time.Minute))
+	now := func() int64 {
+		tm, err := c.Time(ctx).Result()
+		require.NoError(t, err)
+		return tm.UnixMicro()
+	}
+	for name, bad := range map[string]func() string{
+		"not a number":          func() string { return "x" },
+		"far future":            func() string { return strconv.FormatInt(now()+48*time.Hour.Microseconds(), 10) },
+		"far future, marked":    func() string { return strconv.FormatInt(-(now() + 48*time.Hour.Microseconds()), 10) },
+		"infinite":              func() string { return "1e999" },
+		"not a number, earlier": func() string { return "oops" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			key := uniqueKey(t)
+			require.True(t, reserve(t, s, key, r).Allowed)
+			lk := s.RedisKey(key)
+			if name == "not a number, earlier" {
+				require.NoError(t, c.LPush(ctx, lk, bad()).Err()) // the oldest: read when N entries are
+				require.True(t, reserve(t, s, key, r).Allowed)
+				res := reserve(t, s, key, r) // reads entry[-3], the bad one
+				require.True(t, res.Allowed)
+				assert.Equal(t, time.Duration(0), res.Delay)
+			} else {
+				require.NoError(t, c.RPush(ctx, lk, bad()).Err())
+				res := reserve(t, s, key, r)
+				require.True(t, res.Allowed)
+				assert.Less(t, res.Delay, time.Second, "not held back by the bad entry")
+			}
+			for _, e := range c.LRange(ctx, lk, 0, -1).Val() {
+				v, err := strconv.ParseInt(e, 10, 64)
+				require.NoError(t, err, "entry %q", e)
+				assert.Less(t, v, now()+time.Hour.Microseconds())
+			}
+		})
+	}
+}
+
+// TestRedisPlausibleFutureEntriesStay: reservations a caller with a long
+// MaxWait made are in the future, but within the horizon: a caller with no
+// wait at all is refused by them (not repaired away).
+func TestRedisPlausibleFutureEntriesStay(t *testing.T) {
+	c := realRedis(t)
+	s, err := store.NewRedis(c)
+	require.NoError(t, err)
+	key := uniqueKey(t)
+	long := req(1, 10*time.Hour, lim(1, time.Hour))
+	for range 5 {
+		require.True(t, reserve(t, s, key, long).Allowed)
+	}
+	res := reserve(t, s, key, req(1, 0, lim(1, time.Hour)))
+	assert.False(t, res.Allowed)
+	assert.Greater(t, res.RetryAfter, 4*time.Hour)
+	assert.EqualValues(t, 5, c.LLen(ctx, s.RedisKey(key)).Val())
+}
+
+// replyErr is a Redis error reply, as go-redis reports one.
+type replyErr string
+
+func (e replyErr) Error() string { return string(e) }
+func (replyErr) RedisError()     {}
+
+// TestRedisUnrepairableKey: when the repair fails too (here every call
+// answers WRONGTYPE), Reserve returns a *KeyStateError matching
+// ErrKeyState, which says so; Cancel too.
+func TestRedisUnrepairableKey(t *testing.T) {
+	wrong := replyErr("WRONGTYPE Operation against a key holding the wrong kind of value")
+	s, err := store.NewRedis(fakeScripter{err: wrong})
+	require.NoError(t, err)
+	_, err = s.Reserve(ctx, "k", req(1, 0, lim(1, time.Second)))
+	require.ErrorIs(t, err, store.ErrKeyState)
+	var ks *store.KeyStateError
+	require.ErrorAs(t, err, &ks)
+	assert.Equal(t, "k", ks.Key)
+	assert.ErrorIs(t, err, wrong)
+	assert.Contains(t, err.Error(), "the repair failed")
+
+	// A connection error is no key's state.
+	s, err = store.NewRedis(fakeScripter{err: errors.New("dial tcp: connection refused")})
+	require.NoError(t, err)
+	_, err = s.Reserve(ctx, "k", req(1, 0, lim(1, time.Second)))
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, store.ErrKeyState)
+}
+
+// TestRedisRepairOffTheCommonPath: the repair adds no command to a common
+// call (TestRedisLogCommands counts them); here: a healthy key is never
+// repaired, and a bad key once.
+func TestRedisRepairOffTheCommonPath(t *testing.T) {
+	c := realRedis(t)
+	var logs logBuffer
+	s, err := store.NewRedis(c, store.WithLogger(logs.logger()))
+	require.NoError(t, err)
+	key := uniqueKey(t)
+	r := req(1, 0, lim(1000, time.Minute))
+	for range 50 {
+		reserve(t, s, key, r)
+	}
+	assert.Empty(t, logs.String())
+	require.NoError(t, c.RPush(ctx, s.RedisKey(key), "x").Err())
+	for range 50 {
+		reserve(t, s, key, r)
+	}
+	assert.Equal(t, 1, bytes.Count([]byte(logs.String()), []byte("repaired")), logs.String())
+}
+
+var _ redis.Error = replyErr("")
+
+// TestRedisFarFeedbackHeals: a pause or a reset past MaxFeedback from now
+// in a key's feedback (which would hold the key back until then) is removed,
+// and the request answered; a pause within it stays.
+func TestRedisFarFeedbackHeals(t *testing.T) {
+	c := realRedis(t)
+	s, err := store.NewRedis(c)
+	require.NoError(t, err)
+	tm, err := c.Time(ctx).Result()
+	require.NoError(t, err)
+	far := strconv.FormatInt(tm.Add(store.MaxFeedback+24*time.Hour).UnixMicro(), 10)
+	for _, field := range []string{"p", "r"} {
+		t.Run(field, func(t *testing.T) {
+			key := uniqueKey(t)
+			r := req(1, 0, lim(10, time.Minute))
+			require.NoError(t, s.Pause(ctx, key, time.Millisecond)) // a feedback hash, and the log marked
+			reserve(t, s, key, r)
+			time.Sleep(2 * time.Millisecond)
+			require.NoError(t, c.HSet(ctx, s.FeedbackKey(key), field, far, "b", 0).Err())
+			res := reserve(t, s, key, r)
+			assert.True(t, res.Allowed, "not held back by the far time")
+			assert.False(t, c.HExists(ctx, s.FeedbackKey(key), field).Val())
+		})
+	}
+	key := uniqueKey(t)
+	r := req(1, 0, lim(10, time.Minute))
+	reserve(t, s, key, r)
+	require.NoError(t, s.Pause(ctx, key, store.MaxFeedback-time.Hour))
+	res := reserve(t, s, key, r)
+	assert.False(t, res.Allowed)
+	assert.Equal(t, store.CauseUpstream, res.Cause, "a long pause within MaxFeedback is kept")
+}

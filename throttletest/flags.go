@@ -38,7 +38,7 @@ type Flags struct {
 // Register defines the flags on fs, with their defaults.
 func (f *Flags) Register(fs *flag.FlagSet) {
 	f.fs = fs
-	fs.StringVar(&f.Redis, "redis", "", "Redis address, or several comma-separated for a Cluster (empty: embedded Redis)")
+	fs.StringVar(&f.Redis, "redis", "", "Redis address or URL (redis://, rediss://, redis-sentinel://, redis-cluster://), or several comma-separated addresses for a Cluster (empty: embedded Redis)")
 	fs.IntVar(&f.Workers, "workers", 8, "concurrent workers in this process")
 	fs.DurationVar(&f.Duration, "duration", 10*time.Second, "how long to run")
 	fs.StringVar(&f.Mode, "mode", "wait", "wait: wait for a free slot; fail: fail fast when none is free")

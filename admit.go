@@ -91,11 +91,11 @@ func (t *Transport) admit(ctx context.Context, r *rule, k keyed) (d Decision, du
 		due = asked.Add(res.Delay)
 		// A request that wakes later than its allowance plus r.retake
 		// (half the margin; less for a paced limit) after its slot (a
-		// stalled or starved process) would send
-		// into the headroom the margin keeps for the upstream: it gives the
-		// slot back and takes the next free one instead. Its lateness (an
-		// upper bound: from before the Reserve call, so it includes the
-		// store's round trip) feeds the allowance of later reservations.
+		// stalled or starved process) would send into the headroom the
+		// margin keeps for the upstream: it gives the slot back and takes
+		// the next free one instead. Its lateness (an upper bound: from
+		// before the Reserve call, so it includes the store's round trip)
+		// feeds the allowance of later reservations.
 		woke := t.now()
 		late := woke.Sub(asked) - res.Delay
 		t.late.observe(woke, late, d.Allowance, false)

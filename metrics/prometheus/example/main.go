@@ -1,0 +1,128 @@
+// Command example runs a small fleet of payment workers through a throttle
+// Transport, against an in-process gateway that answers 429 to any excess, and
+// serves the transport's metrics for Prometheus on -metrics while it runs:
+//
+//	go run ./example -metrics :9090 -duration 30s
+//	curl -s localhost:9090/metrics | grep ^throttle_
+//
+// It lives in the metrics/prometheus module so that the core module never
+// imports Prometheus. With no -redis it starts an embedded Redis.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/throttle-go/throttle"
+	throttleprom "github.com/throttle-go/throttle/metrics/prometheus"
+	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/throttletest"
+)
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	metrics := flag.String("metrics", ":9090", "address to serve /metrics on")
+	redisAddr := flag.String("redis", "", "Redis address or URL (empty: embedded Redis)")
+	rate := flag.Int("rate", 50, "requests allowed per second")
+	workers := flag.Int("workers", 4, "concurrent workers")
+	duration := flag.Duration("duration", 30*time.Second, "how long to run")
+	flag.Parse()
+	if *rate < 1 || *workers < 1 || *duration <= 0 {
+		fmt.Fprintln(os.Stderr, "example: -rate, -workers and -duration must be positive")
+		return 2
+	}
+
+	var addrs []string
+	if *redisAddr != "" {
+		addrs = strings.Split(*redisAddr, ",")
+	}
+	rdb, err := throttletest.StartRedis(context.Background(), addrs...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "example:", err)
+		return 1
+	}
+	defer rdb.Close()
+	st, err := store.NewRedis(rdb.Client)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "example:", err)
+		return 1
+	}
+
+	up, err := throttletest.NewUpstream(throttletest.Config{N: *rate, Window: time.Second})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "example:", err)
+		return 1
+	}
+	gateway := httptest.NewServer(up)
+	defer gateway.Close()
+
+	tr, err := throttle.New(nil, st, throttle.WithRule(throttle.Rule{
+		Name:   "payments",
+		Host:   strings.TrimPrefix(gateway.URL, "http://"),
+		Limits: []throttle.Limit{throttle.PerSecond(*rate)},
+		Key:    throttle.Fixed("gateway-1"),
+	}))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "example:", err)
+		return 2
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(throttleprom.NewCollector(tr))
+	ln, err := net.Listen("tcp", *metrics)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "example:", err)
+		return 1
+	}
+	srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	fmt.Fprintf(os.Stderr, "example: %s, %d workers, %d/s for %s; metrics on http://%s/metrics\n", rdb, *workers, *rate, *duration, ln.Addr())
+
+	ctx, cancel := context.WithTimeout(context.Background(), *duration)
+	defer cancel()
+	client := &http.Client{Transport: tr}
+	var wg sync.WaitGroup
+	for range *workers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, gateway.URL+"/v1/charges", nil)
+				if err != nil {
+					return
+				}
+				resp, err := client.Do(req)
+				var limited *throttle.LimitError
+				switch {
+				case err == nil:
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				case ctx.Err() != nil:
+				case errors.As(err, &limited) && limited.BeyondDeadline:
+					return // its slot lies past the end of the run
+				case errors.As(err, &limited):
+					time.Sleep(limited.RetryAfter)
+				default:
+					fmt.Fprintln(os.Stderr, "example:", err)
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	s := tr.Stats().Total()
+	fmt.Printf("sent=%d limited=%d 429=%d\n", s.Requests[throttle.Sent], s.Requests[throttle.Limited], s.Upstream.TooManyRequests)
+	return 0
+}

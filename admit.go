@@ -88,7 +88,9 @@ func (t *Transport) admit(ctx context.Context, r *rule, k keyed) (d Decision, du
 		if r.Margin == 0 {
 			break
 		}
-		due = asked.Add(res.Delay)
+		if r.Algorithm == store.SlidingLog {
+			due = asked.Add(res.Delay) // only the log takes an allowance: measure on the wire
+		}
 		// A request that wakes later than its allowance plus r.retake
 		// (half the margin; less for a paced limit) after its slot (a
 		// stalled or starved process) would send into the headroom the
@@ -104,7 +106,9 @@ func (t *Transport) admit(ctx context.Context, r *rule, k keyed) (d Decision, du
 		}
 		// A failed Cancel leaves the old slot recorded, which only
 		// over-counts; the retake then meets the failure policy.
-		_ = g.from.Cancel(ctx, res)
+		cctx, cancel := context.WithTimeout(ctx, cancelTimeout)
+		_ = g.from.Cancel(cctx, res)
+		cancel()
 		d.Retaken++
 	}
 	if !d.Local {

@@ -82,17 +82,17 @@ func ByHeader(name string) KeyFunc {
 // a *KeyError; ByAuthorization, which keys any scheme and gives the same key
 // for a bearer token, is the usual choice.
 func ByBearerToken() KeyFunc {
+	auth := ByAuthorization() // the same parse, so that both give one key
 	return func(r *http.Request) (string, error) {
-		v := r.Header.Get("Authorization")
-		if v == "" {
+		v := strings.TrimLeft(r.Header.Get("Authorization"), " \t")
+		if strings.TrimSpace(v) == "" {
 			return "", keyErr(noAuthorization)
 		}
-		scheme, tok, ok := strings.Cut(v, " ")
-		tok = strings.TrimSpace(tok)
-		if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+		i := strings.IndexAny(v, " \t")
+		if i < 0 || !strings.EqualFold(v[:i], "Bearer") || strings.TrimSpace(v[i+1:]) == "" {
 			return "", keyErr("the Authorization header is not a bearer token (ByAuthorization keys any scheme)")
 		}
-		return hashed(authPrefix, tok), nil
+		return auth(r)
 	}
 }
 

@@ -22,7 +22,7 @@ const maxRetryBody = 64 << 10
 // retries reports whether a response to req may be retried under r: a
 // throttled response to a request that can be sent again.
 func (r *rule) retries(req *http.Request, resp *http.Response) bool {
-	return r.Retries > 0 && throttledStatus(resp) && replayable(req)
+	return r.Retries > 0 && resp != nil && throttledStatus(resp) && replayable(req)
 }
 
 // replayable reports whether req may be sent again: an idempotent method, or
@@ -98,7 +98,10 @@ func fitsDeadline(ctx context.Context, now time.Time, d time.Duration) bool {
 // can still be returned after a failed retry. A longer body is put back as
 // it was (what was read, then the rest) and ok is false.
 func keepBody(resp *http.Response) (*http.Response, bool) {
-	if resp.Body == nil || resp.Body == http.NoBody {
+	if resp.Body == nil {
+		resp.Body = http.NoBody // a base may leave it nil; the retry closes it
+	}
+	if resp.Body == http.NoBody {
 		return resp, true
 	}
 	buf, err := io.ReadAll(io.LimitReader(resp.Body, maxRetryBody+1))

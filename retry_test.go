@@ -184,3 +184,25 @@ func TestRetryBounded(t *testing.T) {
 		})
 	})
 }
+
+// TestRetryNilBody: a base that answers 429 with a nil Body (http.Client
+// tolerates it) is retried without a panic.
+func TestRetryNilBody(t *testing.T) {
+	t.Parallel()
+	calls := 0
+	base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		calls++
+		if calls == 1 {
+			return &http.Response{StatusCode: http.StatusTooManyRequests, Request: r}, nil
+		}
+		return okResponse(r), nil
+	})
+	tr := newTransport(t, base, nil, throttle.WithRule(throttle.Rule{Host: "api.example.com", Limits: []throttle.Limit{throttle.PerSecond(100)}, Retries: 1}))
+	req, err := http.NewRequest(http.MethodGet, "https://api.example.com/x", nil)
+	require.NoError(t, err)
+	resp, err := tr.RoundTrip(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, 2, calls)
+}

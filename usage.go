@@ -82,13 +82,16 @@ func (t *Transport) Usage(ctx context.Context, rule, rateKey string) (store.Usag
 // "header:<Name>" (ByHeader). The key holds a hash of the credential, never
 // the credential; no error holds it either.
 func CredentialKey(by, credential string) (string, error) {
-	credential = strings.TrimSpace(credential)
 	if credential == "" {
 		return "", &KeyError{Reason: "empty credential"}
 	}
 	kind, arg, _ := strings.Cut(by, ":")
 	switch {
 	case kind == "bearer" && arg == "":
+		// As ByAuthorization reads it: the header's spaces are not the token's.
+		if credential = strings.TrimSpace(credential); credential == "" {
+			return "", &KeyError{Reason: "empty credential"}
+		}
 		return hashed(authPrefix, credential), nil
 	case kind == "query" && arg != "":
 		return hashed("query:"+arg+":", credential), nil

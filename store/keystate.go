@@ -54,10 +54,14 @@ func badState(err error) bool {
 		strings.Contains(err.Error(), "hash value is not an integer")
 }
 
-// repair runs the repair script on the Redis keys of key under alg, and
-// logs what it did.
-func (r *Redis) repair(ctx context.Context, key string, alg Algorithm, horizon int64) error {
+// repair runs the repair script on the Redis keys of key under alg (and its
+// pace key when paced), and logs what it did.
+func (r *Redis) repair(ctx context.Context, key string, alg Algorithm, paced bool, horizon int64) error {
 	state := r.keyFor(key, alg)
+	keys := []string{state, r.feedbackKey(key)}
+	if paced {
+		keys = append(keys, r.paceKey(key))
+	}
 	kind := "hash"
 	if alg == SlidingLog {
 		kind = "list"
@@ -66,13 +70,13 @@ func (r *Redis) repair(ctx context.Context, key string, alg Algorithm, horizon i
 	if r.clock != nil {
 		now = fmt.Sprint(r.clock().UnixMicro())
 	}
-	done, err := repairScript.Run(ctx, r.client, []string{state, r.feedbackKey(key)}, kind, now, horizon, micros(MaxFeedback)).Int64Slice()
+	done, err := repairScript.Run(ctx, r.client, keys, kind, now, horizon, micros(MaxFeedback)).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("repair: %w", err)
 	}
 	if r.logger != nil {
 		r.logger.WarnContext(ctx, "throttle: repaired a rate key in a wrong state",
-			"key", key, "redis_key", state, "state", repairSays(done, 0), "feedback", repairSays(done, 1))
+			"key", key, "redis_key", state, "state", repairSays(done, 0), "feedback", repairSays(done, 1), "pace", repairSays(done, 2))
 	}
 	return nil
 }
@@ -81,7 +85,7 @@ func (r *Redis) repair(ctx context.Context, key string, alg Algorithm, horizon i
 func repairSays(done []int64, i int) string {
 	switch {
 	case i >= len(done):
-		return "?"
+		return "not read"
 	case done[i] < 0:
 		return "deleted (another type)"
 	default:
@@ -92,8 +96,8 @@ func repairSays(done []int64, i int) string {
 // keyStateError repairs key after err, a bad-state reply, and runs again
 // once, with retry. It returns the retry's answer, or a *KeyStateError when
 // the repair fails or the retry meets a wrong state again.
-func (r *Redis) healed(ctx context.Context, key string, alg Algorithm, horizon int64, err error, retry func() ([]any, error)) ([]any, error) {
-	if rerr := r.repair(ctx, key, alg, horizon); rerr != nil {
+func (r *Redis) healed(ctx context.Context, key string, alg Algorithm, paced bool, horizon int64, err error, retry func() ([]any, error)) ([]any, error) {
+	if rerr := r.repair(ctx, key, alg, paced, horizon); rerr != nil {
 		return nil, &KeyStateError{Key: key, Reason: "the repair failed", Err: errors.Join(err, rerr)}
 	}
 	reply, err2 := retry()

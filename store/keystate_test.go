@@ -229,3 +229,49 @@ func TestRedisFarFeedbackHeals(t *testing.T) {
 	assert.False(t, res.Allowed)
 	assert.Equal(t, store.CauseUpstream, res.Cause, "a long pause within MaxFeedback is kept")
 }
+
+// TestRedisBadPaceHeals: a paced limit's time in a wrong state (another
+// type, not a number, implausibly far ahead) is repaired like a log, and the
+// key's reservations go on.
+func TestRedisBadPaceHeals(t *testing.T) {
+	c := realRedis(t)
+	s, err := store.NewRedis(c)
+	require.NoError(t, err)
+	paced := store.Request{Limits: []store.Limit{lim(5, time.Minute), {N: 10, Per: time.Second, Paced: true, Burst: 1}}, Cost: 1, MaxWait: time.Second}
+	for name, spoil := range map[string]func(pk string) error{
+		"another type": func(pk string) error { return c.RPush(ctx, pk, "x").Err() },
+		"not a number": func(pk string) error { return c.Set(ctx, pk, "x", time.Hour).Err() },
+		"far future":   func(pk string) error { return c.Set(ctx, pk, "99999999999999999", time.Hour).Err() },
+	} {
+		t.Run(name, func(t *testing.T) {
+			key := uniqueKey(t)
+			require.True(t, reserve(t, s, key, paced).Allowed)
+			pk := s.RedisKey(key) + ":pace"
+			require.NoError(t, c.Del(ctx, pk).Err())
+			require.NoError(t, spoil(pk))
+			res := reserve(t, s, key, paced)
+			require.True(t, res.Allowed, "repaired, then reserved")
+			assert.Less(t, res.Delay, time.Second)
+		})
+	}
+}
+
+// TestRedisUsageOfABadKey: Usage of a key in a wrong state says so with a
+// KeyStateError (it changes nothing, so it does not repair), for the log
+// and for a counting algorithm.
+func TestRedisUsageOfABadKey(t *testing.T) {
+	c := realRedis(t)
+	s, err := store.NewRedis(c)
+	require.NoError(t, err)
+	key := uniqueKey(t)
+	require.NoError(t, c.RPush(ctx, s.RedisKey(key), "x", "y").Err())
+	_, err = s.Usage(ctx, key, req(1, 0, lim(1, time.Minute)))
+	require.ErrorIs(t, err, store.ErrKeyState)
+
+	key = uniqueKey(t)
+	require.NoError(t, c.HSet(ctx, s.RedisKey(key)+":p", "p", "99999999999999999999").Err())
+	_, err = s.Usage(ctx, key, algReq(store.FixedWindow, 1, 0, lim(1, time.Minute)))
+	require.ErrorIs(t, err, store.ErrKeyState)
+	_, err = s.Usage(ctx, key, req(1, 0, lim(1, time.Minute)))
+	require.ErrorIs(t, err, store.ErrKeyState)
+}

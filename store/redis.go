@@ -253,7 +253,7 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 		// error alone (keystate.go).
 		maxPer, _, _ := req.valid(key)
 		horizon := microsDown(req.MaxWait) + micros(MaxAllowance) + maxPer
-		if reply, err = r.healed(ctx, key, req.Algorithm, horizon, err, run); err != nil {
+		if reply, err = r.healed(ctx, key, req.Algorithm, p >= 0, horizon, err, run); err != nil {
 			var ks *KeyStateError
 			if errors.As(err, &ks) {
 				return Reservation{}, err
@@ -477,7 +477,7 @@ func (r *Redis) Learn(ctx context.Context, key string, l Learned) error {
 	if err != nil && badState(err) {
 		// The log's horizon is not known here: the repair fixes types and
 		// malformed values, and the next Reserve the rest.
-		if _, err = r.healed(ctx, key, SlidingLog, micros(MaxFeedback), err, run); err != nil {
+		if _, err = r.healed(ctx, key, SlidingLog, false, micros(MaxFeedback), err, run); err != nil {
 			var ks *KeyStateError
 			if errors.As(err, &ks) {
 				return err

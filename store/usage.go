@@ -123,6 +123,10 @@ func (r *Redis) Usage(ctx context.Context, key string, req Request) (Usage, erro
 	}
 	s := usageScripts[req.Algorithm]
 	reply, err := s.Run(ctx, r.client, []string{r.keyFor(key, req.Algorithm), r.feedbackKey(key)}, args...).Slice()
+	if err != nil && badState(err) {
+		// Usage changes nothing, so it does not repair: the next Reserve will.
+		return Usage{}, &KeyStateError{Key: key, Reason: "its state cannot be read", Err: err}
+	}
 	if err != nil {
 		r.failed(err)
 		return Usage{}, fmt.Errorf("store: redis usage: %w", err)
@@ -167,7 +171,8 @@ var usageScripts = map[Algorithm]luaScript{
 // short name ("reserve log", "cancel", "feedback", "usage log", …), for a
 // check that a server loads them (SCRIPT LOAD).
 func Scripts() map[string]string {
-	out := map[string]string{"cancel": cancelScript.src, "cancel counts": cancelCountsScript.src, "feedback": feedbackScript.src}
+	out := map[string]string{"reserve paced": pacedScript.src, "cancel": cancelScript.src, "cancel paced": cancelPacedScript.src,
+		"cancel counts": cancelCountsScript.src, "feedback": feedbackScript.src, "repair": repairScript.src}
 	for a, s := range reserveScripts {
 		out["reserve "+Algorithm(a).String()] = s.src
 	}
@@ -186,7 +191,7 @@ func (r *Redis) Keys(key string) []string {
 	for a := FixedWindow; int(a) < len(algorithmNames); a++ {
 		out = append(out, r.keyFor(key, a))
 	}
-	return append(out, r.feedbackKey(key), r.logKey(key)+":pace")
+	return append(out, r.feedbackKey(key), r.paceKey(key))
 }
 
 // Delete removes all of key's state (every name Keys returns) in one DEL and

@@ -140,12 +140,6 @@ budget: 40 left until the reset in 20s
 		watchLine(time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC), tg, store.Usage{Limits: []store.LimitUsage{{Limit: throttle.PerSecond(100)}}}))
 }
 
-func TestEvicts(t *testing.T) {
-	for p, want := range map[string]bool{"noeviction": false, "allkeys-lru": true, "allkeys-random": true, "volatile-ttl": true, "volatile-lfu": true} {
-		assert.Equal(t, want, evicts(p), p)
-	}
-}
-
 // runCLI runs the command in process.
 func runCLI(args ...string) (code int, stdout, stderr string) {
 	var o, e bytes.Buffer
@@ -305,7 +299,7 @@ func TestCheckCommand(t *testing.T) {
 	srv := realRedis(t)
 	code, out, errOut := runCLI("check", "-redis", "redis://"+srv.Addr+"/0")
 	require.Equal(t, 0, code, out+errOut)
-	for _, want := range []string{"ok    redis ", "ok    maxmemory-policy noeviction", "ok    SCRIPT LOAD of the 11 scripts", "ok    latency, median of 20: PING "} {
+	for _, want := range []string{"ok    redis ", "ok    eviction: no maxmemory-policy", "ok    SCRIPT LOAD of the 14 scripts", "ok    latency, median of 20: PING "} {
 		assert.Contains(t, out, want)
 	}
 
@@ -318,16 +312,37 @@ func TestCheckCommand(t *testing.T) {
 	code, out, errOut = runCLI("check", "-redis", "redis://"+user+":"+password+"@"+srv.Addr+"/0")
 	assert.Equal(t, exitFailed, code, out)
 	assert.Contains(t, out, "ok    ACL user "+user)
-	assert.Contains(t, out, "FAIL  SCRIPT LOAD")
+	assert.Contains(t, out, "FAIL  a reservation (EVALSHA)")
 	assert.NotContains(t, out+errOut, password)
 
-	old, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+	old, err := c.ConfigGet(ctx, "maxmemory*").Result()
 	require.NoError(t, err)
 	require.NoError(t, c.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err())
 	defer c.ConfigSet(ctx, "maxmemory-policy", old["maxmemory-policy"])
+	// Without maxmemory nothing is evicted: no warning.
+	code, out, _ = runCLI("check", "-redis", "redis://"+srv.Addr+"/0")
+	assert.Equal(t, 0, code, out)
+	assert.Contains(t, out, "ok    eviction")
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory", "1gb").Err())
+	defer c.ConfigSet(ctx, "maxmemory", old["maxmemory"])
 	code, out, _ = runCLI("check", "-redis", "redis://"+srv.Addr+"/0")
 	assert.Equal(t, 0, code, "a warning is not a failure")
-	assert.Contains(t, out, "warn  maxmemory-policy allkeys-lru")
+	assert.Contains(t, out, "warn  ")
+	assert.Contains(t, out, "allkeys-lru")
+	assert.Contains(t, out, "ok    latency", "the latency is measured all the same")
+
+	// Under store.ACLRule (no PING, no CONFIG), the check runs.
+	aclUser := fmt.Sprintf("rule%d", time.Now().UnixNano())
+	setuser := []any{"acl", "setuser", aclUser, "on", ">" + password}
+	for _, f := range strings.Fields(store.ACLRule(store.DefaultPrefix)) {
+		setuser = append(setuser, f)
+	}
+	require.NoError(t, c.Do(ctx, setuser...).Err())
+	defer c.Do(ctx, "acl", "deluser", aclUser)
+	code, out, _ = runCLI("check", "-redis", "redis://"+aclUser+":"+password+"@"+srv.Addr+"/0")
+	assert.Contains(t, out, "ok    latency, median of 20: TIME ", out)
+	assert.Contains(t, out, "warn  SCRIPT LOAD not allowed", out)
+	assert.Equal(t, 0, code, out)
 }
 
 // With a key secret, only the HMAC'd key is shown, never the token's plain

@@ -70,7 +70,10 @@ func run() int {
 	gateway := httptest.NewServer(up)
 	defer gateway.Close()
 
-	tr, err := throttle.New(nil, st, throttle.WithRule(throttle.Rule{
+	// A connection per worker kept idle, so that no request waits for a dial.
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	base.MaxIdleConnsPerHost = *workers
+	tr, err := throttle.New(base, st, throttle.WithRule(throttle.Rule{
 		Name:   "payments",
 		Host:   strings.TrimPrefix(gateway.URL, "http://"),
 		Limits: []throttle.Limit{throttle.PerSecond(*rate)},
@@ -113,7 +116,10 @@ func run() int {
 				case errors.As(err, &limited) && limited.BeyondDeadline:
 					return // its slot lies past the end of the run
 				case errors.As(err, &limited):
-					time.Sleep(limited.RetryAfter)
+					select { // as a queue would: retry after RetryAfter
+					case <-time.After(limited.RetryAfter):
+					case <-ctx.Done():
+					}
 				default:
 					fmt.Fprintln(os.Stderr, "example:", err)
 					time.Sleep(100 * time.Millisecond)

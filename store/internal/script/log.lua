@@ -66,8 +66,9 @@ end
 local s, limit, cause = now, 0, NONE
 local tat
 if pace then
-  local e
-  tat, e = pace_slot()
+  local e, bad
+  tat, e, bad = pace_slot()
+  if bad then return bad end
   if e > s then s, limit, cause = e, pace.index, LIMIT end
 end
 local max_w, max_n = 0, 0

@@ -68,11 +68,18 @@ local first = 9
 local pace = { t = ARGV[6] + 0, burst = ARGV[7] + 0, index = ARGV[8] + 0 }
 
 -- pace_slot returns the TAT (nil when none) and the earliest slot the paced
--- limit allows (0 when none).
+-- limit allows (0 when none), or, third, the error KEYSTATE when the TAT is
+-- not a plausible time: not a number, or later than now + max wait +
+-- MaxAllowance (a day) + (burst + cost + 1) spacings, past what any
+-- reservation of a caller with this max wait could have left (as for the
+-- log's entries; see log).
 local function pace_slot()
   local tat = redis.call('GET', KEYS[3])
   if not tat then return nil, 0 end
-  tat = tat + 0
+  tat = tonumber(tat)
+  if not tat or tat > now + max_wait + 86400000000 + (pace.burst + cost + 1) * pace.t then
+    return nil, 0, redis.error_reply('KEYSTATE the pace time is not a plausible time')
+  end
   return tat, tat + (cost - 1 - pace.burst) * pace.t
 end
 

@@ -7,17 +7,19 @@
 --
 -- KEYS[1]  the key's state: the log (a LIST) or a counting algorithm's HASH.
 -- KEYS[2]  the key's feedback (a HASH, see hold), under the same hash tag.
+-- KEYS[3]  optional: a paced limit's state (a STRING, see pace).
 -- ARGV[1]  the type KEYS[1] must have: "list" or "hash".
 -- ARGV[2]  now in microseconds, or "" to read the server clock with TIME.
--- ARGV[3]  the horizon of a log, in microseconds from now: an entry later
---          than now + horizon is implausible (see log's header).
+-- ARGV[3]  the horizon of a log, in microseconds from now: an entry (or a
+--          pace time) later than now + horizon is implausible (see log's
+--          and pace's headers).
 -- ARGV[4]  MaxFeedback in microseconds: a pause, a learned limit's end or a
 --          reset (fields p, le, r) later than now + this is implausible.
 --
--- Reply: { state, feedback }, for each key what was done: -1 deleted (it had
--- another type), n >= 0 the number of entries or fields removed (those that
--- are not numbers, or past the horizon, or, in the feedback, past
--- MaxFeedback).
+-- Reply: { state, feedback[, pace] }, for each key what was done: -1
+-- deleted (it had another type), n >= 0 the number of entries or fields
+-- removed (those that are not numbers, or past the horizon, or, in the
+-- feedback, past MaxFeedback; the pace time is removed whole).
 --
 -- Everything under the store's prefix is the store's own, so what its
 -- scripts cannot read may go. Removing entries from a log only loosens its
@@ -51,8 +53,24 @@ local function fix(key, want, horizon)
   return n
 end
 
+-- fix_pace deletes a pace time that is not a plausible time.
+local function fix_pace(key, horizon)
+  local t = redis.call('TYPE', key)['ok']
+  if t == 'none' then return 0 end
+  if t ~= 'string' then
+    redis.call('DEL', key)
+    return -1
+  end
+  local v = tonumber(redis.call('GET', key))
+  if v and v <= horizon then return 0 end
+  redis.call('DEL', key)
+  return 1
+end
+
 local now = clock(ARGV[2])
 -- The state's hash holds counters, not times: no horizon.
 local horizon = nil
 if ARGV[1] == 'list' then horizon = now + tonumber(ARGV[3]) end
-return { fix(KEYS[1], ARGV[1], horizon), fix(KEYS[2], 'hash', now + tonumber(ARGV[4])) }
+local done = { fix(KEYS[1], ARGV[1], horizon), fix(KEYS[2], 'hash', now + tonumber(ARGV[4])) }
+if KEYS[3] then done[3] = fix_pace(KEYS[3], now + tonumber(ARGV[3])) end
+return done

@@ -62,7 +62,11 @@ local per, len, last = {}, 0, 0
 local s, limit, cause, capped = now, 0, NONE, 0
 if alg == 'log' then
   len = redis.call('LLEN', key)
-  local function at(i) return math.abs(tonumber(redis.call('LINDEX', key, i))) end
+  local function at(i)
+    local v = tonumber(redis.call('LINDEX', key, i))
+    if not v then error({ err = 'KEYSTATE an entry is not a number' }) end
+    return math.abs(v)
+  end
   -- after(t) counts the entries recorded after t: the log is ordered, so
   -- a bisection finds the first (O(log len) LINDEX, never the whole list).
   local function after(t)
@@ -89,7 +93,8 @@ if alg == 'log' then
       end
     end
   end
-  local _, till, _, hn, hw = hold(fb)
+  local bad, till, _, hn, hw = hold(fb)
+  if bad then return bad end -- a KEYSTATE error: nothing else refuses within usageServerWait
   if till >= s then s, limit, cause = till, 0, UPSTREAM end
   if hn and len > 0 and hw <= max_w then
     local k = math.max(hn, 1)
@@ -101,7 +106,8 @@ if alg == 'log' then
 else
   -- The counting algorithms: the counters a search from now reads, and the
   -- search of counts.lua, without recording.
-  local _, start, fcause, _, tightened = feedback(n, w)
+  local bad, start, fcause, _, tightened = feedback(n, w)
+  if bad then return bad end
   local c = {}
   for i = 1, #n do c[i] = {} end
   -- Each limit's indexes from the first a search from now reads: the

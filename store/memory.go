@@ -220,6 +220,10 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 	if allowance == 0 && len(live) > 0 && live[len(live)-1] > s {
 		s, limit, cause = live[len(live)-1], 0, CauseOrder
 	}
+	var also []memAlso // the other keys' logs (Request.Also; multikey.go)
+	if req.Also != nil {
+		also, s, res.Part, limit, cause = m.alsoSlot(&req, now, s, 0, limit, cause)
+	}
 	wait := s - now
 	res.Cause, res.Limit = cause, limit
 	if wait > microsDown(req.MaxWait) {
@@ -232,6 +236,9 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 	rec := s + allowance
 	if len(live) > 0 {
 		rec = max(rec, live[len(live)-1])
+	}
+	if also != nil {
+		rec, res.also = alsoRecord(also, req.Cost, rec), req.alsoNames()
 	}
 	if pace > 0 {
 		// Recorded from the latest time the units may be sent (pace.lua).
@@ -275,21 +282,14 @@ func (m *Memory) Cancel(_ context.Context, res Reservation) error {
 			}
 		}
 	}
-	lg := m.logs[res.key]
-	if lg == nil {
-		return nil
+	for _, k := range res.also { // multikey.go
+		if lg := m.logs[k]; lg != nil {
+			cancelFrom(lg, res.entry, int(res.cost))
+		}
 	}
-	// The log is ordered, so the entries equal to the reservation's are one
-	// run, [lo, hi); remove up to Cost of them.
-	hi := len(lg.times)
-	for hi > lg.head && lg.times[hi-1] > res.entry {
-		hi--
+	if lg := m.logs[res.key]; lg != nil {
+		cancelFrom(lg, res.entry, int(res.cost))
 	}
-	lo := hi
-	for lo > lg.head && lg.times[lo-1] == res.entry && hi-lo < int(res.cost) {
-		lo--
-	}
-	lg.times = append(lg.times[:lo], lg.times[hi:]...)
 	return nil
 }
 

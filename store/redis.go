@@ -188,7 +188,14 @@ func newRedis(client redis.Scripter, opts []RedisOption, fromURL bool) (*Redis, 
 
 // logKey is the name of the Redis key, a LIST, that holds the log of a
 // rate key.
-func (r *Redis) logKey(key string) string { return r.prefix + "{" + key + "}" }
+// A key that starts with its own hash tag ("{tag}rest", see Part.Key) is
+// used as it is.
+func (r *Redis) logKey(key string) string {
+	if hasHashTag(key) {
+		return r.prefix + key
+	}
+	return r.prefix + "{" + key + "}"
+}
 
 // keyFor is the name of the Redis key that holds the state of a rate key
 // under alg: the log's for SlidingLog, a HASH beside it for the others.
@@ -202,6 +209,9 @@ func (r *Redis) keyFor(key string, alg Algorithm) string {
 // Reserve implements Store.
 func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservation, error) {
 	if err := req.Validate(key); err != nil {
+		return Reservation{}, err
+	}
+	if err := r.colocated(key, &req); err != nil { // multikey.go
 		return Reservation{}, err
 	}
 	if err := r.evictionGate(ctx); err != nil {
@@ -237,6 +247,9 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 		call.script = pacedScript
 		call.keys = append(call.keys, r.paceKey(key))
 	}
+	if req.Also != nil {
+		call = r.alsoCall(call, &req, p >= 0) // multikey.go
+	}
 	run := func() ([]any, error) {
 		switch {
 		case r.ackReplicas > 0:
@@ -253,6 +266,7 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 		// error alone (keystate.go).
 		maxPer, _, _ := req.valid(key)
 		horizon := microsDown(req.MaxWait) + micros(MaxAllowance) + maxPer
+		r.repairAlso(ctx, &req, horizon) // multikey.go
 		if reply, err = r.healed(ctx, key, req.Algorithm, p >= 0, horizon, err, run); err != nil {
 			var ks *KeyStateError
 			if errors.As(err, &ks) {
@@ -278,12 +292,12 @@ func (r *Redis) parseReserve(key string, req Request, reply []any) (Reservation,
 	if allowed != 0 && allowed != 1 || wait < 0 || allowed == 1 && (slot <= 0 || entry < slot) ||
 		allowed == 1 && paced != (tat > slot) || !paced && tat != 0 ||
 		v[4] < 0 || v[4] > int64(CauseLearned) ||
-		cause == CauseLimit && (limit < 1 || limit > int64(len(req.Limits))) || cause != CauseLimit && limit != 0 {
+		cause == CauseLimit && !req.limitNumber(limit) || cause != CauseLimit && limit != 0 {
 		return Reservation{}, fmt.Errorf("store: redis reserve: unexpected reply %v", v)
 	}
 	res := Reservation{Cause: cause, key: key, cost: int32(req.Cost)}
 	if cause == CauseLimit {
-		res.Limit = int(limit) - 1
+		res.Part, res.Limit, _ = req.partOf(int(limit))
 	}
 	if allowed == 1 {
 		res.Allowed, res.Delay, res.slot, res.entry = true, usDuration(wait), slot, entry
@@ -292,6 +306,9 @@ func (r *Redis) parseReserve(key string, req Request, reply []any) (Reservation,
 		}
 		if paced {
 			res.tat, res.limits = tat, req.Limits // for Cancel
+		}
+		if req.Also != nil {
+			res.also = req.alsoNames() // for Cancel
 		}
 	} else {
 		res.RetryAfter = usDuration(wait)
@@ -320,6 +337,9 @@ func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
 		call.script = cancelPacedScript
 		call.keys = append(call.keys, r.paceKey(res.key))
 		call.args = append(call.args, strconv.FormatInt(res.tat, 10), back)
+	}
+	if res.also != nil {
+		call = r.cancelAlsoCall(call, res) // multikey.go
 	}
 	if res.alg != SlidingLog {
 		call.script = cancelCountsScript

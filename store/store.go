@@ -98,6 +98,11 @@ type Request struct {
 	// too. Zero: the units are recorded at the slot, which is then never
 	// before the log's last entry (FIFO across callers).
 	Allowance time.Duration
+	// Also names more rate keys, each with its own limits, that must admit
+	// the request too (SlidingLog only): the slot is the earliest that
+	// every key allows, and the units are recorded under every key or
+	// under none (multikey.go). Nil: the key alone.
+	Also []Part
 }
 
 // A key should always be reserved with the same limits: a log is trimmed
@@ -142,6 +147,7 @@ func (r *Request) valid(key string) (maxPer int64, paced, ok bool) {
 		ok = ok && l.Burst == 0
 		maxPer = max(maxPer, micros(l.Per))
 	}
+	ok = ok && (r.Also == nil || r.validAlso(key)) // multikey.go
 	return maxPer, paced, ok
 }
 
@@ -187,6 +193,9 @@ func (r Request) invalid(key string) error {
 		}
 		paced = true
 	}
+	if err := r.invalidAlso(key); err != nil { // multikey.go
+		return err
+	}
 	return r.Algorithm.validate(r.Limits)
 }
 
@@ -229,9 +238,12 @@ type Reservation struct {
 	// alg is the algorithm that recorded the units, and cost the units
 	// (here, beside the flags, so that they take no word of their own:
 	// Reserve returns the struct by value on every call).
-	alg        Algorithm
-	cost       int32
-	Limit      int           // index in Request.Limits of the limit that set the slot, when Cause is CauseLimit; 0 otherwise
+	alg   Algorithm
+	cost  int32
+	Limit int // index in Request.Limits of the limit that set the slot, when Cause is CauseLimit; 0 otherwise
+	// Part says whose limit Limit is, when Cause is CauseLimit: 0 for
+	// Request.Limits, i for Request.Also[i-1].Limits; 0 otherwise.
+	Part       int
 	Delay      time.Duration // allowed: how long from now until the slot
 	RetryAfter time.Duration // refused: when a request of the same cost would have been admitted
 
@@ -246,6 +258,8 @@ type Reservation struct {
 	entry  int64
 	limits []Limit
 	tat    int64
+	// also are the other keys the units were recorded under (Request.Also).
+	also []string
 }
 
 // Store is the state shared by every transport that limits the same keys.

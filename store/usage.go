@@ -179,6 +179,9 @@ func Scripts() map[string]string {
 	for a, s := range usageScripts {
 		out["usage "+a.String()] = s.src
 	}
+	for name, s := range alsoScripts { // multikey.go
+		out[name] = s.src
+	}
 	return out
 }
 

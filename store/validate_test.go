@@ -31,6 +31,19 @@ func TestValidMatchesInvalid(t *testing.T) {
 				Burst:     rng.IntN(5) - 1,
 			})
 		}
+		if rng.IntN(3) == 0 { // more keys (multikey.go)
+			r.Also = []Part{}
+			for range rng.IntN(3) {
+				pt := Part{Key: []string{"", "k", "a", "b"}[rng.IntN(4)]}
+				for range rng.IntN(3) {
+					pt.Limits = append(pt.Limits, Limit{
+						N: rng.IntN(4) - 1, Per: pick(0, time.Microsecond, time.Second),
+						Precision: pick(0, 0, 0, time.Second), Paced: rng.IntN(5) == 0, Burst: rng.IntN(5) / 4,
+					})
+				}
+				r.Also = append(r.Also, pt)
+			}
+		}
 		key := []string{"", "k"}[rng.IntN(2)]
 		err := r.invalid(key)
 		if _, _, ok := r.valid(key); ok != (err == nil) {

@@ -9,9 +9,10 @@
 -- ARGV[5]   allowance in microseconds (integer >= 0): how late after its slot
 --           the caller may send. The entries are recorded at the latest time
 --           the request may be sent, not at its slot (see below).
--- ARGV[first..] the window limits, as pairs: N (integer >= 1), W (window in
---           microseconds >= 1); first is 6, or 9 after a paced limit's
---           arguments (see nopace and pace).
+-- ARGV[first..argc] the window limits, as pairs: N (integer >= 1), W (window
+--           in microseconds >= 1); first is 6, or 9 after a paced limit's
+--           arguments (see nopace and pace); argc is #ARGV, or less when
+--           more keys follow (see noalso and also).
 --
 -- Reply: the prelude's, with entry: the value the cost entries were
 -- recorded at (0 when refused); Cancel removes cost entries of this value.
@@ -46,7 +47,7 @@
 local key = KEYS[1]
 local allowance = ARGV[5] + 0
 -- Whether the request has window limits: a paced limit alone keeps no log.
-local windows = #ARGV >= first
+local windows = argc >= first
 
 -- The newest entry: a new entry never goes before it (nor, without an
 -- allowance, the slot), and nil says the log is empty (Redis deletes an empty
@@ -73,7 +74,7 @@ if pace then
 end
 local max_w, max_n = 0, 0
 local last_bad = 0 -- an older entry later than the last (the log is ordered)
-for i = first, #ARGV, 2 do
+for i = first, argc, 2 do
   local n, w = ARGV[i] + 0, ARGV[i + 1] + 0
   if w > max_w then max_w = w end
   if n > max_n then max_n = n end
@@ -136,6 +137,12 @@ end
 -- (FIFO across the fleet) even if clocks step back. With one, the entry is
 -- kept in order below instead.
 if allowance == 0 and last and last > s then s, limit, cause = last, 0, ORDER end
+-- More keys (see also): the slot is the latest any of them allows.
+if also then
+  local bad
+  s, limit, cause, bad = also_slot(s, limit, cause, allowance)
+  if bad then return bad end
+end
 
 local wait = s - now
 if wait > max_wait then
@@ -148,6 +155,7 @@ spend(fb, budget, s)
 -- 2^53, so they are exact.
 local rec = s + allowance
 if last and last > rec then rec = last end
+if also then rec = also_record(rec) end -- recorded in every key's log
 if pace then
   tat = pace_record(tat, s + allowance)
   if not windows then return { 1, wait, s, limit, cause, rec, tat } end

@@ -34,16 +34,23 @@ var (
 	// reserve is the reserve script of each algorithm, by its short name
 	// (store.Algorithm.String).
 	reserve = map[string]string{
-		"log":     assemble("reserve log", "time", "prelude", "hold", "nopace", "log"),
-		"paced":   assemble("reserve paced", "time", "prelude", "hold", "pace", "log"),
-		"fixed":   assemble("reserve fixed", "time", "prelude", "hold", "floor", "counting", "fixed", "counts"),
-		"counter": assemble("reserve counter", "time", "prelude", "hold", "floor", "counting", "counter", "counts"),
-		"buckets": assemble("reserve buckets", "time", "prelude", "hold", "floor", "counting", "buckets"),
+		"log":   assemble("reserve log", "time", "prelude", "hold", "nopace", "noalso", "log"),
+		"paced": assemble("reserve paced", "time", "prelude", "hold", "pace", "noalso", "log"),
+		// The log with more keys (store.Request.Also): see also.lua.
+		"log+also":   assemble("reserve log+also", "time", "prelude", "hold", "nopace", "also", "log"),
+		"paced+also": assemble("reserve paced+also", "time", "prelude", "hold", "pace", "also", "log"),
+		"fixed":      assemble("reserve fixed", "time", "prelude", "hold", "floor", "counting", "fixed", "counts"),
+		"counter":    assemble("reserve counter", "time", "prelude", "hold", "floor", "counting", "counter", "counts"),
+		"buckets":    assemble("reserve buckets", "time", "prelude", "hold", "floor", "counting", "buckets"),
 	}
 	cancel       = assemble("cancel", "cancel")
 	cancelPaced  = assemble("cancel paced", "cancel_pace", "cancel")
 	cancelCounts = assemble("cancel counts", "floor", "cancel_counts")
-	feedback     = assemble("feedback", "time", "feedback")
+	// cancelAlso removes the entries from the logs of more keys, then as
+	// cancel (or cancelPaced) from the request's own.
+	cancelAlso      = assemble("cancel also", "cancel_also", "cancel")
+	cancelPacedAlso = assemble("cancel paced also", "cancel_also", "cancel_pace", "cancel")
+	feedback        = assemble("feedback", "time", "feedback")
 	// usage reads a key's state without writing (usage.lua); the log's
 	// borrows fixed's assembly and uses none of its windows.
 	usage = map[string]string{
@@ -57,7 +64,8 @@ var (
 
 // Reserve returns the reserve script of an algorithm named as
 // store.Algorithm.String names it ("log", "fixed", "counter", "buckets"), or
-// "paced" for the log with a paced limit; "" for any other name: one call
+// "paced" for the log with a paced limit, "log+also" and "paced+also" for
+// the same with more keys (store.Request.Also); "" for any other name: one call
 // reserves a send time for a key, or refuses without recording anything.
 func Reserve(alg string) string { return reserve[alg] }
 
@@ -68,6 +76,16 @@ func Cancel() string { return cancel }
 // CancelPaced returns the script that gives back the time of one reservation
 // on a paced limit, then removes its entries from the log.
 func CancelPaced() string { return cancelPaced }
+
+// CancelAlso returns the script that removes the entries of one reservation
+// from the logs of its other keys, then from its own key's (as Cancel), or,
+// when paced, also gives back the paced limit's time (as CancelPaced).
+func CancelAlso(paced bool) string {
+	if paced {
+		return cancelPacedAlso
+	}
+	return cancelAlso
+}
 
 // CancelCounts returns the script that gives back the units of one
 // reservation of a counting algorithm.

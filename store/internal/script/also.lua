@@ -1,0 +1,148 @@
+-- also: more rate keys in the same reservation (store.Request.Also), each
+-- with its own window limits: the slot is the latest that the request's key
+-- and every other key allow, and the units are recorded in every log or in
+-- none. noalso is the layout without them. Placed after nopace or pace, before
+-- log, which calls also_slot once its own slot is known and also_record once
+-- it knows its entry.
+--
+-- KEYS[#KEYS-p+1..#KEYS]  the p other keys' logs (LISTs, as log's KEYS[1]),
+--           in the order of their parts below, under the same hash tag as
+--           KEYS[1] on a Cluster (the Go side checks it before the call).
+-- ARGV tail, after the request's own window limits:
+--           for each part: m (its number of limits, >= 1), then m pairs
+--           N, W as log's;
+--           then base: the number of the request's own limits (the reply's
+--           limit numbers the parts' limits after them, from base + 1);
+--           then len: how many arguments the parts above take.
+--
+-- Reply: log's. The entry is the same in every log, e = max(s + allowance,
+-- the last entry of every log): the latest time the caller may send, never
+-- before any log's last entry, so that every log stays ordered and Cancel
+-- removes the same value from each. Each log's own slot rule holds for s
+-- (s is at least what that log alone allows), and its entry is at or after
+-- the send: log's proof holds key by key. Feedback (hold) is read for
+-- KEYS[1] only.
+--
+-- Cost: per part, LINDEX of its last entry and of the entry that decides
+-- each limit, one RPUSH, and the trim and TTL as log's, paid as rarely.
+
+local also_len = ARGV[#ARGV] + 0
+local argc = #ARGV - also_len - 2
+local also = { base = ARGV[#ARGV - 1] + 0, parts = {} }
+do
+  local i = argc + 1
+  while i <= argc + also_len do
+    local m = ARGV[i] + 0
+    also.parts[#also.parts + 1] = { first = i + 1, stop = i + 2 * m }
+    i = i + 1 + 2 * m
+  end
+  local k0 = #KEYS - #also.parts
+  for j, part in ipairs(also.parts) do part.key = KEYS[k0 + j] end
+end
+
+-- also_entry reads entry i of a part's log as a time (marks stripped), or
+-- returns nil, KEYSTATE when it is not a number.
+local function also_entry(key, i)
+  local e = redis.call('LINDEX', key, i)
+  if not e then return nil end
+  e = tonumber(e)
+  if not e then return nil, redis.error_reply('KEYSTATE an entry is not a number') end
+  return math.abs(e)
+end
+
+-- also_slot returns the slot, limit and cause once every part is counted,
+-- starting from the request's own, or a fourth value, KEYSTATE, for an
+-- entry that is not a plausible time (as log's).
+local function also_slot(s, limit, cause, allowance)
+  local j = also.base
+  for _, part in ipairs(also.parts) do
+    local last, bad = also_entry(part.key, -1)
+    if bad then return s, limit, cause, bad end
+    part.last, part.max_n, part.max_w = last, 0, 0
+    local latest = last or 0
+    for i = part.first, part.stop, 2 do
+      local n, w = ARGV[i] + 0, ARGV[i + 1] + 0
+      j = j + 1
+      if n > part.max_n then part.max_n = n end
+      if w > part.max_w then part.max_w = w end
+      local e = last
+      local k = n - cost + 1
+      if last and k > 1 then
+        e, bad = also_entry(part.key, -k)
+        if bad then return s, limit, cause, bad end
+        if e and e > latest then latest = e end
+      end
+      if e and e + w > s then s, limit, cause = e + w, j, LIMIT end
+    end
+    if latest > now + max_wait + 86400000000 + part.max_w then
+      return s, limit, cause, redis.error_reply('KEYSTATE an entry lies implausibly far in the future')
+    end
+    if allowance == 0 and last and last > s then s, limit, cause = last, 0, ORDER end
+  end
+  return s, limit, cause
+end
+
+-- also_trim is log's trim for a part's log of length len (see log).
+local function also_trim(part, len)
+  local key, max_n, max_w, last = part.key, part.max_n, part.max_w, part.last
+  local slack = 8
+  if max_n > 64 then slack = math.ceil(max_n / 8) end
+  if not (last and len > max_n + 1 and len % slack < cost) then return end
+  local horizon = math.min(now, last) - max_w
+  local function at(i)
+    return math.abs(tonumber(redis.call('LINDEX', key, i)) or 0)
+  end
+  local idx = len - max_n - 1
+  if at(idx) <= horizon then
+    redis.call('LTRIM', key, idx + 1, -1)
+  elseif at(0) <= horizon then
+    local lo, hi = 0, idx
+    while hi - lo > 1 do
+      local mid = math.floor((lo + hi) / 2)
+      if at(mid) <= horizon then lo = mid else hi = mid end
+    end
+    redis.call('LTRIM', key, lo + 1, -1)
+  end
+end
+
+-- also_expire is log's TTL for a part's log holding a new entry at rec.
+local function also_expire(part, rec)
+  local period = part.max_w / 2
+  if period < 1000 then period = 1000 end
+  period = period - period % 1
+  local start = rec - rec % period
+  local last = part.last
+  if last and last - last % period >= start then return end
+  local ttl = start + period + part.max_w - now
+  ttl = (ttl - ttl % 1000) / 1000 + 1
+  if not last then
+    redis.call('PEXPIRE', part.key, ttl)
+  else
+    local r = redis.pcall('PEXPIRE', part.key, ttl, 'GT')
+    if type(r) == 'table' and r.err then
+      if redis.call('PTTL', part.key) < ttl then redis.call('PEXPIRE', part.key, ttl) end
+    end
+  end
+end
+
+-- also_record records cost units in every part's log at the entry, the
+-- latest of rec (the request's own entry) and every part's last entry, and
+-- returns it for the request's own log.
+local function also_record(rec)
+  for _, part in ipairs(also.parts) do
+    if part.last and part.last > rec then rec = part.last end
+  end
+  for _, part in ipairs(also.parts) do
+    local len
+    local left = cost
+    while left > 0 do
+      local chunk = {}
+      for j = 1, math.min(left, 1000) do chunk[j] = rec end
+      len = redis.call('RPUSH', part.key, unpack(chunk))
+      left = left - #chunk
+    end
+    also_trim(part, len)
+    also_expire(part, rec)
+  end
+  return rec
+end

@@ -1,0 +1,331 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttle-go/throttle/store/internal/script"
+)
+
+// This file is what Request.Also adds to a reservation: its validation, its
+// arguments to the Redis script, the Cluster co-location check and the
+// Memory store's twin of the script's part (internal/script/also.lua).
+
+// Part is one more rate key of a request, with its own limits (see
+// Request.Also): e.g. an app-wide limit beside a per-token one.
+type Part struct {
+	// Key is the rate key. On a Redis Cluster or Ring, every key of a
+	// request must share one hash tag: start each with the same "{tag}"
+	// (see Redis).
+	Key string
+	// Limits must all admit the request under Key: window limits only (no
+	// Paced, no Precision), each with N >= the request's Cost.
+	Limits []Limit
+}
+
+// validAlso is invalidAlso without the error, for the hot path.
+func (r *Request) validAlso(key string) bool {
+	if r.Algorithm != SlidingLog || len(r.Also) == 0 {
+		return false
+	}
+	for i := range r.Also {
+		p := &r.Also[i]
+		if p.Key == "" || p.Key == key || len(p.Limits) == 0 {
+			return false
+		}
+		for j := range i {
+			if r.Also[j].Key == p.Key {
+				return false
+			}
+		}
+		for k := range p.Limits {
+			l := &p.Limits[k]
+			if l.N < 1 || l.Per < time.Microsecond || r.Cost > l.N || l.Paced || l.Burst != 0 || l.Precision != 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// invalidAlso returns the error of the first rule r.Also breaks, nil if none.
+func (r Request) invalidAlso(key string) error {
+	if r.Also == nil {
+		return nil
+	}
+	if len(r.Also) == 0 {
+		return fmt.Errorf("%w: Also is empty (nil for none)", ErrInvalidRequest)
+	}
+	if r.Algorithm != SlidingLog {
+		return fmt.Errorf("%w: more keys (Also) need the log algorithm, not %s", ErrInvalidRequest, r.Algorithm)
+	}
+	for i, p := range r.Also {
+		switch {
+		case p.Key == "":
+			return fmt.Errorf("%w: Also[%d]: empty key", ErrInvalidRequest, i)
+		case p.Key == key:
+			return fmt.Errorf("%w: Also[%d]: the request's own key again", ErrInvalidRequest, i)
+		case len(p.Limits) == 0:
+			return fmt.Errorf("%w: Also[%d]: no limits", ErrInvalidRequest, i)
+		}
+		for j := range i {
+			if r.Also[j].Key == p.Key {
+				return fmt.Errorf("%w: Also[%d]: the key of Also[%d] again", ErrInvalidRequest, i, j)
+			}
+		}
+		for _, l := range p.Limits {
+			switch {
+			case l.N < 1 || l.Per < time.Microsecond:
+				return fmt.Errorf("%w: Also[%d]: limit %s: N must be >= 1 and Per >= 1µs", ErrInvalidRequest, i, l)
+			case r.Cost > l.N:
+				return fmt.Errorf("%w: Also[%d]: cost %d exceeds limit %s", ErrInvalidRequest, i, r.Cost, l)
+			case l.Paced || l.Burst != 0 || l.Precision != 0:
+				return fmt.Errorf("%w: Also[%d]: limit %s: only window limits (no Paced, Burst or Precision)", ErrInvalidRequest, i, l)
+			}
+		}
+	}
+	return nil
+}
+
+// partOf maps a 1-based limit number over the request's limits, then those
+// of each part in turn (the script's reply), to Reservation.Part and Limit.
+func (r *Request) partOf(n int) (part, limit int, ok bool) {
+	n-- // 0-based
+	if n < len(r.Limits) {
+		return 0, n, n >= 0
+	}
+	n -= len(r.Limits)
+	for i, p := range r.Also {
+		if n < len(p.Limits) {
+			return i + 1, n, true
+		}
+		n -= len(p.Limits)
+	}
+	return 0, 0, false
+}
+
+// alsoNames returns the parts' keys, for Cancel.
+func (r *Request) alsoNames() []string {
+	keys := make([]string, len(r.Also))
+	for i, p := range r.Also {
+		keys[i] = p.Key
+	}
+	return keys
+}
+
+// alsoKeys returns the KEYS of the parts' logs.
+func (r *Redis) alsoKeys(req *Request) []string {
+	keys := make([]string, len(req.Also))
+	for i, p := range req.Also {
+		keys[i] = r.logKey(p.Key)
+	}
+	return keys
+}
+
+// The scripts of a request with more keys (also.lua), by the names
+// Scripts gives them.
+var (
+	reserveAlsoScript      = newScript(script.Reserve("log+also"))
+	reservePacedAlsoScript = newScript(script.Reserve("paced+also"))
+	cancelAlsoScript       = newScript(script.CancelAlso(false))
+	cancelPacedAlsoScript  = newScript(script.CancelAlso(true))
+	alsoScripts            = map[string]luaScript{
+		"reserve log+also": reserveAlsoScript, "reserve paced+also": reservePacedAlsoScript,
+		"cancel also": cancelAlsoScript, "cancel paced also": cancelPacedAlsoScript,
+	}
+)
+
+// alsoCall turns the reserve call of the request's own key into the call
+// with its parts: their arguments after its own, their logs after its keys.
+func (r *Redis) alsoCall(call scriptCall, req *Request, paced bool) scriptCall {
+	call.script = reserveAlsoScript
+	if paced {
+		call.script = reservePacedAlsoScript
+	}
+	call.keys = append(call.keys, r.alsoKeys(req)...)
+	call.args = alsoArgs(call.args, req)
+	return call
+}
+
+// cancelAlsoCall turns the cancel call of a reservation's own key into the
+// call that also removes its entries from the other keys' logs.
+func (r *Redis) cancelAlsoCall(call scriptCall, res Reservation) scriptCall {
+	call.script = cancelAlsoScript
+	if res.tat != 0 {
+		call.script = cancelPacedAlsoScript
+	}
+	for _, k := range res.also {
+		call.keys = append(call.keys, r.logKey(k))
+	}
+	call.args = append(call.args, len(res.also))
+	return call
+}
+
+// repairAlso repairs the parts' logs after the script found a key in a
+// wrong state (it does not say which): off the common path. A part still
+// wrong after it fails the retry (see healed).
+func (r *Redis) repairAlso(ctx context.Context, req *Request, horizon int64) {
+	for _, p := range req.Also {
+		_ = r.repair(ctx, p.Key, SlidingLog, false, horizon)
+	}
+}
+
+// limitNumber reports whether n numbers a limit of req (see partOf).
+func (r *Request) limitNumber(n int64) bool {
+	_, _, ok := r.partOf(int(n))
+	return ok
+}
+
+// alsoArgs appends the parts' arguments to the reserve script's (also.lua).
+func alsoArgs(args []any, req *Request) []any {
+	n := 0
+	for _, p := range req.Also {
+		args = append(args, len(p.Limits))
+		for _, l := range p.Limits {
+			args = append(args, l.N, micros(l.Per))
+		}
+		n += 1 + 2*len(p.Limits)
+	}
+	return append(args, len(req.Limits), n)
+}
+
+// Sharded reports whether the store spreads its keys over several servers
+// by hash tag (its client is a *redis.ClusterClient or a *redis.Ring): the
+// keys of one request with Also must then share a hash tag, and Reserve
+// refuses a request whose keys do not.
+func (r *Redis) Sharded() bool {
+	switch r.client.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		return true
+	}
+	return false
+}
+
+// colocated checks, on a sharded store, that every Redis key of req shares
+// the hash tag of the first.
+func (r *Redis) colocated(key string, req *Request) error {
+	if req.Also == nil || !r.Sharded() {
+		return nil
+	}
+	tag := hashTag(r.logKey(key))
+	for i, p := range req.Also {
+		if t := hashTag(r.logKey(p.Key)); t != tag {
+			return fmt.Errorf("%w: key %q and Also[%d] key %q have different Cluster hash tags (%q, %q): "+
+				"one request's keys must share one on a Redis Cluster or Ring; start each key with the same \"{tag}\"",
+				ErrInvalidRequest, key, i, p.Key, tag, t)
+		}
+	}
+	return nil
+}
+
+// hasHashTag reports whether key starts with its own Redis hash tag, a
+// non-empty "{tag}" followed by more: the Redis store then names its keys
+// with key as it is, so that keys sharing the tag share a Cluster slot.
+// Any other key k is named "{k}", its own tag.
+func hasHashTag(key string) bool {
+	if len(key) < 4 || key[0] != '{' {
+		return false
+	}
+	end := strings.IndexByte(key, '}')
+	return end > 1 && end < len(key)-1
+}
+
+// hashTag is the part of a Redis key name that Redis Cluster hashes: the
+// text between the first "{" and the next "}", when not empty; else the
+// whole name.
+func hashTag(name string) string {
+	if i := strings.IndexByte(name, '{'); i >= 0 {
+		if j := strings.IndexByte(name[i+1:], '}'); j > 0 {
+			return name[i+1 : i+1+j]
+		}
+	}
+	return name
+}
+
+// memAlso is a part's log in the Memory store during one Reserve.
+type memAlso struct {
+	lg   *memLog
+	live []int64
+	maxW int64
+}
+
+// alsoSlot is also.lua's also_slot: the parts' logs, trimmed, and the slot,
+// part, limit and cause once they are counted; m.mu is held.
+func (m *Memory) alsoSlot(req *Request, now, s int64, part, limit int, cause Cause) ([]memAlso, int64, int, int, Cause) {
+	parts := make([]memAlso, len(req.Also))
+	allowance := micros(req.Allowance)
+	for i, p := range req.Also {
+		lg := m.logs[p.Key]
+		if lg != nil && lg.expires <= now {
+			delete(m.logs, p.Key)
+			lg = nil
+		}
+		if lg == nil {
+			lg = &memLog{}
+			m.logs[p.Key] = lg
+		}
+		var maxW int64
+		for _, l := range p.Limits {
+			maxW = max(maxW, micros(l.Per))
+		}
+		if n := len(lg.times); n > lg.head {
+			horizon := min(now, lg.times[n-1]) - maxW
+			for lg.head < n && lg.times[lg.head] <= horizon {
+				lg.head++
+			}
+		}
+		live := lg.times[lg.head:]
+		parts[i] = memAlso{lg, live, maxW}
+		for j, l := range p.Limits {
+			if k := l.N - req.Cost + 1; k <= len(live) {
+				if t := live[len(live)-k] + micros(l.Per); t > s {
+					s, part, limit, cause = t, i+1, j, CauseLimit
+				}
+			}
+		}
+		if allowance == 0 && len(live) > 0 && live[len(live)-1] > s {
+			s, part, limit, cause = live[len(live)-1], 0, 0, CauseOrder
+		}
+	}
+	return parts, s, part, limit, cause
+}
+
+// alsoRecord is also.lua's also_record: the units recorded at the latest of
+// rec and every part's last entry, which it returns; m.mu is held.
+func alsoRecord(parts []memAlso, cost int, rec int64) int64 {
+	for _, p := range parts {
+		if n := len(p.live); n > 0 {
+			rec = max(rec, p.live[n-1])
+		}
+	}
+	for _, p := range parts {
+		lg := p.lg
+		for range cost {
+			lg.times = append(lg.times, rec)
+		}
+		if lg.head > 32 && lg.head*2 > len(lg.times) {
+			lg.times = append(lg.times[:0], lg.times[lg.head:]...)
+			lg.head = 0
+		}
+		lg.expires = max(lg.expires, rec+p.maxW+1000)
+	}
+	return rec
+}
+
+// cancelFrom removes up to cost entries equal to entry from lg: the log is
+// ordered, so they are one run, [lo, hi).
+func cancelFrom(lg *memLog, entry int64, cost int) {
+	hi := len(lg.times)
+	for hi > lg.head && lg.times[hi-1] > entry {
+		hi--
+	}
+	lo := hi
+	for lo > lg.head && lg.times[lo-1] == entry && hi-lo < cost {
+		lo--
+	}
+	lg.times = append(lg.times[:lo], lg.times[hi:]...)
+}

@@ -33,7 +33,7 @@ func (t *Transport) admit(ctx context.Context, r *rule, k keyed) (d Decision, du
 	}
 	for {
 		asked := t.now()
-		req := store.Request{Limits: r.eff, Cost: k.cost, MaxServerWait: r.maxServerWait, Algorithm: r.Algorithm}
+		req := store.Request{Limits: r.eff, Cost: k.cost, MaxServerWait: r.maxServerWait, Algorithm: r.Algorithm, Also: k.also}
 		if r.Mode == Wait {
 			req.MaxWait = maxWait(ctx, asked, r.maxWait)
 		}
@@ -61,14 +61,14 @@ func (t *Transport) admit(ctx context.Context, r *rule, k keyed) (d Decision, du
 		default:
 			return d.end(Failed, fmt.Errorf("throttle: rule %q: %w", r.Name, g.err)), due
 		}
-		res := g.res
-		if res.Cause == store.CauseLimit && res.Limit < len(r.Limits) {
-			d.Limit = r.Limits[res.Limit]
+		res, lkey := g.res, k.key
+		if res.Cause == store.CauseLimit {
+			lkey, d.Limit = r.limitOf(res, k) // multikey.go: the rule's key or one of Also
 		}
 		if !res.Allowed {
 			up := res.Cause == store.CauseUpstream
 			d.RetryAfter, d.Upstream = res.RetryAfter, up
-			return d.end(Limited, &LimitError{Rule: r.Name, Key: k.key, Limit: d.Limit, RetryAfter: res.RetryAfter, Upstream: up,
+			return d.end(Limited, &LimitError{Rule: r.Name, Key: lkey, Limit: d.Limit, RetryAfter: res.RetryAfter, Upstream: up,
 				BeyondDeadline: beyondDeadline(r, req.MaxWait, res.RetryAfter, up)}), due
 		}
 		d.Delay += res.Delay

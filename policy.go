@@ -80,6 +80,7 @@ type localShare struct {
 	limits []Limit
 	minN   int           // the least N: a cost above it cannot be counted locally
 	maxPer time.Duration // the longest window
+	share  float64       // the share, for the limits of Also (multikey.go)
 }
 
 // newPolicy validates the policy options of c and prepares the local limiter.
@@ -119,7 +120,7 @@ func newPolicy(st store.Store, c config, now func() time.Time) (*policy, error) 
 
 // shareOf cuts every N of limits to floor(N × share), at least 1.
 func shareOf(limits []Limit, share float64) localShare {
-	var s localShare
+	s := localShare{share: share}
 	for _, l := range limits {
 		// The epsilon keeps 300 × (1/3) at 100 despite rounding.
 		n := max(1, int(math.Floor(float64(l.N)*share+1e-9)))
@@ -188,6 +189,10 @@ func (p *policy) reserve(ctx context.Context, r *rule, skey string, req store.Re
 			return grant{err: fmt.Errorf("%w (and cost %d is above the local share of a limit, %d)", down, req.Cost, s.minN), down: down, local: true}
 		}
 		req.Limits = s.limits
+		var ok bool
+		if req.Also, ok = s.alsoShare(req.Also, req.Cost); !ok {
+			return grant{err: fmt.Errorf("%w (and cost %d is above the local share of a limit of Also)", down, req.Cost), down: down, local: true}
+		}
 		res, err := p.local.Reserve(ctx, skey, req)
 		return grant{res: res, from: p.local, err: err, down: down, local: true}
 	}
@@ -257,8 +262,12 @@ func (p *policy) mirror(r *rule, k keyed) {
 		return
 	}
 	// The rule's algorithm, as reserve uses: each keeps its own state.
+	also, ok := s.alsoShare(k.also, k.cost)
+	if !ok {
+		return
+	}
 	_, _ = p.local.Reserve(context.Background(), k.skey,
-		store.Request{Limits: s.limits, Cost: k.cost, MaxWait: s.maxPer, Algorithm: r.Algorithm})
+		store.Request{Limits: s.limits, Cost: k.cost, MaxWait: s.maxPer, Algorithm: r.Algorithm, Also: also})
 }
 
 // attempt says how a request may use the shared store.

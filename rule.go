@@ -71,6 +71,10 @@ type Rule struct {
 	// Cost returns the units a request takes, 1 <= cost <= every limit's N.
 	// Nil: every request costs 1.
 	Cost func(*http.Request) int
+	// Also names more rate keys, each with its own limits, that must admit
+	// a request too, reserved with Key in one atomic step (SlidingLog
+	// only): e.g. per token and per app. See KeyLimit and docs/keys.md.
+	Also []KeyLimit
 
 	// Mode is Wait (the default) or FailFast.
 	Mode Mode
@@ -123,6 +127,8 @@ type rule struct {
 	// spacing, Margin/N, which is all a strict-spacing upstream leaves.
 	retake time.Duration
 	stats  *ruleStats // the counters of its name (metrics.go)
+	also   []alsoKey  // Also, validated (multikey.go)
+	tag    int        // the index in also of the HashTag key, -1 if none
 }
 
 func (r *Rule) displayName(isDefault bool) string {
@@ -248,6 +254,9 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 	}
 	c.Rule = r
 	c.scope = r.Name + ":"
+	if err := compileAlso(c, fail); err != nil { // multikey.go
+		return nil, err
+	}
 	return c, nil
 }
 

@@ -83,6 +83,9 @@ func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, er
 		}
 		byName[r.Name] = r
 	}
+	if err := checkAlso(st, append(slices.Clone(c.rules), c.def)); err != nil { // multikey.go
+		return nil, err
+	}
 	t := &Transport{base: base, rules: c.rules, def: c.def, onDecision: c.onDecision, onFeedback: c.onFeedback,
 		logger: c.logger, keySecret: c.keySecret, unmatched: c.unmatched, now: time.Now, sleep: sleep}
 	p, err := newPolicy(st, c, func() time.Time { return t.now() })
@@ -147,6 +150,7 @@ func (t *Transport) attempt(ctx context.Context, r *rule, k keyed, n int, req *h
 type keyed struct {
 	key, skey string
 	cost      int
+	also      []store.Part // the rule's Also, keyed (multikey.go)
 }
 
 // keyOf derives the rate key and the cost of req under r.
@@ -160,6 +164,11 @@ func (t *Transport) keyOf(r *rule, req *http.Request) (keyed, error) {
 	}
 	k := keyed{key: t.storeKey(key)} // keysecret.go: HMAC with a secret, else long keys hashed
 	k.skey = r.scope + k.key
+	if r.also != nil {
+		if err := t.keyAlso(r, req, &k); err != nil { // multikey.go
+			return keyed{}, err
+		}
+	}
 	k.cost, err = r.cost(req)
 	return k, err
 }

@@ -47,6 +47,10 @@ func (t *Transport) StoreKey(rule, rateKey string) (string, error) {
 	if rateKey == "" {
 		return "", &KeyError{Rule: r.Name, Reason: "empty rate key"}
 	}
+	if r.tag >= 0 {
+		// The tag is the value of an Also key for each request.
+		return "", &KeyError{Rule: r.Name, Reason: "the rule's keys start with the hash tag of its Also key " + r.also[r.tag].Name + ", which only a request gives"}
+	}
 	return r.scope + t.storeKey(rateKey), nil
 }
 

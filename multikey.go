@@ -1,0 +1,204 @@
+package throttle
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/throttle-go/throttle/store"
+)
+
+// This file is a rule's more keys (Rule.Also): their validation, their keys
+// for a request, and what the failure policy's local limiter keeps of them.
+// docs/keys.md says how they are reserved and co-located.
+
+// KeyLimit is one more rate key of a rule, with its own limits, that must
+// admit a request too: e.g. an app-wide limit beside the rule's per-token
+// Key and Limits. A request is reserved under every key of its rule in one
+// atomic step, at the earliest time all of them allow, and counted in all.
+type KeyLimit struct {
+	// Name names the key within its rule (errors, the store's key): not
+	// empty, unique in the rule, without braces.
+	Name string
+	// Key derives the rate key, as Rule.Key (hashed alike). Required; e.g.
+	// Fixed("my-app") for one log per rule.
+	Key KeyFunc
+	// Limits must all admit the request under Key: window limits (no
+	// Paced, no Precision), with the rule's Margin added, as Rule.Limits.
+	Limits []Limit
+	// HashTag makes this key's value the Redis hash tag of every key of a
+	// request, so that they share a Cluster slot (docs/keys.md). A rule
+	// with Also needs one on a sharded store (a Redis Cluster or Ring); at
+	// most one per rule.
+	HashTag bool
+}
+
+// alsoKey is a validated KeyLimit.
+type alsoKey struct {
+	KeyLimit
+	eff   []Limit // Limits with the rule's Margin
+	scope string  // the rule's scope, then Name and ":"
+}
+
+// compileAlso validates c's Also and prepares it; c.scope and c.eff are set.
+func compileAlso(c *rule, fail func(format string, args ...any) error) error {
+	c.tag = -1
+	if c.Also == nil {
+		return nil
+	}
+	if len(c.Also) == 0 {
+		return fail("Also is empty (nil for none)")
+	}
+	if c.Algorithm != SlidingLog {
+		return fail("Also needs the SlidingLog algorithm, not %s", c.Algorithm)
+	}
+	c.Also = slices.Clone(c.Also) // the caller may reuse its slice
+	for i, a := range c.Also {
+		switch {
+		case a.Name == "" || strings.ContainsAny(a.Name, "{}"):
+			return fail("Also[%d]: Name %q must be set, without braces", i, a.Name)
+		case a.Key == nil:
+			return fail("Also[%d] (%s): no Key", i, a.Name)
+		case len(a.Limits) == 0:
+			return fail("Also[%d] (%s): no Limits", i, a.Name)
+		}
+		for _, o := range c.also {
+			if o.Name == a.Name {
+				return fail("Also[%d]: Name %q used twice", i, a.Name)
+			}
+		}
+		if a.HashTag {
+			if c.tag >= 0 {
+				return fail("Also[%d] (%s): HashTag set on two keys", i, a.Name)
+			}
+			c.tag = i
+		}
+		k := alsoKey{KeyLimit: a, scope: c.scope + a.Name + ":"}
+		for j, l := range a.Limits {
+			if l.N < 1 || l.Per < time.Millisecond || l.Per > MaxPer {
+				return fail("Also[%d] (%s) limit %d (%s): N must be at least 1, Per from 1ms to %s", i, a.Name, j, l, MaxPer)
+			}
+			k.eff = append(k.eff, Limit{N: l.N, Per: l.Per + c.Margin, Precision: l.Precision, Paced: l.Paced, Burst: l.Burst})
+			c.minN = min(c.minN, l.N)
+		}
+		c.also = append(c.also, k)
+	}
+	// What the store would refuse on every request fails here instead.
+	probe := store.Request{Limits: c.eff, Cost: 1, Also: c.parts(nil)}
+	if err := probe.Validate("rule"); err != nil {
+		return fail("%s", strings.TrimPrefix(err.Error(), store.ErrInvalidRequest.Error()+": "))
+	}
+	return nil
+}
+
+// parts returns the store's parts of c's Also, keyed by keys (nil: by name,
+// for validation).
+func (c *rule) parts(keys []string) []store.Part {
+	out := make([]store.Part, len(c.also))
+	for i, a := range c.also {
+		out[i] = store.Part{Key: a.scope + a.Name, Limits: a.eff}
+		if keys != nil {
+			out[i].Key = keys[i]
+		}
+	}
+	return out
+}
+
+// keyAlso derives the keys of r's Also for req into k: each hashed as the
+// rule's key and scoped by its name, and, with a HashTag, every key of the
+// request, k's own included, under the same tag.
+func (t *Transport) keyAlso(r *rule, req *http.Request, k *keyed) error {
+	keys := make([]string, len(r.also))
+	tag := ""
+	for i, a := range r.also {
+		v, err := a.Key(req)
+		if err == nil && v == "" {
+			err = keyErr("the key function returned an empty key")
+		}
+		if err != nil {
+			return &KeyError{Rule: r.Name, Reason: a.Name + ": " + err.Error()}
+		}
+		v = t.storeKey(v)
+		keys[i] = a.scope + v
+		if i == r.tag {
+			tag = v
+		}
+	}
+	if r.tag >= 0 {
+		if strings.ContainsAny(tag, "{}") {
+			tag = hashed("sha256:", tag) // a brace would end the tag early
+		}
+		tag = "{" + tag + "}"
+		k.skey = tag + k.skey
+		for i := range keys {
+			keys[i] = tag + keys[i]
+		}
+	}
+	k.also = r.parts(keys)
+	return nil
+}
+
+// limitOf returns the key and the limit that set res's slot (Cause
+// CauseLimit): the rule's own, or one of its Also.
+func (r *rule) limitOf(res store.Reservation, k keyed) (key string, l Limit) {
+	switch {
+	case res.Part == 0 && res.Limit < len(r.Limits):
+		return k.key, r.Limits[res.Limit]
+	case res.Part > 0 && res.Part <= len(r.also) && res.Limit < len(r.also[res.Part-1].Limits):
+		a := r.also[res.Part-1]
+		_, key, _ = strings.Cut(k.also[res.Part-1].Key, a.scope) // without the tag and scope, as k.key
+		return key, a.Limits[res.Limit]
+	}
+	return k.key, Limit{}
+}
+
+// checkAlso refuses, at construction, rules with Also that a sharded store
+// could not reserve (no HashTag to co-locate their keys), and rules of one
+// name whose Also differ (they share their logs).
+func checkAlso(st store.Store, rules []*rule) error {
+	sharded := false
+	if s, ok := st.(interface{ Sharded() bool }); ok {
+		sharded = s.Sharded()
+	}
+	byName := map[string]*rule{}
+	for _, r := range rules {
+		if r == nil {
+			continue
+		}
+		if r.also != nil && r.tag < 0 && sharded {
+			return &ConfigError{Rule: r.Name, Reason: fmt.Sprintf("the store is sharded (%T on a Redis Cluster or Ring): "+
+				"the keys of one request must share a hash tag; set HashTag on one of Also (docs/keys.md)", st)}
+		}
+		if o, ok := byName[r.Name]; ok && !sameAlso(o, r) {
+			return &ConfigError{Rule: r.Name, Reason: "rules of the same name share their logs and must have the same Also"}
+		}
+		byName[r.Name] = r
+	}
+	return nil
+}
+
+// sameAlso reports whether a and b count their Also alike.
+func sameAlso(a, b *rule) bool {
+	return a.tag == b.tag && slices.EqualFunc(a.also, b.also, func(x, y alsoKey) bool {
+		return x.Name == y.Name && slices.Equal(x.eff, y.eff)
+	})
+}
+
+// alsoShare cuts the limits of parts to the local share s (FailLocal), nil
+// when there are none, and reports whether cost fits every cut limit.
+func (s localShare) alsoShare(parts []store.Part, cost int) ([]store.Part, bool) {
+	if parts == nil {
+		return nil, true
+	}
+	out := make([]store.Part, len(parts))
+	for i, p := range parts {
+		cut := shareOf(p.Limits, s.share)
+		if cost > cut.minN {
+			return nil, false
+		}
+		out[i] = store.Part{Key: p.Key, Limits: cut.limits}
+	}
+	return out, true
+}

@@ -1,0 +1,157 @@
+package throttle_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/redistest"
+	"github.com/throttle-go/throttle/store"
+)
+
+// perTokenAndApp limits each token to 2 per second and the app to 3.
+func perTokenAndApp(mode throttle.Mode) throttle.Rule {
+	return throttle.Rule{
+		Host: "api.example.com", Key: throttle.ByQuery("access_token"),
+		Limits: []throttle.Limit{throttle.PerSecond(2)}, Mode: mode, Margin: throttle.NoMargin,
+		Also: []throttle.KeyLimit{{Name: "app", Key: throttle.Fixed("my-app"), Limits: []throttle.Limit{throttle.PerSecond(3)}, HashTag: true}},
+	}
+}
+
+func getToken(t *testing.T, tr http.RoundTripper, token string) error {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "https://api.example.com/x?access_token="+token, nil)
+	require.NoError(t, err)
+	resp, err := tr.RoundTrip(req)
+	if err == nil {
+		_ = resp.Body.Close()
+	}
+	return err
+}
+
+// TestAlsoEveryKeyLimits: a request waits for the latest slot its token and
+// the app allow, and a refusal names the key and the limit that set it.
+func TestAlsoEveryKeyLimits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var sent sendLog
+		tr := newTransport(t, sent.base(), newMemory(t), throttle.WithRule(perTokenAndApp(throttle.FailFast)))
+		require.NoError(t, getToken(t, tr, "a"))
+		require.NoError(t, getToken(t, tr, "a"))
+		var le *throttle.LimitError
+		require.ErrorAs(t, getToken(t, tr, "a"), &le, "token a's own limit")
+		assert.Equal(t, throttle.PerSecond(2), le.Limit)
+		require.NoError(t, getToken(t, tr, "b"), "the app's third")
+		require.ErrorAs(t, getToken(t, tr, "b"), &le, "the app's limit")
+		assert.Equal(t, throttle.PerSecond(3), le.Limit)
+		assert.Equal(t, "my-app", le.Key)
+		assert.Equal(t, time.Second, le.RetryAfter)
+		assert.Equal(t, 3, sent.count())
+	})
+	synctest.Test(t, func(t *testing.T) {
+		var sent sendLog
+		tr := newTransport(t, sent.base(), newMemory(t), throttle.WithRule(perTokenAndApp(throttle.Wait)))
+		start := time.Now()
+		for _, tok := range []string{"a", "b", "c", "d", "e", "f", "g"} {
+			require.NoError(t, getToken(t, tr, tok))
+		}
+		// Seven tokens, one request each: the app's 3 per second paces them.
+		var at []time.Duration
+		for _, s := range sent.times {
+			at = append(at, s.Sub(start))
+		}
+		assert.Equal(t, []time.Duration{0, 0, 0, time.Second, time.Second, time.Second, 2 * time.Second}, at)
+	})
+}
+
+// TestAlsoConfig: what cannot work fails at construction.
+func TestAlsoConfig(t *testing.T) {
+	t.Parallel()
+	app := func(mod func(*throttle.KeyLimit)) throttle.Rule {
+		r := perTokenAndApp(throttle.Wait)
+		r.Also = []throttle.KeyLimit{r.Also[0]}
+		mod(&r.Also[0])
+		return r
+	}
+	for name, r := range map[string]throttle.Rule{
+		"no name":    app(func(k *throttle.KeyLimit) { k.Name = "" }),
+		"braces":     app(func(k *throttle.KeyLimit) { k.Name = "{x}" }),
+		"no key":     app(func(k *throttle.KeyLimit) { k.Key = nil }),
+		"no limits":  app(func(k *throttle.KeyLimit) { k.Limits = nil }),
+		"paced":      app(func(k *throttle.KeyLimit) { k.Limits = []throttle.Limit{throttle.Paced(10, time.Second, 0)} }),
+		"bad window": app(func(k *throttle.KeyLimit) { k.Limits = []throttle.Limit{throttle.Per(1, time.Microsecond)} }),
+		"fixed window": func() throttle.Rule {
+			r := perTokenAndApp(throttle.Wait)
+			r.Algorithm = throttle.FixedWindow
+			return r
+		}(),
+		"two tags": func() throttle.Rule {
+			r := perTokenAndApp(throttle.Wait)
+			r.Also = append(r.Also, throttle.KeyLimit{Name: "host", Key: throttle.ByHost(), Limits: []throttle.Limit{throttle.PerSecond(9)}, HashTag: true})
+			return r
+		}(),
+		"one name twice": func() throttle.Rule {
+			r := perTokenAndApp(throttle.Wait)
+			r.Also = append(r.Also, r.Also[0])
+			r.Also[1].HashTag = false
+			return r
+		}(),
+	} {
+		_, err := throttle.New(nil, newMemory(t), throttle.WithRule(r))
+		var ce *throttle.ConfigError
+		assert.ErrorAs(t, err, &ce, name)
+	}
+
+	// A Cluster store: the keys of a request must share a tag. (NewRedis and
+	// New do no I/O: the client never connects.)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	defer cc.Close()
+	st, err := store.NewRedis(cc)
+	require.NoError(t, err)
+	untagged := perTokenAndApp(throttle.Wait)
+	untagged.Also[0].HashTag = false
+	_, err = throttle.New(nil, st, throttle.WithRule(untagged))
+	var ce *throttle.ConfigError
+	require.ErrorAs(t, err, &ce)
+	assert.Contains(t, ce.Reason, "hash tag")
+	_, err = throttle.New(nil, st, throttle.WithRule(perTokenAndApp(throttle.Wait)))
+	assert.NoError(t, err)
+	_, err = throttle.New(nil, newMemory(t), throttle.WithRule(untagged))
+	assert.NoError(t, err, "one process needs no tag")
+}
+
+// TestAlsoKeysInRedis: every key of a request shares the tag, the raw token
+// reaches no Redis key, and a refusal by the app records under no key.
+func TestAlsoKeysInRedis(t *testing.T) {
+	srv := redistest.Shared(t)
+	client := srv.Client(t)
+	prefix := "alsokeys" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "") + ":"
+	st, err := store.NewRedis(client, store.WithPrefix(prefix))
+	require.NoError(t, err)
+	var sent sendLog
+	tr := newTransport(t, sent.base(), st, throttle.WithRule(perTokenAndApp(throttle.FailFast)))
+	const token = "s3cr3t-token-value"
+	require.NoError(t, getToken(t, tr, token))
+	require.NoError(t, getToken(t, tr, "other"))
+	keys, err := client.Keys(context.Background(), prefix+"*").Result()
+	require.NoError(t, err)
+	require.Len(t, keys, 3, "%v: two tokens and the app", keys)
+	for _, k := range keys {
+		assert.NotContains(t, k, token)
+		assert.True(t, strings.HasPrefix(k, prefix+"{my-app}"), "%s shares the app's tag", k)
+	}
+	require.NoError(t, getToken(t, tr, "third"))
+	err = getToken(t, tr, "fourth")
+	require.True(t, errors.Is(err, throttle.ErrLimited), "%v", err)
+	keys, err = client.Keys(context.Background(), prefix+"*").Result()
+	require.NoError(t, err)
+	assert.Len(t, keys, 4, "%v: the refused token's log was never written", keys)
+}

@@ -209,6 +209,9 @@ func startUpstream(t *testing.T, bin string, cfg throttletest.Config, keyQuery s
 	args := []string{"-n", strconv.Itoa(cfg.N), "-per", cfg.Window.String(),
 		"-key-query", keyQuery, "-transit", cfg.Transit.String(),
 		"-algorithm", cfg.Algorithm.String(), "-burst", strconv.Itoa(cfg.Burst)}
+	if len(cfg.Also) > 0 { // an app-wide limit beside the per-key one (fleet_multikey_test.go)
+		args = append(args, "-app-n", strconv.Itoa(cfg.Also[0].N))
+	}
 	for flag, on := range map[string]bool{"-ietf": cfg.IETF, "-xratelimit": cfg.XRateLimit, "-no-retry-after": cfg.NoRetryAfter} {
 		if on {
 			args = append(args, flag)

@@ -92,6 +92,12 @@ type Config struct {
 	// X-RateLimit-Reset (epoch seconds, rounded up) to every answer, as
 	// GitHub does.
 	XRateLimit bool
+	// Also are more limits, each N per Window on its own Key (e.g. the
+	// whole app's, beside each token's), that a request must pass too: it
+	// is accepted only if every one has room, and then counted in all
+	// (SlidingLog only; each takes only N, Window and Key). Upstream.Also
+	// gives their counts.
+	Also []Config
 }
 
 // Upstream is a strict fake of a rate-limited third party: an http.Handler
@@ -101,7 +107,8 @@ type Config struct {
 // every arrival, so that a test can check that no client exceeded the limit
 // and how much of it they used. It is safe for concurrent use.
 type Upstream struct {
-	cfg Config
+	cfg  Config
+	also []*Upstream // Config.Also (tiers.go)
 
 	mu   sync.Mutex
 	keys map[string]*keyState
@@ -165,7 +172,11 @@ func NewUpstream(cfg Config) (*Upstream, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Upstream{cfg: cfg, keys: make(map[string]*keyState)}, nil
+	also, err := newTiers(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Upstream{cfg: cfg, also: also, keys: make(map[string]*keyState)}, nil
 }
 
 // ServeHTTP answers 200 with a small JSON body to an accepted request, and 429
@@ -183,7 +194,11 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	key := u.cfg.Key(r)
-	now, ok, retry, remaining, reset := u.arrive(key)
+	arrive := func() (time.Time, bool, time.Duration, int, time.Duration) { return u.arrive(key) }
+	if u.also != nil {
+		arrive = func() (time.Time, bool, time.Duration, int, time.Duration) { return u.arriveTiers(key, r) }
+	}
+	now, ok, retry, remaining, reset := arrive()
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	ceilSecs := func(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }

@@ -12,7 +12,13 @@
 // real limit (its first hour spent, a request would wait most of an hour,
 // more than -maxwait, and is refused).
 //
+// -app-rate adds the app's own limit over all its tokens together (the
+// Instagram Graph API allows an app 200 calls per hour per user): each
+// request then counts against its token and the app, both reserved in the
+// same Redis call, and waits for the later of the two slots.
+//
 //	go run ./examples/instagram
+//	go run ./examples/instagram -app-rate 100
 //	go run ./examples/instagram -redis 127.0.0.1:6379 -api https://graph.instagram.com -tokens "$TOKENS" -rate 5000 -per 1h
 //
 // It prints progress every second (wait_max: the longest wait of the
@@ -52,6 +58,7 @@ func run() int {
 	tokenList := flag.String("tokens", "token-a,token-b,token-c", "comma-separated access tokens; workers spread requests over them")
 	rate := flag.Int("rate", 50, "requests allowed per token per -per (Instagram: 5000)")
 	per := flag.Duration("per", 2*time.Second, "the limit's rolling window (Instagram: 1h; scaled down so that a short run shows the waits)")
+	appRate := flag.Int("app-rate", 0, "requests allowed per -per to the whole app, all tokens together (0: no app limit; Instagram: 200 per user of the app per hour)")
 	flag.Parse()
 
 	bad := func(format string, args ...any) int {
@@ -73,6 +80,8 @@ func run() int {
 		return bad("-tokens must list at least one token")
 	case *rate < 1:
 		return bad("-rate must be at least 1, not %d", *rate)
+	case *appRate < 0:
+		return bad("-app-rate must not be negative, not %d", *appRate)
 	case *per < time.Millisecond:
 		return bad("-per must be at least 1ms, not %s", *per)
 	}
@@ -91,7 +100,12 @@ func run() int {
 		// The fake API counts per token, as Instagram does: a sliding
 		// window on arrival for each access_token.
 		byToken := func(r *http.Request) string { return r.URL.Query().Get("access_token") }
-		up, err := throttletest.NewUpstream(throttletest.Config{N: *rate, Window: *per, Key: byToken, Transit: load.Transit})
+		cfg := throttletest.Config{N: *rate, Window: *per, Key: byToken, Transit: load.Transit}
+		if *appRate > 0 {
+			// And, with -app-rate, for the whole app.
+			cfg.Also = []throttletest.Config{{N: *appRate, Window: *per, Key: func(*http.Request) string { return "app" }}}
+		}
+		up, err := throttletest.NewUpstream(cfg)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "instagram:", err)
 			return 1
@@ -99,7 +113,7 @@ func run() int {
 		srv := httptest.NewServer(up)
 		defer srv.Close()
 		base = srv.URL
-		fmt.Fprintf(os.Stderr, "in-process strict API: %d per %s per token\n", *rate, *per)
+		fmt.Fprintf(os.Stderr, "in-process strict API: %d per %s per token, %d per %s per app (0: none)\n", *rate, *per, *appRate, *per)
 	}
 	apiURL, err := url.Parse(base)
 	if err != nil || (apiURL.Scheme != "http" && apiURL.Scheme != "https") || apiURL.Host == "" {
@@ -115,6 +129,15 @@ func run() int {
 		Host:   apiURL.Host,
 		Limits: []throttle.Limit{throttle.Per(*rate, *per)},
 		Key:    throttle.ByQuery("access_token"),
+	}
+	if *appRate > 0 {
+		// The app's limit: one more key, the same for every request. As
+		// the hash tag, it keeps every key of the rule in one Cluster
+		// slot, so that a request's two keys are reserved in one call.
+		rule.Also = []throttle.KeyLimit{{
+			Name: "app", Key: throttle.Fixed("my-app"), HashTag: true,
+			Limits: []throttle.Limit{throttle.Per(*appRate, *per)},
+		}}
 	}
 	load.Apply(&rule) // -mode, -maxwait, -margin
 	st, err := store.NewRedis(rdb.Client)

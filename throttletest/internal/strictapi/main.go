@@ -2,12 +2,12 @@
 // in a process of its own, so that a fleet test measures arrivals in an
 // ordinary program rather than in its own race-instrumented test binary.
 //
-//	strictapi -n 200 -per 1s [-algorithm log|gcra|fixed] [-burst 10] [-key-query access_token] [-transit 5ms] [-ietf] [-xratelimit] [-no-retry-after]
+//	strictapi -n 200 -per 1s [-algorithm log|gcra|fixed] [-burst 10] [-key-query access_token] [-app-n 300] [-transit 5ms] [-ietf] [-xratelimit] [-no-retry-after]
 //
 // It listens on a free loopback port, prints its base URL on the first line
 // of standard output, answers every path as the upstream does except
-// GET /_stats, which returns throttletest.Stats as JSON, and exits when its
-// standard input is closed.
+// GET /_stats, which returns throttletest.Stats as JSON (with ?app, the app
+// limit's, under the key "app"), and exits when its standard input is closed.
 package main
 
 import (
@@ -33,6 +33,7 @@ func main() {
 	xrl := flag.Bool("xratelimit", false, "send X-RateLimit-Limit, -Remaining and -Reset (epoch seconds)")
 	algorithm := flag.String("algorithm", "log", "how to count: log (sliding window), gcra (token bucket of -burst + 1) or fixed")
 	burst := flag.Int("burst", 0, "-algorithm gcra: arrivals beyond one that may come at once")
+	appN := flag.Int("app-n", 0, "also at most this many per window over all keys together (the app's limit; 0: none)")
 	flag.Parse()
 
 	alg, err := throttletest.ParseAlgorithm(*algorithm)
@@ -43,6 +44,9 @@ func main() {
 	cfg := throttletest.Config{N: *n, Window: *per, Algorithm: alg, Burst: *burst, Transit: *transit, NoRetryAfter: *noRetryAfter, IETF: *ietf, XRateLimit: *xrl}
 	if q := *keyQuery; q != "" {
 		cfg.Key = func(r *http.Request) string { return r.URL.Query().Get(q) }
+	}
+	if *appN > 0 {
+		cfg.Also = []throttletest.Config{{N: *appN, Window: *per, Key: func(*http.Request) string { return "app" }}}
 	}
 	u, err := throttletest.NewUpstream(cfg)
 	if err != nil {
@@ -55,8 +59,12 @@ func main() {
 		os.Exit(1)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /_stats", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /_stats", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Query().Has("app") && *appN > 0 {
+			_ = json.NewEncoder(w).Encode(u.Also(0).Stats())
+			return
+		}
 		_ = json.NewEncoder(w).Encode(u.Stats())
 	})
 	mux.Handle("/", u)

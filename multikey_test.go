@@ -3,6 +3,7 @@ package throttle_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -154,4 +155,47 @@ func TestAlsoKeysInRedis(t *testing.T) {
 	keys, err = client.Keys(context.Background(), prefix+"*").Result()
 	require.NoError(t, err)
 	assert.Len(t, keys, 4, "%v: the refused token's log was never written", keys)
+}
+
+// Each token may make 2 calls per second, and the app 3 over all its
+// tokens: both are reserved together, and a refusal names the limit that
+// set it.
+func ExampleKeyLimit() {
+	st, err := store.NewMemory() // store.NewRedis(client) for a fleet
+	if err != nil {
+		panic(err)
+	}
+	tr, err := throttle.New(fakeGateway, st, throttle.WithRule(throttle.Rule{
+		Host:   "api.example.com",
+		Key:    throttle.ByQuery("access_token"),
+		Limits: []throttle.Limit{throttle.PerSecond(2)},
+		Also: []throttle.KeyLimit{{
+			Name: "app", Key: throttle.Fixed("my-app"), HashTag: true,
+			Limits: []throttle.Limit{throttle.PerSecond(3)},
+		}},
+		Mode: throttle.FailFast,
+	}))
+	if err != nil {
+		panic(err)
+	}
+	client := &http.Client{Transport: tr}
+	for _, token := range []string{"a", "a", "a", "b", "b"} {
+		resp, err := client.Get("https://api.example.com/me?access_token=" + token)
+		var le *throttle.LimitError
+		if errors.As(err, &le) {
+			fmt.Printf("token %s: limited by %s\n", token, le.Limit)
+			continue
+		}
+		if err != nil {
+			panic(err)
+		}
+		resp.Body.Close()
+		fmt.Printf("token %s: %s\n", token, resp.Status)
+	}
+	// Output:
+	// token a: 200 OK
+	// token a: 200 OK
+	// token a: limited by 2/1s
+	// token b: 200 OK
+	// token b: limited by 3/1s
 }

@@ -3,6 +3,7 @@ package store_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -272,4 +273,37 @@ func runMultiKeyProperty(t *testing.T, im impl, seed uint64) {
 	}
 	// The check has teeth only if the load filled windows.
 	assert.Positive(t, full, "no window of any key was ever full: the test proves nothing")
+}
+
+// TestRedisMultiKeyPartHeals: a part's log in a wrong state (another type,
+// an entry that is not a number, one far in the future) is repaired with the
+// request's own key, and the request is answered, recorded in both logs.
+func TestRedisMultiKeyPartHeals(t *testing.T) {
+	c := realRedis(t)
+	s, err := store.NewRedis(c)
+	require.NoError(t, err)
+	for name, spoil := range map[string]func(lk string) error{
+		"another type": func(lk string) error { return c.Set(ctx, lk, "x", 0).Err() },
+		"not a number": func(lk string) error { return c.RPush(ctx, lk, "x").Err() },
+		"far future": func(lk string) error {
+			return c.RPush(ctx, lk, strconv.FormatInt(time.Now().Add(48*time.Hour).UnixMicro(), 10)).Err()
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			k := tagged(uniqueKey(t), "a", "app")
+			r := two(k[0], k[1], time.Second)
+			require.True(t, reserve(t, s, k[0], r).Allowed)
+			require.NoError(t, spoil(s.RedisKey(k[1])))
+			res := reserve(t, s, k[0], r)
+			require.True(t, res.Allowed)
+			assert.Less(t, res.Delay, time.Second, "not held back by the bad entry")
+			assert.Equal(t, "list", c.Type(ctx, s.RedisKey(k[1])).Val())
+			assert.Equal(t, strconv.FormatInt(res.Entry(), 10), c.LIndex(ctx, s.RedisKey(k[1]), -1).Val(), "recorded in the app's log")
+			for _, e := range c.LRange(ctx, s.RedisKey(k[1]), 0, -1).Val() {
+				v, err := strconv.ParseInt(e, 10, 64)
+				require.NoError(t, err, "entry %q", e)
+				assert.Less(t, v, time.Now().Add(time.Hour).UnixMicro())
+			}
+		})
+	}
 }

@@ -26,7 +26,7 @@ var ErrInvalidConfig = errors.New("throttle: invalid configuration")
 // MaxWait and the context's deadline in Wait mode.
 type LimitError struct {
 	Rule string // the rule's name
-	Key  string // the rate key; keys derived from secrets are hashed
+	Key  string // the rate key (an Also key's, when its limit refused); keys derived from secrets are hashed
 	// Limit is the limit that refused the request, when the store said which.
 	Limit Limit
 	// RetryAfter is when a request of the same cost would have been admitted,

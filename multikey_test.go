@@ -199,3 +199,25 @@ func ExampleKeyLimit() {
 	// token b: 200 OK
 	// token b: limited by 3/1s
 }
+
+// TestAlsoFailLocal: while the shared store is down, FailLocal's limiter
+// keeps the app's limit too, cut to the local share.
+func TestAlsoFailLocal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var sent sendLog
+		rule := perTokenAndApp(throttle.FailFast)
+		rule.Limits = []throttle.Limit{throttle.PerSecond(4)}
+		rule.Also[0].Limits = []throttle.Limit{throttle.PerSecond(6)}
+		tr := newTransport(t, sent.base(), failingStore(errors.New("down")), throttle.WithRule(rule),
+			throttle.WithStoreFailure(throttle.FailLocal), throttle.WithLocalShare(0.5))
+		for _, tok := range []string{"a", "a", "b"} {
+			require.NoError(t, getToken(t, tr, tok)) // each token 2 locally, the app 3
+		}
+		var le *throttle.LimitError
+		require.ErrorAs(t, getToken(t, tr, "c"), &le)
+		assert.Equal(t, throttle.PerSecond(6), le.Limit, "the app's limit (its local share is 3)")
+		require.ErrorAs(t, getToken(t, tr, "a"), &le)
+		assert.Equal(t, throttle.PerSecond(4), le.Limit, "a's limit (its local share is 2)")
+		assert.Equal(t, 3, sent.count())
+	})
+}

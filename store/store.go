@@ -240,7 +240,7 @@ type Reservation struct {
 	// Reserve returns the struct by value on every call).
 	alg   Algorithm
 	cost  int32
-	Limit int // index in Request.Limits of the limit that set the slot, when Cause is CauseLimit; 0 otherwise
+	Limit int // index in Request.Limits (or in Also[Part-1].Limits) of the limit that set the slot, when Cause is CauseLimit; 0 otherwise
 	// Part says whose limit Limit is, when Cause is CauseLimit: 0 for
 	// Request.Limits, i for Request.Also[i-1].Limits; 0 otherwise.
 	Part       int

@@ -173,14 +173,6 @@ func bindStats(rules []*rule, def *rule) []*ruleStats {
 	return list
 }
 
-// statsOf returns the counters of r's name, or of the unmatched requests.
-func (t *Transport) statsOf(r *rule) *ruleStats {
-	if r == nil {
-		return &t.unmatchedStats
-	}
-	return r.stats
-}
-
 // record counts d. A request sent is counted once, in its wait bucket: the
 // buckets sum to Requests[Sent], which saves the allowed path an atomic add.
 func (s *ruleStats) record(d Decision) {

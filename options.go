@@ -6,6 +6,8 @@ import (
 	"math"
 	"reflect"
 	"time"
+
+	"github.com/throttle-go/throttle/store"
 )
 
 // An Option configures New.
@@ -15,7 +17,7 @@ type optionFunc func(*config) error
 
 func (f optionFunc) apply(c *config) error { return f(c) }
 
-// config is what the options set; New validates it and builds the Transport.
+// config is what the options set; New and NewLimiter validate it.
 type config struct {
 	rules        []*rule
 	def          *rule
@@ -28,6 +30,23 @@ type config struct {
 	storeTimeout time.Duration
 	unmatched    UnmatchedPolicy
 	unmatchedSet bool
+}
+
+// configure checks the store and applies opts.
+func configure(st store.Store, opts []Option) (config, error) {
+	var c config
+	if st == nil || isNilPointer(st) {
+		return c, &ConfigError{Reason: "nil store"}
+	}
+	for _, o := range opts {
+		if o == nil {
+			return c, &ConfigError{Reason: "nil option"}
+		}
+		if err := o.apply(&c); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
 }
 
 // WithRule adds a rule. Rules may be given in any order; see Rule for which

@@ -10,7 +10,7 @@ import (
 	"github.com/throttle-go/throttle/store"
 )
 
-// An Option configures New.
+// An Option configures New or NewLimiter.
 type Option interface{ apply(*config) error }
 
 type optionFunc func(*config) error

@@ -43,7 +43,8 @@ func (o Outcome) String() string {
 	return outcomeNames[o]
 }
 
-// Decision describes what the transport decided for one request. It never
+// Decision describes what the transport decided for one request, or a
+// Limiter for one use (Sent: it may go ahead). It never
 // holds a secret: keys derived from tokens are hashed, and no URL is included.
 type Decision struct {
 	Rule    string

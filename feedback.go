@@ -29,7 +29,7 @@ const appUsageSlow = 80.0
 type Feedback struct {
 	Rule string
 	Key  string
-	// Status is the response's status code.
+	// Status is the response's status code (0 for Limiter.Pause).
 	Status int
 	// Throttled is set for a 429, and for a 503 with Retry-After.
 	Throttled bool

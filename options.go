@@ -93,7 +93,8 @@ func WithUnmatched(p UnmatchedPolicy) Option {
 
 // WithOnDecision calls f once per request with the transport's decision, on
 // the request's goroutine: after the wait and before the send for Sent, before
-// RoundTrip returns for the rest. f must be quick and safe for concurrent use.
+// RoundTrip returns for the rest. A Limiter calls it once per Wait, Allow and
+// Reservation (or failed Reserve). f must be quick and safe for concurrent use.
 func WithOnDecision(f func(Decision)) Option {
 	return optionFunc(func(c *config) error {
 		if f == nil {
@@ -107,7 +108,8 @@ func WithOnDecision(f func(Decision)) Option {
 // WithOnFeedback calls f after every response that said something about its
 // key's limits (a 429, a 503 with Retry-After, a limit, a budget or a usage
 // learned from the headers), on the request's goroutine, before RoundTrip
-// returns. f must be quick and safe for concurrent use.
+// returns; and after every Limiter.Pause. f must be quick and safe for
+// concurrent use.
 func WithOnFeedback(f func(Feedback)) Option {
 	return optionFunc(func(c *config) error {
 		if f == nil {

@@ -17,8 +17,9 @@ import (
 // maxRetakes bounds how often one request retakes a slot it woke too late for.
 const maxRetakes = 2
 
-// cancelTimeout bounds the Cancel sent after a waiter's context ended: it runs
-// in the background on a context detached from the caller's, which is done.
+// cancelTimeout bounds every Cancel: the one sent after a waiter's context
+// ended runs in the background on a context detached from the caller's,
+// which is done.
 const cancelTimeout = time.Second
 
 // admission is one request's way through admission: the slot it holds and

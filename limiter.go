@@ -118,7 +118,7 @@ func limiterRule(r Rule) (*rule, error) {
 // beyond the rule's MaxWait or the context's deadline (or FailFast finds
 // none now); the context's error when it ends first, the slot given back; a
 // *StoreError (ErrStoreUnavailable); a *KeyError for an empty key; or an
-// ErrInvalidCost for a cost outside 1 and every limit's N.
+// ErrInvalidCost for a cost outside 1 to the least N of the limits.
 func (l *Limiter) Wait(ctx context.Context, key string, cost int) error {
 	d := l.decide(ctx, key, cost, l.r.maxWait)
 	if d.Outcome == Sent || d.Outcome == FailedOpen {

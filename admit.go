@@ -10,117 +10,175 @@ import (
 )
 
 // This file is admission: reserve a slot, wait for it, and retake it if the
-// process woke too late. It is also the transport's only time seam: t.now and
-// t.sleep (tests run under testing/synctest's fake clock, and replace sleep to
-// make a process late).
+// process woke too late: the Limiter's, and so every rule's of a Transport.
+// It is also the only time seam: core.now and core.sleep (tests run under
+// testing/synctest's fake clock, and replace sleep to make a process late).
 
 // maxRetakes bounds how often one request retakes a slot it woke too late for.
 const maxRetakes = 2
 
-// cancelTimeout bounds the Cancel sent after a waiter's context ended: it runs
-// in the background on a context detached from the caller's, which is done.
+// cancelTimeout bounds every Cancel: the one sent after a waiter's context
+// ended runs in the background on a context detached from the caller's,
+// which is done.
 const cancelTimeout = time.Second
 
-// admit reserves a slot for one send under r and waits for it. The decision
-// says what to do: send (Sent, or FailedOpen when the store failed), or
-// refuse with d.Err. When the request is to be sent and its lateness is
-// measured, due is when its slot was due on this process's clock (an upper
-// bound: the time before the Reserve call plus the delay).
-func (t *Transport) admit(ctx context.Context, r *rule, k keyed) (d Decision, due time.Time) {
-	d = Decision{Rule: r.Name, Key: k.key, Cost: k.cost}
-	if err := ctx.Err(); err != nil {
-		return d.end(Canceled, err), due
-	}
-	for {
-		asked := t.now()
-		req := store.Request{Limits: r.eff, Cost: k.cost, MaxServerWait: r.maxServerWait, Algorithm: r.Algorithm, Also: k.also}
-		if r.Mode == Wait {
-			req.MaxWait = maxWait(ctx, asked, r.maxWait)
-		}
-		// The log records the request at its slot plus this process's
-		// allowance (lateness.go); only the sliding log takes one.
-		if r.Margin > 0 && r.Algorithm == store.SlidingLog {
-			req.Allowance = t.late.allowance(asked)
-		}
-		d.Allowance = req.Allowance
-		g := t.policy.reserve(ctx, r, k.skey, req) // policy.go
-		d.Local, d.Err = g.local, g.down
-		if g.local {
-			// The in-process limiter answered at once, after the failed
-			// call to the shared store: that call is no lateness.
-			asked = t.now()
-		}
-		switch {
-		case g.err == nil:
-		case ctx.Err() != nil:
-			return d.end(Canceled, ctx.Err()), due
-		case g.open:
-			return d.end(FailedOpen, g.err), due
-		case errors.Is(g.err, ErrStoreUnavailable):
-			return d.end(Failed, g.err), due
-		default:
-			return d.end(Failed, fmt.Errorf("throttle: rule %q: %w", r.Name, g.err)), due
-		}
-		res, lkey := g.res, k.key
-		if res.Cause == store.CauseLimit {
-			lkey, d.Limit = r.limitOf(res, k) // multikey.go: the rule's key or one of Also
-		}
-		if !res.Allowed {
-			up := res.Cause == store.CauseUpstream
-			d.RetryAfter, d.Upstream = res.RetryAfter, up
-			return d.end(Limited, &LimitError{Rule: r.Name, Key: lkey, Limit: d.Limit, RetryAfter: res.RetryAfter, Upstream: up,
-				BeyondDeadline: beyondDeadline(r, req.MaxWait, res.RetryAfter, up)}), due
-		}
-		d.Delay += res.Delay
-		if err := t.sleep(ctx, res.Delay); err != nil {
-			// The slot will not be used: give it back so that others may.
-			// The caller must not wait for the store, so Cancel runs on
-			// its own goroutine with a detached context; it is best effort
-			// (a failed Cancel only leaves the slot unused).
-			from := g.from // not g: a closure over it would move every grant to the heap
-			go func() {
-				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
-				defer cancel()
-				_ = from.Cancel(cctx, res)
-			}()
-			return d.end(Canceled, err), due
-		}
-		if r.Margin == 0 {
-			break
-		}
-		if r.Algorithm == store.SlidingLog {
-			due = asked.Add(res.Delay) // only the log takes an allowance: measure on the wire
-		}
-		// A request that wakes later than its allowance plus r.retake
-		// (half the margin; less for a paced limit) after its slot (a
-		// stalled or starved process) would send into the headroom the
-		// margin keeps for the upstream: it gives the slot back and takes
-		// the next free one instead. Its lateness (an upper bound: from
-		// before the Reserve call, so it includes the store's round trip)
-		// feeds the allowance of later reservations.
-		woke := t.now()
-		late := woke.Sub(asked) - res.Delay
-		t.late.observe(woke, late, d.Allowance, false)
-		if late <= d.Allowance+r.retake || d.Retaken == maxRetakes {
-			break
-		}
-		// A failed Cancel leaves the old slot recorded, which only
-		// over-counts; the retake then meets the failure policy.
-		cctx, cancel := context.WithTimeout(ctx, cancelTimeout)
-		_ = g.from.Cancel(cctx, res)
-		cancel()
-		d.Retaken++
-	}
-	if !d.Local {
-		t.policy.mirror(r, k) // FailLocal's limiter sees shared sends too
-	}
-	return d.end(Sent, d.Err), due
+// admission is one request's way through admission: the slot it holds and
+// its decision so far. The Transport's attempts, and the Limiter's Wait,
+// Allow and Reservation, each drive one.
+type admission struct {
+	r       *rule
+	k       keyed
+	maxWait time.Duration // the longest wait the caller accepts (0: a slot now)
+	d       Decision
+	g       grant     // the slot held, and the store that holds it
+	asked   time.Time // before the store call that gave the slot
+	at      time.Time // when the slot is due: the reply plus its delay (zero: at once)
+	// due is when the slot was due as the wire measures it (lateness.go):
+	// an upper bound, from before the store call; zero when not measured.
+	due time.Time
 }
 
-// end sets the outcome and the error of d and returns it.
-func (d Decision) end(o Outcome, err error) Decision {
-	d.Outcome, d.Err = o, err
-	return d
+func newAdmission(r *rule, k keyed, maxWait time.Duration) admission {
+	return admission{r: r, k: k, maxWait: maxWait, d: Decision{Rule: r.Name, Key: k.key, Cost: k.cost}}
+}
+
+// end decides a: it sets the outcome and the error of a.d. It returns false,
+// so that take and await may return it.
+func (a *admission) end(o Outcome, err error) bool {
+	a.d.Outcome, a.d.Err = o, err
+	return false
+}
+
+// admit reserves a slot for one send under r and waits for it, as the rule's
+// Mode says. The decision says what to do: send (Sent, or FailedOpen when the
+// store failed), or refuse with d.Err. When the request is to be sent and its
+// lateness is measured, due is when its slot was due on this process's clock
+// (an upper bound: the time before the Reserve call plus the delay).
+func (c *core) admit(ctx context.Context, r *rule, k keyed) (d Decision, due time.Time) {
+	a := newAdmission(r, k, r.maxWait)
+	c.run(ctx, &a)
+	return a.d, a.due
+}
+
+// run takes a slot for a and waits for it, retaking it if the process woke
+// too late, until a is decided.
+func (c *core) run(ctx context.Context, a *admission) {
+	for c.take(ctx, a) && c.await(ctx, a) {
+	}
+}
+
+// take reserves a slot for a, in one call to the store through the failure
+// policy, and reports whether it holds one. If not, a is decided: refused,
+// failed, canceled, or to be sent uncounted (FailedOpen).
+func (c *core) take(ctx context.Context, a *admission) bool {
+	if err := ctx.Err(); err != nil {
+		return a.end(Canceled, err)
+	}
+	r := a.r
+	a.asked = c.now()
+	req := store.Request{Limits: r.eff, Cost: a.k.cost, MaxServerWait: r.maxServerWait, Algorithm: r.Algorithm, Also: a.k.also}
+	if a.maxWait > 0 {
+		req.MaxWait = maxWait(ctx, a.asked, a.maxWait)
+	}
+	// The log records the request at its slot plus this process's
+	// allowance (lateness.go); only the sliding log takes one.
+	if r.Margin > 0 && r.Algorithm == store.SlidingLog {
+		req.Allowance = c.late.allowance(a.asked)
+	}
+	a.d.Allowance = req.Allowance
+	g := c.policy.reserve(ctx, r, a.k.skey, req) // policy.go
+	a.d.Local, a.d.Err = g.local, g.down
+	if g.local {
+		// The in-process limiter answered at once, after the failed
+		// call to the shared store: that call is no lateness.
+		a.asked = c.now()
+	}
+	switch {
+	case g.err == nil:
+	case ctx.Err() != nil:
+		return a.end(Canceled, ctx.Err())
+	case g.open:
+		return a.end(FailedOpen, g.err)
+	case errors.Is(g.err, ErrStoreUnavailable):
+		return a.end(Failed, g.err)
+	default:
+		return a.end(Failed, fmt.Errorf("throttle: rule %q: %w", r.Name, g.err))
+	}
+	res, lkey := g.res, a.k.key
+	if res.Cause == store.CauseLimit {
+		lkey, a.d.Limit = r.limitOf(res, a.k) // multikey.go: the rule's key or one of Also
+	}
+	if !res.Allowed {
+		up := res.Cause == store.CauseUpstream
+		a.d.RetryAfter, a.d.Upstream = res.RetryAfter, up
+		return a.end(Limited, &LimitError{Rule: r.Name, Key: lkey, Limit: a.d.Limit, RetryAfter: res.RetryAfter, Upstream: up,
+			BeyondDeadline: beyondDeadline(r, a.maxWait, req.MaxWait, res.RetryAfter, up)})
+	}
+	a.g = g
+	a.d.Delay += res.Delay
+	a.at = time.Time{}
+	if res.Delay > 0 {
+		a.at = c.now().Add(res.Delay)
+	}
+	return true
+}
+
+// await sleeps until a's slot and reports whether a must take another: it
+// woke too late and gave this one back. If not, a is decided: Sent, or
+// Canceled when ctx ended first (the slot given back).
+func (c *core) await(ctx context.Context, a *admission) (retake bool) {
+	r, res := a.r, a.g.res
+	var wait time.Duration
+	if !a.at.IsZero() {
+		wait = a.at.Sub(c.now())
+	}
+	if err := c.sleep(ctx, wait); err != nil {
+		// The slot will not be used: give it back so that others may.
+		// The caller must not wait for the store, so Cancel runs on
+		// its own goroutine with a detached context; it is best effort
+		// (a failed Cancel only leaves the slot unused).
+		from := a.g.from // not a: a closure over it would move it to the heap
+		go func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+			defer cancel()
+			_ = from.Cancel(cctx, res)
+		}()
+		return a.end(Canceled, err)
+	}
+	if r.Margin == 0 {
+		return c.sent(a)
+	}
+	if r.Algorithm == store.SlidingLog {
+		a.due = a.asked.Add(res.Delay) // only the log takes an allowance: measure on the wire
+	}
+	// A request that wakes later than its allowance plus r.retake
+	// (half the margin; less for a paced limit) after its slot (a
+	// stalled or starved process) would send into the headroom the
+	// margin keeps for the upstream: it gives the slot back and takes
+	// the next free one instead. Its lateness (an upper bound: from
+	// before the Reserve call, so it includes the store's round trip)
+	// feeds the allowance of later reservations.
+	woke := c.now()
+	late := woke.Sub(a.asked) - res.Delay
+	c.late.observe(woke, late, a.d.Allowance, false)
+	if late <= a.d.Allowance+r.retake || a.d.Retaken == maxRetakes {
+		return c.sent(a)
+	}
+	// A failed Cancel leaves the old slot recorded, which only
+	// over-counts; the retake then meets the failure policy.
+	cctx, cancel := context.WithTimeout(ctx, cancelTimeout)
+	_ = a.g.from.Cancel(cctx, res)
+	cancel()
+	a.d.Retaken++
+	return true
+}
+
+// sent decides a: Sent.
+func (c *core) sent(a *admission) bool {
+	if !a.d.Local {
+		c.policy.mirror(a.r, a.k) // FailLocal's limiter sees shared sends too
+	}
+	return a.end(Sent, a.d.Err)
 }
 
 // sleep blocks for d, or until ctx ends, whichever is first, and returns
@@ -141,14 +199,14 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // beyondDeadline reports whether a refusal came from the context's deadline
-// alone: the slot, retryAfter away, lay within what the rule lets a request
-// wait, but beyond the deadline that cut its MaxWait to asked.
-func beyondDeadline(r *rule, asked, retryAfter time.Duration, upstream bool) bool {
-	bound := r.maxWait
+// alone: the slot, retryAfter away, lay within limit, what the caller lets a
+// request wait under r, but beyond the deadline that cut it to asked.
+func beyondDeadline(r *rule, limit, asked, retryAfter time.Duration, upstream bool) bool {
+	bound := limit
 	if upstream {
 		bound = min(bound, r.maxServerWait)
 	}
-	return r.Mode == Wait && asked < r.maxWait && retryAfter <= bound
+	return limit > 0 && asked < limit && retryAfter <= bound
 }
 
 // maxWait is the longest a request may wait for its slot: the rule's MaxWait,

@@ -1,7 +1,9 @@
 package throttle_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -10,9 +12,10 @@ import (
 	"github.com/throttle-go/throttle/store"
 )
 
-// The RoundTrip path with the memory store, allocations included:
+// The RoundTrip path, and the Limiter's, with the memory store, allocations
+// included:
 //
-//	go test -run '^$' -bench RoundTrip -benchmem .
+//	go test -run '^$' -bench 'RoundTrip|Limiter' -benchmem .
 //
 // bench/ compares the figures with other limiters (see BENCHMARKS.md).
 
@@ -77,6 +80,59 @@ func BenchmarkRoundTrip(b *testing.B) {
 				for pb.Next() {
 					resp, err := tr.RoundTrip(req)
 					check(b, resp, err)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkLimiter is BenchmarkRoundTrip without HTTP: Wait for a slot that
+// is free, and Allow refused.
+func BenchmarkLimiter(b *testing.B) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name  string
+		limit throttle.Limit
+		call  func(*throttle.Limiter) error
+	}{
+		{"wait", admitted, func(l *throttle.Limiter) error { return l.Wait(ctx, "k", 1) }},
+		{"allow/refused", refused, func(l *throttle.Limiter) error {
+			if ok, err := l.Allow(ctx, "k", 1); ok || err != nil {
+				return fmt.Errorf("allowed %v, %v", ok, err)
+			}
+			return nil
+		}},
+	} {
+		newLimiter := func(b *testing.B) *throttle.Limiter {
+			m, err := store.NewMemory()
+			if err != nil {
+				b.Fatal(err)
+			}
+			l, err := throttle.NewLimiter(m, throttle.Rule{Name: "bench", Limits: []throttle.Limit{c.limit}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			_ = l.Wait(ctx, "k", 1)
+			return l
+		}
+		b.Run(c.name, func(b *testing.B) {
+			l := newLimiter(b)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := c.call(l); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(c.name+"/parallel", func(b *testing.B) {
+			l := newLimiter(b)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := c.call(l); err != nil {
+						b.Error(err)
+						return
+					}
 				}
 			})
 		})

@@ -43,7 +43,8 @@ func (o Outcome) String() string {
 	return outcomeNames[o]
 }
 
-// Decision describes what the transport decided for one request. It never
+// Decision describes what the transport decided for one request, or a
+// Limiter for one use (Sent: it may go ahead). It never
 // holds a secret: keys derived from tokens are hashed, and no URL is included.
 type Decision struct {
 	Rule    string
@@ -81,15 +82,15 @@ type Decision struct {
 	Err error
 }
 
-// observe counts d in the stats of r (nil: unmatched), and reports it to the
-// hook and the logger, if any. Repeated lines above Debug are summed up
-// (logs.go).
-func (t *Transport) observe(ctx context.Context, r *rule, d Decision) {
-	t.statsOf(r).record(d)
-	if t.onDecision != nil {
-		t.onDecision(d)
+// observe counts d in s, the counters of its rule (or of the unmatched
+// requests), and reports it to the hook and the logger, if any. Repeated
+// lines above Debug are summed up (logs.go).
+func (c *core) observe(ctx context.Context, s *ruleStats, d Decision) {
+	s.record(d)
+	if c.onDecision != nil {
+		c.onDecision(d)
 	}
-	if t.logger == nil {
+	if c.logger == nil {
 		return
 	}
 	level := slog.LevelDebug
@@ -107,8 +108,8 @@ func (t *Transport) observe(ctx context.Context, r *rule, d Decision) {
 			level = slog.LevelWarn
 		}
 	}
-	if !t.logger.Enabled(ctx, level) ||
-		level > slog.LevelDebug && !t.logFull(ctx, level, logKind{rule: d.Rule, outcome: d.Outcome, local: d.Local}) {
+	if !c.logger.Enabled(ctx, level) ||
+		level > slog.LevelDebug && !c.logFull(ctx, level, logKind{rule: d.Rule, outcome: d.Outcome, local: d.Local}) {
 		return
 	}
 	attrs := []slog.Attr{
@@ -132,5 +133,5 @@ func (t *Transport) observe(ctx context.Context, r *rule, d Decision) {
 	if d.Err != nil {
 		attrs = append(attrs, slog.String("error", d.Err.Error()))
 	}
-	t.logger.LogAttrs(ctx, level, "throttle decision", attrs...)
+	c.logger.LogAttrs(ctx, level, "throttle decision", attrs...)
 }

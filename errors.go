@@ -164,3 +164,6 @@ func (e *UnmatchedError) Error() string {
 
 // Is makes errors.Is(err, ErrUnmatched) true.
 func (e *UnmatchedError) Is(target error) bool { return target == ErrUnmatched }
+
+// errCanceled is what Reservation.Wait returns after Cancel.
+var errCanceled = errors.New("throttle: the reservation was canceled")

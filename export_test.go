@@ -11,3 +11,9 @@ func Measured(tr *Transport) *Transport {
 
 // MaxWarnedHosts is how many hosts WarnUnmatched remembers, for the tests.
 const MaxWarnedHosts = maxWarnedHosts
+
+// MeasuredLimiter is Measured for a Limiter.
+func MeasuredLimiter(l *Limiter) *Limiter {
+	l.c.late.observe(l.c.now(), 0, 0, true)
+	return l
+}

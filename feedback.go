@@ -29,7 +29,7 @@ const appUsageSlow = 80.0
 type Feedback struct {
 	Rule string
 	Key  string
-	// Status is the response's status code.
+	// Status is the response's status code (0 for Limiter.Pause).
 	Status int
 	// Throttled is set for a 429, and for a 503 with Retry-After.
 	Throttled bool
@@ -251,11 +251,11 @@ func (r *rule) implied(n int, w time.Duration) bool {
 }
 
 // report sends fb to the hook and the logger.
-func (t *Transport) report(ctx context.Context, fb Feedback) {
-	if t.onFeedback != nil {
-		t.onFeedback(fb)
+func (c *core) report(ctx context.Context, fb Feedback) {
+	if c.onFeedback != nil {
+		c.onFeedback(fb)
 	}
-	if t.logger == nil {
+	if c.logger == nil {
 		return
 	}
 	level, kind := slog.LevelDebug, noFeedback
@@ -265,8 +265,8 @@ func (t *Transport) report(ctx context.Context, fb Feedback) {
 	case fb.Throttled || fb.Pause > 0:
 		level, kind = slog.LevelInfo, throttledAnswer
 	}
-	if !t.logger.Enabled(ctx, level) ||
-		kind != noFeedback && !t.logFull(ctx, level, logKind{rule: fb.Rule, feedback: kind}) {
+	if !c.logger.Enabled(ctx, level) ||
+		kind != noFeedback && !c.logFull(ctx, level, logKind{rule: fb.Rule, feedback: kind}) {
 		return
 	}
 	attrs := []slog.Attr{
@@ -286,5 +286,5 @@ func (t *Transport) report(ctx context.Context, fb Feedback) {
 	if fb.Err != nil {
 		attrs = append(attrs, slog.String("error", fb.Err.Error()))
 	}
-	t.logger.LogAttrs(ctx, level, "throttle feedback", attrs...)
+	c.logger.LogAttrs(ctx, level, "throttle feedback", attrs...)
 }

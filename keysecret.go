@@ -9,9 +9,9 @@ import (
 // storeKey is the rate key as the transport stores and reports it: keyed with
 // the secret when there is one (WithKeySecret), else hashed when longer than
 // MaxKeyLen.
-func (t *Transport) storeKey(key string) string {
-	if t.keySecret != nil {
-		m := hmac.New(sha256.New, t.keySecret)
+func (c *core) storeKey(key string) string {
+	if c.keySecret != nil {
+		m := hmac.New(sha256.New, c.keySecret)
 		m.Write([]byte(key))
 		return "hmac:" + hex.EncodeToString(m.Sum(nil)[:16])
 	}

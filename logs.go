@@ -76,9 +76,9 @@ type logWindow struct {
 // the event is then logged in full unless its kind is still repeating (an
 // event within the interval before it), when it is counted in the next
 // summary instead: one line per interval while a refusal or an outage lasts.
-func (t *Transport) logFull(ctx context.Context, level slog.Level, k logKind) bool {
-	now := t.now()
-	l := &t.logs
+func (c *core) logFull(ctx context.Context, level slog.Level, k logKind) bool {
+	now := c.now()
+	l := &c.logs
 	l.mu.Lock()
 	w := l.windows[k]
 	if w == nil {
@@ -105,7 +105,7 @@ func (t *Transport) logFull(ctx context.Context, level slog.Level, k logKind) bo
 	if n > 0 {
 		// Up to the second, so that "in the last" stays true.
 		since = (since + time.Second - 1).Truncate(time.Second)
-		t.logger.LogAttrs(ctx, level, fmt.Sprintf("throttle: %d more %q %s for rule %q in the last %s", n, k.name(), k.noun(), k.rule, since),
+		c.logger.LogAttrs(ctx, level, fmt.Sprintf("throttle: %d more %q %s for rule %q in the last %s", n, k.name(), k.noun(), k.rule, since),
 			slog.String("rule", k.rule), slog.String("outcome", k.name()), slog.Int("count", n), slog.Duration("interval", since))
 	}
 	return full

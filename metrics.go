@@ -45,7 +45,8 @@ func waitBucket(d time.Duration) int {
 	return min(bits.Len64(ms-1)+1, numWaitBuckets-1)
 }
 
-// Stats is a snapshot of a Transport's counters since it was created. Each
+// Stats is a snapshot of a Transport's or a Limiter's counters since it was
+// created. Each
 // counter is read atomically, but not all at the same instant.
 type Stats struct {
 	// Rules has one entry per rule name, in the order of the options, the
@@ -171,14 +172,6 @@ func bindStats(rules []*rule, def *rule) []*ruleStats {
 		r.stats = s
 	}
 	return list
-}
-
-// statsOf returns the counters of r's name, or of the unmatched requests.
-func (t *Transport) statsOf(r *rule) *ruleStats {
-	if r == nil {
-		return &t.unmatchedStats
-	}
-	return r.stats
 }
 
 // record counts d. A request sent is counted once, in its wait bucket: the

@@ -6,16 +6,18 @@ import (
 	"math"
 	"reflect"
 	"time"
+
+	"github.com/throttle-go/throttle/store"
 )
 
-// An Option configures New.
+// An Option configures New or NewLimiter.
 type Option interface{ apply(*config) error }
 
 type optionFunc func(*config) error
 
 func (f optionFunc) apply(c *config) error { return f(c) }
 
-// config is what the options set; New validates it and builds the Transport.
+// config is what the options set; New and NewLimiter validate it.
 type config struct {
 	rules        []*rule
 	def          *rule
@@ -28,6 +30,23 @@ type config struct {
 	storeTimeout time.Duration
 	unmatched    UnmatchedPolicy
 	unmatchedSet bool
+}
+
+// configure checks the store and applies opts.
+func configure(st store.Store, opts []Option) (config, error) {
+	var c config
+	if st == nil || isNilPointer(st) {
+		return c, &ConfigError{Reason: "nil store"}
+	}
+	for _, o := range opts {
+		if o == nil {
+			return c, &ConfigError{Reason: "nil option"}
+		}
+		if err := o.apply(&c); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
 }
 
 // WithRule adds a rule. Rules may be given in any order; see Rule for which
@@ -74,7 +93,8 @@ func WithUnmatched(p UnmatchedPolicy) Option {
 
 // WithOnDecision calls f once per request with the transport's decision, on
 // the request's goroutine: after the wait and before the send for Sent, before
-// RoundTrip returns for the rest. f must be quick and safe for concurrent use.
+// RoundTrip returns for the rest. A Limiter calls it once per Wait, Allow and
+// Reservation (or failed Reserve). f must be quick and safe for concurrent use.
 func WithOnDecision(f func(Decision)) Option {
 	return optionFunc(func(c *config) error {
 		if f == nil {
@@ -88,7 +108,8 @@ func WithOnDecision(f func(Decision)) Option {
 // WithOnFeedback calls f after every response that said something about its
 // key's limits (a 429, a 503 with Retry-After, a limit, a budget or a usage
 // learned from the headers), on the request's goroutine, before RoundTrip
-// returns. f must be quick and safe for concurrent use.
+// returns; and after every Limiter.Pause. f must be quick and safe for
+// concurrent use.
 func WithOnFeedback(f func(Feedback)) Option {
 	return optionFunc(func(c *config) error {
 		if f == nil {

@@ -302,7 +302,11 @@ func (c *rule) cost(req *http.Request) (int, error) {
 	if c.Cost == nil {
 		return 1, nil
 	}
-	n := c.Cost(req)
+	return c.checkCost(c.Cost(req))
+}
+
+// checkCost returns n if it is a cost the rule's limits can admit.
+func (c *rule) checkCost(n int) (int, error) {
 	if n < 1 || n > c.minN {
 		return 0, fmt.Errorf("%w: rule %q: cost %d is outside 1..%d", ErrInvalidCost, c.Name, n, c.minN)
 	}

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"slices"
-	"time"
 
 	"github.com/throttle-go/throttle/store"
 )
@@ -21,27 +19,21 @@ import (
 // ErrInvalidCost, the context's error, a *StoreError, or an *UnmatchedError
 // (ErrUnmatched) when no rule matches it (see WithUnmatched).
 type Transport struct {
-	base       http.RoundTripper
-	rules      []*rule
-	def        *rule
-	onDecision func(Decision)
-	onFeedback func(Feedback)
-	logger     *slog.Logger
-	keySecret  []byte  // nil: keys are hashed only when long (keysecret.go)
-	policy     *policy // the store and what to do when it fails (policy.go)
-	fb         feedbackState
-	late       lateness // the allowance of this process's reservations (lateness.go)
-	unmatched  UnmatchedPolicy
-	warned     warnedHosts // the hosts WarnUnmatched has warned of (unmatched.go)
+	// The store, its failure policy, the lateness, the hooks, the logs
+	// and the time seam, which every rule shares: a rule's admission is a
+	// Limiter's (limiter.go, admit.go).
+	*core
 
-	// What an operator sees: counters (metrics.go) and logs (logs.go).
+	base      http.RoundTripper
+	rules     []*rule
+	def       *rule
+	fb        feedbackState
+	unmatched UnmatchedPolicy
+	warned    warnedHosts // the hosts WarnUnmatched has warned of (unmatched.go)
+
+	// What an operator sees: counters (metrics.go); logs are the core's.
 	stats          []*ruleStats // per rule name
 	unmatchedStats ruleStats    // the requests no rule matched
-	logs           logLimiter   // repeated lines become summaries
-
-	// The time seam (admit.go): tests replace sleep to make a process late.
-	now   func() time.Time
-	sleep func(context.Context, time.Duration) error
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -49,22 +41,14 @@ var _ http.RoundTripper = (*Transport)(nil)
 // New returns a Transport that sends through base (http.DefaultTransport when
 // nil) and keeps its state in st. It validates every option and does no I/O.
 func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, error) {
-	if st == nil || isNilPointer(st) {
-		return nil, &ConfigError{Reason: "nil store"}
+	c, err := configure(st, opts)
+	if err != nil {
+		return nil, err
 	}
 	if base == nil {
 		base = http.DefaultTransport
 	} else if isNilPointer(base) {
 		return nil, &ConfigError{Reason: fmt.Sprintf("base is a nil %T (pass nil itself for http.DefaultTransport)", base)}
-	}
-	var c config
-	for _, o := range opts {
-		if o == nil {
-			return nil, &ConfigError{Reason: "nil option"}
-		}
-		if err := o.apply(&c); err != nil {
-			return nil, err
-		}
 	}
 	if len(c.rules) == 0 && c.def == nil {
 		return nil, &ConfigError{Reason: "no rules: give WithRule or WithDefault"}
@@ -86,13 +70,11 @@ func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, er
 	if err := checkAlso(st, append(slices.Clone(c.rules), c.def)); err != nil { // multikey.go
 		return nil, err
 	}
-	t := &Transport{base: base, rules: c.rules, def: c.def, onDecision: c.onDecision, onFeedback: c.onFeedback,
-		logger: c.logger, keySecret: c.keySecret, unmatched: c.unmatched, now: time.Now, sleep: sleep}
-	p, err := newPolicy(st, c, func() time.Time { return t.now() })
+	k, err := newCore(st, c)
 	if err != nil {
 		return nil, err
 	}
-	t.policy = p
+	t := &Transport{core: k, base: base, rules: c.rules, def: c.def, unmatched: c.unmatched}
 	t.stats = bindStats(c.rules, c.def)
 	return t, nil
 }
@@ -114,7 +96,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	k, err := t.keyOf(r, req)
 	if err != nil {
 		closeBody(req)
-		t.observe(ctx, r, Decision{Rule: r.Name, Key: k.key, Outcome: Failed, Err: err})
+		t.observe(ctx, r.stats, Decision{Rule: r.Name, Key: k.key, Outcome: Failed, Err: err})
 		return nil, err
 	}
 	resp, heard, err := t.attempt(ctx, r, k, 0, req)
@@ -129,7 +111,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 func (t *Transport) attempt(ctx context.Context, r *rule, k keyed, n int, req *http.Request) (*http.Response, heard, error) {
 	d, due := t.admit(ctx, r, k) // admit.go
 	d.Attempt = n
-	t.observe(ctx, r, d)
+	t.observe(ctx, r.stats, d)
 	if d.Outcome != Sent && d.Outcome != FailedOpen {
 		closeBody(req)
 		return nil, heard{}, d.Err

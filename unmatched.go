@@ -52,7 +52,7 @@ func (t *Transport) sendUnmatched(ctx context.Context, req *http.Request) (*http
 	if t.unmatched == RefuseUnmatched {
 		closeBody(req)
 		err := &UnmatchedError{Host: hostPort(req)}
-		t.observe(ctx, nil, Decision{Outcome: Unmatched, Err: err})
+		t.observe(ctx, &t.unmatchedStats, Decision{Outcome: Unmatched, Err: err})
 		return nil, err
 	}
 	if t.unmatched == WarnUnmatched {
@@ -69,7 +69,7 @@ func (t *Transport) sendUnmatched(ctx context.Context, req *http.Request) (*http
 			l.LogAttrs(ctx, slog.LevelWarn, "throttle: a request matches no rule and is sent without a limit", attrs...)
 		}
 	}
-	t.observe(ctx, nil, Decision{Outcome: Unmatched})
+	t.observe(ctx, &t.unmatchedStats, Decision{Outcome: Unmatched})
 	resp, err := t.base.RoundTrip(req)
 	if err == nil && resp != nil {
 		t.unmatchedStats.count(resp) // a 429 to an unmatched request is counted too

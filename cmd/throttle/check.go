@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -53,14 +54,14 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		return exitUsage
 	}
-	rdb, sec, err := c.client()
+	rdb, _, sec, err := c.open()
 	if err != nil {
 		fmt.Fprintf(stderr, "throttle check: %v\n", err)
 		return exitUsage
 	}
 	defer rdb.Close()
 	r := &report{w: stdout, sec: sec}
-	check(ctx, r, rdb, c.prefix)
+	check(ctx, r, rdb, c.prefix, where(c.url))
 	if r.failed {
 		return exitFailed
 	}
@@ -68,8 +69,7 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 // check runs every check on rdb, reporting to r.
-func check(ctx context.Context, r *report, rdb *redis.Client, prefix string) {
-	addr := rdb.Options().Addr
+func check(ctx context.Context, r *report, rdb redis.UniversalClient, prefix, addr string) {
 	// TIME, not PING: store.ACLRule grants the one and not the other.
 	if err := rdb.Time(ctx).Err(); err != nil && !strings.Contains(err.Error(), "NOPERM") {
 		r.fail("connect to %s: %v", addr, err)
@@ -82,7 +82,7 @@ func check(ctx context.Context, r *report, rdb *redis.Client, prefix string) {
 	checkLatency(ctx, r, rdb, prefix)
 }
 
-func checkVersion(ctx context.Context, r *report, rdb *redis.Client, addr string) {
+func checkVersion(ctx context.Context, r *report, rdb redis.UniversalClient, addr string) {
 	info, err := rdb.Info(ctx, "server").Result()
 	if err != nil {
 		r.warn("version: INFO server: %v", err)
@@ -109,7 +109,7 @@ func infoField(info, name string) string {
 // checkEviction asks the store itself, as a reservation on a scratch key
 // would: its check reads maxmemory and maxmemory-policy (CONFIG GET, else INFO
 // memory) and refuses a server that may evict throttle's keys.
-func checkEviction(ctx context.Context, r *report, rdb *redis.Client, prefix string) {
+func checkEviction(ctx context.Context, r *report, rdb redis.UniversalClient, prefix string) {
 	st, err := store.NewRedis(rdb, store.WithPrefix(prefix))
 	if err != nil {
 		r.fail("store: %v", err)
@@ -128,7 +128,7 @@ func checkEviction(ctx context.Context, r *report, rdb *redis.Client, prefix str
 	}
 }
 
-func checkACL(ctx context.Context, r *report, rdb *redis.Client) {
+func checkACL(ctx context.Context, r *report, rdb redis.UniversalClient) {
 	if who, err := rdb.Do(ctx, "acl", "whoami").Text(); err != nil {
 		r.warn("ACL WHOAMI: %v", err)
 	} else {
@@ -143,7 +143,7 @@ func checkACL(ctx context.Context, r *report, rdb *redis.Client) {
 	}
 }
 
-func checkScripts(ctx context.Context, r *report, rdb *redis.Client) {
+func checkScripts(ctx context.Context, r *report, rdb redis.UniversalClient) {
 	scripts := store.Scripts()
 	names := make([]string, 0, len(scripts))
 	for n := range scripts {
@@ -183,7 +183,7 @@ func checkScripts(ctx context.Context, r *report, rdb *redis.Client) {
 
 // checkLatency times PING and one reservation (EVALSHA of the log's reserve
 // script) on a scratch key, checkRounds times each, and deletes the key.
-func checkLatency(ctx context.Context, r *report, rdb *redis.Client, prefix string) {
+func checkLatency(ctx context.Context, r *report, rdb redis.UniversalClient, prefix string) {
 	// The eviction check said its word above: here only the latency.
 	st, err := store.NewRedis(rdb, store.WithPrefix(prefix), store.WithEvictionCheck(store.EvictionOff))
 	if err != nil {
@@ -223,6 +223,22 @@ func checkLatency(ctx context.Context, r *report, rdb *redis.Client, prefix stri
 	}
 	p, s := median(pings), median(reserves)
 	r.ok("latency, median of %d: %s %s, reservation %s (EVALSHA allowed)", checkRounds, base, human(p), human(s))
+}
+
+// where names the server of a URL for the report: its scheme and host, no
+// userinfo.
+func where(raw string) string {
+	if raw == "" {
+		raw = "redis://127.0.0.1:6379/0"
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "the -redis URL"
+	}
+	if u.Scheme == "unix" {
+		return u.Path
+	}
+	return u.Scheme + "://" + u.Host
 }
 
 func median(ds []time.Duration) time.Duration {

@@ -34,15 +34,9 @@ func open(name string, args []string, stderr io.Writer, extra func(*flag.FlagSet
 		fmt.Fprintf(stderr, "throttle %s: unexpected arguments %q\n", name, fs.Args())
 		return nil, nil, nil, exitUsage
 	}
-	rdb, sec, err := k.client()
+	rdb, st, sec, err := k.open()
 	if err != nil {
 		fmt.Fprintf(stderr, "throttle %s: %v\n", name, err)
-		return nil, nil, nil, exitUsage
-	}
-	st, err := store.NewRedis(rdb, store.WithPrefix(k.prefix))
-	if err != nil {
-		_ = rdb.Close()
-		fmt.Fprintf(stderr, "throttle %s: %s\n", name, sec.clean(err))
 		return nil, nil, nil, exitUsage
 	}
 	t, err := k.resolve(st, sec)

@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +17,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle"
 	"github.com/throttle-go/throttle/internal/redistest"
+	"github.com/throttle-go/throttle/store"
 )
 
 // TestFleetUsage runs the payments example fleet (two processes, 100 per
@@ -91,4 +94,45 @@ func TestFleetUsage(t *testing.T) {
 	if testing.Verbose() {
 		os.Stderr.WriteString(logs[0].String())
 	}
+}
+
+// TestClusterURL runs every command on a real Redis Cluster through a
+// redis-cluster:// URL, as store.NewRedisURL reads it: the key's state is
+// found, shown and deleted on the node that holds it, and check passes.
+func TestClusterURL(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	url := "redis-cluster://" + cl.Addrs()[0]
+	for _, a := range cl.Addrs()[1:] {
+		if strings.Contains(url, "?") {
+			url += "&addr=" + a
+		} else {
+			url += "?addr=" + a
+		}
+	}
+	rule := "cluster" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	key := []string{"-redis", url, "-rule", rule, "-limit", "10/1m", "-key", "pg1"}
+
+	// Three reservations on the same Cluster, as a transport makes them.
+	st, err := store.NewRedis(cl.Client(t))
+	require.NoError(t, err)
+	for range 3 {
+		res, err := st.Reserve(context.Background(), rule+":pg1",
+			store.Request{Limits: []store.Limit{{N: 10, Per: time.Minute + throttle.DefaultMargin}}, Cost: 1})
+		require.NoError(t, err)
+		require.True(t, res.Allowed)
+	}
+
+	code, out, errOut := runCLI(append([]string{"usage"}, key...)...)
+	require.Equal(t, exitOK, code, errOut)
+	assert.Regexp(t, `(?m)^\s+10/1m\s+1m0.005s\s+3/10\s+0$`, out)
+
+	code, out, errOut = runCLI("check", "-redis", url)
+	require.Equal(t, exitOK, code, "%s%s", out, errOut)
+	assert.Contains(t, out, "redis-cluster://"+cl.Addrs()[0])
+
+	code, out, errOut = runCLI(append([]string{"reset", "-yes"}, key...)...)
+	require.Equal(t, exitOK, code, "%s%s", out, errOut)
+	code, out, errOut = runCLI(append([]string{"usage"}, key...)...)
+	require.Equal(t, exitOK, code, errOut)
+	assert.Regexp(t, `(?m)^\s+10/1m\s+1m0.005s\s+0/10\s+0$`, out)
 }

@@ -8,7 +8,8 @@
 //	throttle reset …the same flags… [-yes]
 //	throttle check
 //
-// Every subcommand takes -redis URL (redis:// or rediss://; default the
+// Every subcommand takes -redis URL (one server, Sentinel or Cluster, as
+// store.NewRedisURL reads it; default the
 // THROTTLE_REDIS environment variable, else redis://127.0.0.1:6379/0) and
 // -prefix (store.DefaultPrefix). The URL, which may hold a password, is never
 // printed; nor are a token or a key secret. See docs/cli.md.
@@ -20,11 +21,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/throttle-go/throttle/store"
 )
 
 func main() {
@@ -93,37 +97,64 @@ func (c *conn) register(fs *flag.FlagSet) {
 		def = "redis://127.0.0.1:6379/0"
 	}
 	// The default is not shown in -h: the environment's URL may hold a password.
-	fs.StringVar(&c.url, "redis", "", "Redis `URL`, redis:// or rediss:// (default: $THROTTLE_REDIS, else redis://127.0.0.1:6379/0); never printed")
+	fs.StringVar(&c.url, "redis", "", "Redis `URL`: redis://, rediss://, redis-sentinel://, redis-cluster:// or unix:// (default: $THROTTLE_REDIS, else redis://127.0.0.1:6379/0); never printed")
 	fs.StringVar(&c.prefix, "prefix", "throttle:", "the store's key prefix (store.WithPrefix)")
 	c.url = def
 }
 
 // errBadURL is the error of an unusable -redis URL; it never holds the URL.
-var errBadURL = errors.New("invalid -redis URL (not shown: it may hold a password); want redis://[user:password@]host:port/db or rediss://…")
+var errBadURL = errors.New("invalid -redis URL (not shown: it may hold a password); want redis://, rediss://, redis-sentinel://, redis-cluster:// or unix:// (docs/redis.md)")
 
-// client opens a client on the URL. It does no I/O.
-func (c *conn) client() (*redis.Client, *secrets, error) {
+// open makes the client and the store of the URL, as store.NewRedisURL does
+// for a program: one server, Sentinel or Cluster. It does no I/O. extra are
+// more store options (the prefix is always given).
+func (c *conn) open(extra ...store.RedisOption) (redis.UniversalClient, *store.Redis, *secrets, error) {
 	url := c.url
-	if url == "" {
-		url = os.Getenv("THROTTLE_REDIS")
-	}
 	if url == "" {
 		url = "redis://127.0.0.1:6379/0"
 	}
-	if !strings.HasPrefix(url, "redis://") && !strings.HasPrefix(url, "rediss://") {
-		return nil, nil, errBadURL
-	}
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		return nil, nil, errBadURL
-	}
 	sec := &secrets{}
-	sec.add(opts.Password)
-	return redis.NewClient(opts), sec, nil
+	sec.addURL(url)
+	st, closer, err := store.NewRedisURL(url, append([]store.RedisOption{store.WithPrefix(c.prefix)}, extra...)...)
+	if err != nil {
+		// NewRedisURL's errors never quote the URL or its password.
+		return nil, nil, nil, fmt.Errorf("%w: %s", errBadURL, sec.clean(err))
+	}
+	// NewRedisURL's closer is the client it made.
+	client, ok := closer.(redis.UniversalClient)
+	if !ok {
+		_ = closer.Close()
+		return nil, nil, nil, fmt.Errorf("throttle: unexpected client %T", closer)
+	}
+	return client, st, sec, nil
 }
 
 // secrets scrubs known secret strings from what the command prints.
 type secrets struct{ list []string }
+
+// addURL adds the passwords a Redis URL may hold: its userinfo's and the
+// password options (a Sentinel URL has two).
+func (s *secrets) addURL(raw string) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		// Unparsable: the whole userinfo, however it is spelled, is secret.
+		if _, rest, ok := strings.Cut(raw, "://"); ok {
+			if at := strings.LastIndex(rest, "@"); at > 0 {
+				s.add(rest[:at])
+				if _, pw, ok := strings.Cut(rest[:at], ":"); ok {
+					s.add(pw)
+				}
+			}
+		}
+		return
+	}
+	if pw, ok := u.User.Password(); ok {
+		s.add(pw)
+	}
+	for _, name := range []string{"password", "sentinel_password"} {
+		s.add(u.Query().Get(name))
+	}
+}
 
 func (s *secrets) add(v string) {
 	if s != nil && len(v) >= 1 {

@@ -1,0 +1,286 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/throttle-go/throttle/store"
+)
+
+// Limiter keeps the uses of a resource under the limits of one rule, in
+// every process that shares its store, without HTTP: a gRPC call, a cloud
+// SDK's, a message sent to a queue. It is what each rule of a Transport runs
+// on: the same store, algorithms, waits, store failure policy, decisions,
+// logs and Stats. It is safe for concurrent use. Create one with
+// NewLimiter; the zero Limiter is not usable.
+//
+// Its key is a rate key, as a KeyFunc would return it: a name such as a
+// gateway's, or a hash of a credential (CredentialKey), never a raw token,
+// unless WithKeySecret is set, which replaces every key with its HMAC.
+// A Limiter and a Transport rule of the same Name, with the same Limits,
+// Margin and Algorithm, share their logs: they count against each other.
+type Limiter struct {
+	r *rule
+	c *core
+}
+
+// core is what the rules of a Transport share, and a Limiter has for its
+// one rule: the store and its failure policy, how late this process sends,
+// the hooks, the logs, the key secret and the time seam (admit.go).
+type core struct {
+	policy     *policy  // the store and what to do when it fails (policy.go)
+	late       lateness // the allowance of this process's reservations (lateness.go)
+	logs       logLimiter
+	onDecision func(Decision)
+	onFeedback func(Feedback)
+	logger     *slog.Logger
+	keySecret  []byte // nil: keys are hashed only when long (keysecret.go)
+
+	// The time seam (admit.go): tests replace sleep to make a process late.
+	now   func() time.Time
+	sleep func(context.Context, time.Duration) error
+}
+
+// newCore builds the core of c's rules on st.
+func newCore(st store.Store, c config) (*core, error) {
+	k := &core{onDecision: c.onDecision, onFeedback: c.onFeedback, logger: c.logger, keySecret: c.keySecret,
+		now: time.Now, sleep: sleep}
+	p, err := newPolicy(st, c, func() time.Time { return k.now() })
+	if err != nil {
+		return nil, err
+	}
+	k.policy = p
+	return k, nil
+}
+
+// NewLimiter returns a Limiter that keeps its state in st, under r: its
+// Name (required: it names the limiter's logs in the store), Limits, Mode,
+// MaxWait, MaxServerWait, Margin and Algorithm. The fields that read an
+// HTTP request (Host, PathPrefix, Method, Key, Also, Cost, IgnoreUpstream,
+// Retries) are a *ConfigError, and so are the options for a Transport's
+// requests (WithRule, WithDefault, WithUnmatched). It does no I/O.
+func NewLimiter(st store.Store, r Rule, opts ...Option) (*Limiter, error) {
+	c, err := configure(st, opts)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case len(c.rules) > 0 || c.def != nil:
+		return nil, &ConfigError{Reason: "WithRule and WithDefault are for a Transport: a Limiter has NewLimiter's rule"}
+	case c.unmatchedSet:
+		return nil, &ConfigError{Reason: "WithUnmatched is for a Transport: a Limiter matches no request"}
+	}
+	cr, err := limiterRule(r)
+	if err != nil {
+		return nil, err
+	}
+	c.rules = []*rule{cr}
+	bindStats(c.rules, nil)
+	k, err := newCore(st, c)
+	if err != nil {
+		return nil, err
+	}
+	return &Limiter{r: cr, c: k}, nil
+}
+
+// limiterRule validates the rule of a Limiter, as a Transport's default rule
+// (it matches every use) that takes nothing from a request.
+func limiterRule(r Rule) (*rule, error) {
+	if r.Name == "" {
+		return nil, &ConfigError{Reason: "a Limiter's Rule needs a Name: it names the limiter's logs in the store"}
+	}
+	var http []string
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"Host", r.Host != ""}, {"PathPrefix", r.PathPrefix != ""}, {"Method", r.Method != ""},
+		{"Key", r.Key != nil}, {"Also", r.Also != nil}, {"Cost", r.Cost != nil}, {"IgnoreUpstream", r.IgnoreUpstream}, {"Retries", r.Retries != 0},
+	} {
+		if f.set {
+			http = append(http, f.name)
+		}
+	}
+	if len(http) > 0 {
+		return nil, &ConfigError{Rule: r.Name, Reason: strings.Join(http, ", ") +
+			" read HTTP requests: a Limiter takes its key and cost with each call"}
+	}
+	return compile(r, true)
+}
+
+// Wait reserves a slot for cost units of key and waits for it. It returns
+// nil when the caller may go ahead (also when the store failed and the
+// policy is FailOpen), or why not, at once rather than after a wait that
+// would be in vain: a *LimitError (errors.Is ErrLimited) when the slot is
+// beyond the rule's MaxWait or the context's deadline (or FailFast finds
+// none now); the context's error when it ends first, the slot given back; a
+// *StoreError (ErrStoreUnavailable); a *KeyError for an empty key; or an
+// ErrInvalidCost for a cost outside 1 to the least N of the limits.
+func (l *Limiter) Wait(ctx context.Context, key string, cost int) error {
+	d := l.decide(ctx, key, cost, l.r.maxWait)
+	if d.Outcome == Sent || d.Outcome == FailedOpen {
+		return nil
+	}
+	return d.Err
+}
+
+// Allow reports whether cost units of key may go now, and records them if
+// so; a refusal records nothing. The error is not a refusal but a failure to
+// decide: a *StoreError (FailClosed), the context's error, a *KeyError or
+// ErrInvalidCost; under FailOpen a failed store allows.
+func (l *Limiter) Allow(ctx context.Context, key string, cost int) (bool, error) {
+	d := l.decide(ctx, key, cost, 0)
+	switch d.Outcome {
+	case Sent, FailedOpen:
+		return true, nil
+	case Limited:
+		return false, nil
+	}
+	return false, d.Err
+}
+
+// decide admits one use of key, waiting at most maxWait for it, and
+// observes the decision.
+func (l *Limiter) decide(ctx context.Context, key string, cost int, maxWait time.Duration) Decision {
+	k, err := l.keyed(key, cost)
+	a := newAdmission(l.r, k, maxWait)
+	if err != nil {
+		a.end(Failed, err)
+	} else {
+		l.c.run(ctx, &a) // admit.go
+	}
+	l.c.observe(ctx, l.r.stats, a.d)
+	return a.d
+}
+
+// keyed checks key and cost and derives the key as stored.
+func (l *Limiter) keyed(key string, cost int) (keyed, error) {
+	if key == "" {
+		return keyed{cost: cost}, &KeyError{Rule: l.r.Name, Reason: "empty key"}
+	}
+	k := keyed{key: l.c.storeKey(key)} // keysecret.go: HMAC with a secret, else long keys hashed
+	k.skey = l.r.scope + k.key
+	var err error
+	k.cost, err = l.r.checkCost(cost)
+	if err != nil {
+		k.cost = cost // as asked, in the decision
+	}
+	return k, err
+}
+
+// Reserve reserves a slot for cost units of key, within the rule's MaxWait
+// and the context's deadline, without waiting for it. Call the
+// Reservation's Wait right before going ahead, or its Cancel if you will
+// not. The errors are Wait's; under FailOpen, a failed store gives a
+// Reservation without a slot, whose Wait returns nil at once.
+func (l *Limiter) Reserve(ctx context.Context, key string, cost int) (*Reservation, error) {
+	k, err := l.keyed(key, cost)
+	rv := &Reservation{l: l, a: newAdmission(l.r, k, l.r.maxWait)}
+	switch {
+	case err != nil:
+		rv.a.end(Failed, err)
+	case l.c.take(ctx, &rv.a): // admit.go
+		return rv, nil
+	}
+	rv.done = true
+	l.c.observe(ctx, l.r.stats, rv.a.d)
+	if rv.a.d.Outcome == FailedOpen {
+		return rv, nil
+	}
+	return nil, rv.a.d.Err
+}
+
+// Pause tells every process that shares the store that the upstream refused
+// key's uses and asked to wait d: their next uses of key wait until d from
+// now (a pause never shortens an earlier one; d is capped at
+// MaxServerPause), or fail at once with a *LimitError (ErrUpstreamLimited)
+// if that is beyond the rule's MaxServerWait. A d of zero or less pauses
+// for the rule's shortest window plus its Margin, as a 429 without
+// Retry-After does. Call it when a gRPC call ends with RESOURCE_EXHAUSTED,
+// with its RetryInfo's delay, or when a queue throttles a producer.
+//
+// The error is the store's, or a *StoreError when the store is marked down
+// (under FailLocal the pause is kept in the process); a store without
+// store.Feedback cannot keep a pause, which is an error too.
+func (l *Limiter) Pause(ctx context.Context, key string, d time.Duration) error {
+	k, err := l.keyed(key, 1)
+	if err != nil {
+		return err
+	}
+	p := l.r.learn(signals{retryAfter: d, hasRetryAfter: d > 0}, true).Pause // feedback.go
+	recorded, err := l.c.policy.learn(ctx, l.r, k.skey, store.Learned{Pause: p})
+	switch {
+	case recorded:
+		l.r.stats.pauses.Add(1)
+	case err == nil:
+		err = fmt.Errorf("throttle: rule %q: the store (%T) keeps no pauses", l.r.Name, l.c.policy.shared)
+	}
+	l.c.report(ctx, Feedback{Rule: l.r.Name, Key: k.key, Throttled: true, Pause: p, Err: err})
+	return err
+}
+
+// Stats returns a snapshot of the limiter's counters: one entry in Rules.
+func (l *Limiter) Stats() Stats {
+	return Stats{Rules: []RuleStats{l.r.stats.snapshot()}}
+}
+
+// Reservation is a slot held by Limiter.Reserve. Call Wait right before
+// going ahead (it waits for the slot, if it is still ahead), or Cancel if
+// you will not go ahead; until then the slot stays recorded. The decision
+// (WithOnDecision, the logger, Stats) is made by the first of the two. A
+// Reservation is not safe for concurrent use.
+type Reservation struct {
+	l    *Limiter
+	a    admission
+	done bool // decided: Wait or Cancel was called, or there is no slot
+}
+
+// Delay returns how long from now until the slot; zero when it is due, or
+// when the reservation is decided.
+func (r *Reservation) Delay() time.Duration {
+	if r.done || r.a.at.IsZero() {
+		return 0
+	}
+	return max(r.a.at.Sub(r.l.c.now()), 0)
+}
+
+// Wait waits until the slot and returns nil when the caller may go ahead;
+// calling it just before going ahead, after sleeping Delay or not, is how
+// the limiter learns how late this process goes after its slots. If the
+// process is late past what the rule's Margin allows, Wait gives the slot
+// back and takes the next free one, within MaxWait and the context's
+// deadline, as Limiter.Wait does, with the same errors. When ctx ends
+// first, it returns ctx's error and gives the slot back. A second call
+// returns the first's result.
+func (r *Reservation) Wait(ctx context.Context) error {
+	if !r.done {
+		c := r.l.c
+		for c.await(ctx, &r.a) && c.take(ctx, &r.a) { // admit.go
+		}
+		r.done = true
+		c.observe(ctx, r.l.r.stats, r.a.d)
+	}
+	if r.a.d.Outcome == Sent || r.a.d.Outcome == FailedOpen {
+		return nil
+	}
+	return r.a.d.Err
+}
+
+// Cancel gives the slot back, so that others may use it, if neither Wait
+// nor Cancel was called before; then it does nothing. It calls the store,
+// for at most a second, and is best effort: a slot it fails to give back
+// stays unused.
+func (r *Reservation) Cancel() {
+	if r.done {
+		return
+	}
+	r.done = true
+	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
+	defer cancel()
+	_ = r.a.g.from.Cancel(ctx, r.a.g.res)
+	r.a.end(Canceled, errCanceled)
+	r.l.c.observe(ctx, r.l.r.stats, r.a.d)
+}

@@ -4,7 +4,10 @@ package store_test
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -41,4 +44,70 @@ func TestMultiKeyCluster(t *testing.T) {
 	res, err = one.Reserve(ctx, key+"-a", r)
 	require.NoError(t, err)
 	assert.True(t, res.Allowed, "one server needs no shared tag")
+}
+
+// TestMultiKeyClusterMonitor reserves and cancels under three keys per
+// request, for 30 hash tags, on a real Cluster while MONITOR records what
+// every master runs: each script command touches a key the caller passed,
+// in its request's slot; the tags spread over every master, each request's
+// keys on one.
+func TestMultiKeyClusterMonitor(t *testing.T) {
+	c := redistest.SharedCluster(t)
+	s, err := store.NewRedis(c.Client(t))
+	require.NoError(t, err)
+	nodes, err := c.Nodes(ctx)
+	require.NoError(t, err)
+	var mons []*monitor
+	for _, n := range nodes {
+		if n.Role == redistest.Master {
+			mons = append(mons, startMonitor(t, n.Addr))
+		}
+	}
+	require.Len(t, mons, 3)
+
+	base := uniqueKey(t)
+	slotOf := map[string]int{} // every Redis key passed, and its request's slot
+	masters := map[string]bool{}
+	for i := range 30 {
+		k := tagged(fmt.Sprintf("%s-%d", base, i), "token", "app", "platform")
+		r := req(1, time.Hour, lim(2, time.Second))
+		r.Also = []store.Part{{Key: k[1], Limits: []store.Limit{lim(3, time.Second)}}, {Key: k[2], Limits: []store.Limit{lim(4, time.Second)}}}
+		slot := redistest.Slot(s.RedisKey(k[0]))
+		for _, key := range k {
+			slotOf[s.RedisKey(key)] = slot
+		}
+		slotOf[s.FeedbackKey(k[0])] = slot
+		m, err := c.MasterOf(ctx, s.RedisKey(k[0]))
+		require.NoError(t, err)
+		masters[m] = true
+		var last store.Reservation
+		for range 3 {
+			last = reserve(t, s, k[0], r)
+			require.True(t, last.Allowed)
+		}
+		require.NoError(t, s.Cancel(ctx, last))
+	}
+	assert.Len(t, masters, 3, "30 tags should land on every master")
+
+	keyed, parts := 0, 0
+	for _, m := range mons {
+		for _, l := range m.until(t, "redistest-monitor-end") {
+			cmd, args, fromScript := parseMonitor(l)
+			if !fromScript || cmd == "TIME" {
+				continue
+			}
+			require.NotEmpty(t, args, l)
+			slot, ok := slotOf[args[0]]
+			if !assert.True(t, ok, "a script touched %q, a key no caller passed: %s", args[0], l) {
+				continue
+			}
+			assert.Equal(t, slot, redistest.Slot(args[0]), l)
+			keyed++
+			if strings.HasSuffix(args[0], "app") || strings.HasSuffix(args[0], "platform") {
+				parts++
+			}
+		}
+	}
+	t.Logf("%d keyed commands run by scripts, %d of them on the extra keys, each on a key passed, in its request's slot", keyed, parts)
+	assert.Greater(t, parts, 30*3*2*2, "MONITOR saw the extra keys' LINDEX and RPUSH")
 }

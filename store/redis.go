@@ -30,7 +30,9 @@ const DefaultPrefix = "throttle:"
 //	p{k}:p        HASH: what the upstream said (Feedback)
 //
 // The braces make k its own Cluster hash tag, so all of a rate key's Redis
-// keys land in the same slot. Time is read inside the scripts with TIME, so
+// keys land in the same slot. A rate key that starts with its own hash tag,
+// "{tag}rest", is used as it is (p{tag}rest, p{tag}rest:pace, ...), so that
+// the keys of one request (Request.Also) can share a slot. Time is read inside the scripts with TIME, so
 // the clocks of the clients do not matter; only durations travel back.
 type Redis struct {
 	client redis.Scripter

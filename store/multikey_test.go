@@ -307,3 +307,31 @@ func TestRedisMultiKeyPartHeals(t *testing.T) {
 		})
 	}
 }
+
+// TestMultiKeyKeepsTheMark: a key that is one request's own, paused
+// by the upstream, and another's extra key: recording and cancelling under
+// it as an extra key keeps its pause in force for its own requests.
+func TestMultiKeyKeepsTheMark(t *testing.T) {
+	for _, im := range impls(t) {
+		t.Run(im.name, func(t *testing.T) {
+			clock := newFakeClock()
+			s := im.open(t, clock.Now)
+			fb, ok := s.(store.Feedback)
+			require.True(t, ok)
+			k := tagged(uniqueKey(t), "app", "a")
+			app, a := k[0], k[1]
+			own := req(1, 0, lim(100, time.Second))
+			require.True(t, reserve(t, s, app, own).Allowed)
+			require.NoError(t, fb.Pause(ctx, app, time.Minute))
+			r := two(a, app, 0)
+			r.Also[0].Limits = own.Limits
+			res := reserve(t, s, a, r)
+			require.True(t, res.Allowed, "the extra key reads no feedback")
+			refused := reserve(t, s, app, own)
+			assert.False(t, refused.Allowed, "the pause still holds the app's own requests")
+			assert.Equal(t, store.CauseUpstream, refused.Cause)
+			require.NoError(t, s.Cancel(ctx, res))
+			assert.Equal(t, store.CauseUpstream, reserve(t, s, app, own).Cause, "and after a cancel")
+		})
+	}
+}

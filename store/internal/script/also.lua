@@ -21,7 +21,8 @@
 -- removes the same value from each. Each log's own slot rule holds for s
 -- (s is at least what that log alone allows), and its entry is at or after
 -- the send: log's proof holds key by key. Feedback (hold) is read for
--- KEYS[1] only.
+-- KEYS[1] only; a part's log that carries the feedback mark (the key is
+-- another request's own, see log) keeps it on its new last entry.
 --
 -- Cost: per part, LINDEX of its last entry and of the entry that decides
 -- each limit, one RPUSH, and the trim and TTL as log's, paid as rarely.
@@ -41,13 +42,14 @@ do
 end
 
 -- also_entry reads entry i of a part's log as a time (marks stripped), or
--- returns nil, KEYSTATE when it is not a number.
+-- returns nil, KEYSTATE when it is not a number; third, whether it was
+-- marked.
 local function also_entry(key, i)
   local e = redis.call('LINDEX', key, i)
   if not e then return nil end
   e = tonumber(e)
   if not e then return nil, redis.error_reply('KEYSTATE an entry is not a number') end
-  return math.abs(e)
+  return math.abs(e), nil, e < 0
 end
 
 -- also_slot returns the slot, limit and cause once every part is counted,
@@ -56,9 +58,9 @@ end
 local function also_slot(s, limit, cause, allowance)
   local j = also.base
   for _, part in ipairs(also.parts) do
-    local last, bad = also_entry(part.key, -1)
+    local last, bad, marked = also_entry(part.key, -1)
     if bad then return s, limit, cause, bad end
-    part.last, part.max_n, part.max_w = last, 0, 0
+    part.last, part.marked, part.max_n, part.max_w = last, marked, 0, 0
     local latest = last or 0
     for i = part.first, part.stop, 2 do
       local n, w = ARGV[i] + 0, ARGV[i + 1] + 0
@@ -133,11 +135,15 @@ local function also_record(rec)
     if part.last and part.last > rec then rec = part.last end
   end
   for _, part in ipairs(also.parts) do
+    -- A key that is another request's own may carry the feedback mark on
+    -- its last entry (see log): it stays on the last entry.
+    local entry = rec
+    if part.marked then entry = -rec end
     local len
     local left = cost
     while left > 0 do
       local chunk = {}
-      for j = 1, math.min(left, 1000) do chunk[j] = rec end
+      for j = 1, math.min(left, 1000) do chunk[j] = entry end
       len = redis.call('RPUSH', part.key, unpack(chunk))
       left = left - #chunk
     end

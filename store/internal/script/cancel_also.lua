@@ -7,15 +7,17 @@
 --           see also).
 -- ARGV[#ARGV]  p.
 --
--- The other keys' entries never carry the feedback mark (only the request's
--- own key reads feedback), but a marked one is removed all the same.
+-- An entry may carry the feedback mark (when the key is another request's
+-- own): as in cancel, marked entries are removed too, and the new last entry
+-- takes the mark.
 
 do
-  local p = tonumber(ARGV[#ARGV])
+  local p, want = tonumber(ARGV[#ARGV]), tonumber(ARGV[2])
   for i = #KEYS - p + 1, #KEYS do
-    local n = redis.call('LREM', KEYS[i], -tonumber(ARGV[2]), ARGV[1])
-    if n < tonumber(ARGV[2]) then
-      redis.call('LREM', KEYS[i], -(tonumber(ARGV[2]) - n), '-' .. ARGV[1])
+    local n = redis.call('LREM', KEYS[i], -want, ARGV[1])
+    if n < want and redis.call('LREM', KEYS[i], -(want - n), '-' .. ARGV[1]) > 0 then
+      local e = redis.call('LINDEX', KEYS[i], -1)
+      if e and (tonumber(e) or 0) > 0 then redis.call('LSET', KEYS[i], -1, -tonumber(e)) end
     end
   end
 end

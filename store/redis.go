@@ -237,6 +237,10 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 		call.script = pacedScript
 		call.keys = append(call.keys, r.paceKey(key))
 	}
+	var lease Lease
+	if req.InFlight > 0 {
+		lease = r.withLease(&call, key, req) // lease.go
+	}
 	run := func() ([]any, error) {
 		switch {
 		case r.ackReplicas > 0:
@@ -263,6 +267,9 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 	if err != nil {
 		r.failed(err)
 		return Reservation{}, fmt.Errorf("store: redis reserve: %w", err)
+	}
+	if req.InFlight > 0 {
+		return r.parseLeased(key, req, lease, reply)
 	}
 	return r.parseReserve(key, req, reply)
 }

@@ -31,6 +31,8 @@ func (t *Transport) admit(ctx context.Context, r *rule, k keyed) (d Decision, du
 	if err := ctx.Err(); err != nil {
 		return d.end(Canceled, err), due
 	}
+	var lease leased // under r.InFlight (lease.go)
+	defer lease.drop(&d)
 	for {
 		asked := t.now()
 		req := store.Request{Limits: r.eff, Cost: k.cost, MaxServerWait: r.maxServerWait, Algorithm: r.Algorithm}
@@ -43,6 +45,7 @@ func (t *Transport) admit(ctx context.Context, r *rule, k keyed) (d Decision, du
 			req.Allowance = t.late.allowance(asked)
 		}
 		d.Allowance = req.Allowance
+		lease.ask(r, &req, d.Queued)
 		g := t.policy.reserve(ctx, r, k.skey, req) // policy.go
 		d.Local, d.Err = g.local, g.down
 		if g.local {
@@ -65,12 +68,19 @@ func (t *Transport) admit(ctx context.Context, r *rule, k keyed) (d Decision, du
 		if res.Cause == store.CauseLimit && res.Limit < len(r.Limits) {
 			d.Limit = r.Limits[res.Limit]
 		}
+		if !res.Allowed && res.Cause == store.CauseInFlight {
+			if lease.await(ctx, t, r, k, g.from, res, &d) {
+				continue
+			}
+			return d, due
+		}
 		if !res.Allowed {
 			up := res.Cause == store.CauseUpstream
 			d.RetryAfter, d.Upstream = res.RetryAfter, up
 			return d.end(Limited, &LimitError{Rule: r.Name, Key: k.key, Limit: d.Limit, RetryAfter: res.RetryAfter, Upstream: up,
 				BeyondDeadline: beyondDeadline(r, req.MaxWait, res.RetryAfter, up)}), due
 		}
+		lease.take(t, r, g.from, res)
 		d.Delay += res.Delay
 		if err := t.sleep(ctx, res.Delay); err != nil {
 			// The slot will not be used: give it back so that others may.

@@ -79,6 +79,13 @@ type Decision struct {
 	// or the *StoreError that made the transport send uncounted
 	// (FailedOpen) or count locally (Sent with Local).
 	Err error
+	// InFlight is set when the rule's InFlight cap held the request back:
+	// it waited in the queue for Queued (included in Delay when Sent), or
+	// was refused for want of a lease (see LimitError.InFlight).
+	InFlight bool
+	Queued   time.Duration
+
+	lease *leaseHold // a request sent under InFlight: its lease, for the response
 }
 
 // observe counts d in the stats of r (nil: unmatched), and reports it to the
@@ -128,6 +135,9 @@ func (t *Transport) observe(ctx context.Context, r *rule, d Decision) {
 	}
 	if d.Limit.N > 0 {
 		attrs = append(attrs, slog.String("limit", d.Limit.String()))
+	}
+	if d.InFlight {
+		attrs = append(attrs, slog.Duration("queued", d.Queued))
 	}
 	if d.Err != nil {
 		attrs = append(attrs, slog.String("error", d.Err.Error()))

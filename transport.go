@@ -83,6 +83,9 @@ func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, er
 		}
 		byName[r.Name] = r
 	}
+	if err := checkLeases(st, append(slices.Clone(c.rules), c.def)); err != nil {
+		return nil, err
+	}
 	t := &Transport{base: base, rules: c.rules, def: c.def, onDecision: c.onDecision, onFeedback: c.onFeedback,
 		logger: c.logger, keySecret: c.keySecret, unmatched: c.unmatched, now: time.Now, sleep: sleep}
 	p, err := newPolicy(st, c, func() time.Time { return t.now() })
@@ -136,8 +139,10 @@ func (t *Transport) attempt(ctx context.Context, r *rule, k keyed, n int, req *h
 	}
 	resp, err := t.base.RoundTrip(req)
 	if err != nil || resp == nil {
+		d.lease.release() // lease.go
 		return resp, heard{}, err
 	}
+	d.lease.bind(resp)
 	return resp, t.listen(ctx, r, k, resp), nil // feedback.go
 }
 

@@ -244,7 +244,7 @@ func runLeaseProperty(t *testing.T, im impl, seed uint64) {
 	var mu sync.Mutex
 	live, most := 0, 0
 	var dead []int64 // the earliest each dead holder's lease may expire (µs)
-	var granted, died, waited atomic.Int64
+	var granted, died, waited, expired atomic.Int64
 	check := func(delta int) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -285,7 +285,14 @@ func runLeaseProperty(t *testing.T, im impl, seed uint64) {
 					if res, err = s.Reserve(ctx, key, rq); !assert.NoError(t, err) {
 						return
 					}
-					require.True(t, res.Allowed, "a handed lease reserves: %+v", res)
+					if !res.Allowed {
+						// Handed, then expired before this call (a slow
+						// store: LeaseFor is short here): queued anew.
+						expired.Add(1)
+						assert.Equal(t, store.CauseInFlight, res.Cause)
+						assert.NoError(t, ls.Release(ctx, res.Lease))
+						continue
+					}
 				}
 				if !res.Allowed {
 					continue
@@ -325,7 +332,8 @@ func runLeaseProperty(t *testing.T, im impl, seed uint64) {
 	wg.Wait()
 	close(stop)
 	<-done
-	t.Logf("cap %d: %d granted, %d after a wait in the queue, %d died holding; most in flight %d", limit, granted.Load(), waited.Load(), died.Load(), most)
+	t.Logf("cap %d: %d granted, %d after a wait in the queue (%d more handed a lease that expired before use), %d died holding; most in flight %d",
+		limit, granted.Load(), waited.Load(), expired.Load(), died.Load(), most)
 	assert.Equal(t, limit, most, "the load never filled the cap; the test proves nothing")
 	assert.Positive(t, waited.Load(), "no waiter was ever served")
 }

@@ -184,8 +184,8 @@ func (r *Redis) abandon(key string, req Request, call scriptCall, reply []any) {
 	var res Reservation
 	var err error
 	if req.InFlight > 0 {
-		// The lease is named by the call's last key (withLease).
-		l := req.lease(key, func() string { return call.keys[len(call.keys)-1] })
+		// The lease id is the call's last argument (withLease).
+		l := req.lease(key, func() string { return call.args[len(call.args)-1].(string) })
 		res, err = r.parseLeased(key, req, l, reply)
 	} else {
 		res, err = r.parseReserve(key, req, reply)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -96,7 +97,8 @@ func (r *Request) lease(key string, newID func() string) Lease {
 }
 
 // leaseProcess and leaseSeq make lease ids unique across the fleet: a random
-// name for this process, and a counter.
+// name for this process, and a counter (also of the stores, for their
+// inboxes).
 var (
 	leaseProcess = func() string {
 		var b [8]byte
@@ -106,16 +108,15 @@ var (
 	leaseSeq atomic.Uint64
 )
 
-// leaseKeys are the Redis keys of a rate key's leases (a ZSET) and queue (a
-// LIST); a lease id is a LIST beside them (its waiter's wake-up).
-func (r *Redis) leaseKeys(key string) (leases, queue string) {
-	k := r.logKey(key)
-	return k + ":lease", k + ":lq"
-}
+// newLeaseID is a new lease id, unique across the fleet.
+func newLeaseID() string { return leaseProcess + "." + strconv.FormatUint(leaseSeq.Add(1), 36) }
 
-// leaseID is a new lease id of key, in its hash slot.
-func (r *Redis) leaseID(key string) string {
-	return r.logKey(key) + ":l:" + leaseProcess + "." + strconv.FormatUint(leaseSeq.Add(1), 36)
+// leaseKeys are the Redis keys of a rate key's leases (a ZSET), queue (a
+// LIST) and this store's inbox (a LIST: the handover pushes the ids of its
+// waiters' leases there).
+func (r *Redis) leaseKeys(key string) (leases, queue, inbox string) {
+	k := r.logKey(key)
+	return k + ":lease", k + ":lq", k + ":lw:" + r.inboxes.name()
 }
 
 var (
@@ -132,19 +133,19 @@ var (
 // withLease makes call the leased variant of itself: its script, and the
 // lease's keys and arguments at the ends (lease_open.lua takes them off).
 func (r *Redis) withLease(call *scriptCall, key string, req Request) Lease {
-	l := req.lease(key, func() string { return r.leaseID(key) })
+	l := req.lease(key, newLeaseID)
 	if call.script.Hash() == pacedScript.Hash() {
 		call.script = leasedPacedScript
 	} else {
 		call.script = leasedScripts[req.Algorithm]
 	}
-	lk, qk := r.leaseKeys(key)
+	lk, qk, inbox := r.leaseKeys(key)
 	held := "0"
 	if req.Held.id != "" {
 		held = "1"
 	}
-	call.keys = append(call.keys, lk, qk, l.id)
-	call.args = append(call.args, l.cap, l.dur, held)
+	call.keys = append(call.keys, lk, qk, inbox)
+	call.args = append(call.args, l.cap, l.dur, held, l.id)
 	return l
 }
 
@@ -178,21 +179,18 @@ func inFlight(l Lease, req Request, retry, deadline int64) Reservation {
 	return res
 }
 
-// leaseOp runs one operation of lease_ops.lua on l, at most once (a
-// release run twice would be harmless, but a leave must not outlive the
-// caller's wait).
+// leaseOp runs one operation of lease_ops.lua on l.
 func (r *Redis) leaseOp(ctx context.Context, op string, l Lease) (held bool, wait int64, err error) {
-	lk, qk := r.leaseKeys(l.key)
+	lk, qk, inbox := r.leaseKeys(l.key)
 	now := ""
 	if r.clock != nil {
 		now = strconv.FormatInt(r.clock().UnixMicro(), 10)
 	}
 	member := ""
 	if l.deadline != 0 {
-		member = strconv.FormatInt(l.deadline, 10) + " " + l.id
+		member = strconv.FormatInt(l.deadline, 10) + " " + l.id + " " + inbox
 	}
-	call := scriptCall{leaseOpsScript, []string{lk, qk, l.id}, []any{op, now, l.cap, l.dur, member}}
-	reply, err := call.script.Run(ctx, r.client, call.keys, call.args...).Slice()
+	reply, err := leaseOpsScript.Run(ctx, r.client, []string{lk, qk}, op, now, l.cap, l.dur, l.id, member).Slice()
 	if err != nil {
 		r.failed(err)
 		return false, 0, fmt.Errorf("store: redis lease %s: %w", op, err)
@@ -233,16 +231,18 @@ func (r *Redis) Renew(ctx context.Context, l Lease) error {
 	return err
 }
 
-// leasePoll bounds one blocking wait for a handover (BLPOP): below the
-// client's default read timeout (3 s), which bounds a command's reply.
+// leasePoll bounds one blocking read of an inbox (BLPOP), below the client's
+// default read timeout (3 s), which bounds a command's reply; and the time
+// between two checks of a waiter (a lease that expired is handed over by
+// the next call that touches the key, or by a waiter's check).
 const leasePoll = time.Second
 
-// Await implements Leases. The waiter blocks on its own LIST (BLPOP), which
-// a release fills when it hands the lease over: one blocked call per
-// leasePoll at most, holding one pool connection meanwhile; between two, a
-// check reclaims expired leases (a holder that died) and serves the queue.
-// The blocking call runs on its own goroutine, so that Await returns as soon
-// as ctx ends; that goroutine ends within leasePoll and leaves the queue.
+// Await implements Leases. The waiter is woken by its store's inbox for the
+// key, which one goroutine per key with waiters reads (one blocked BLPOP,
+// so one pool connection, per key and store however many wait); at the
+// earliest expiry of a lease, and at least every leasePoll, it checks
+// (reclaiming expired leases, a holder that died, and serving the queue).
+// When ctx ends it returns at once and leaves the queue in the background.
 func (r *Redis) Await(ctx context.Context, t Lease) (Lease, error) {
 	if !t.Queued() {
 		return Lease{}, fmt.Errorf("%w: Await needs a queued ticket", ErrInvalidRequest)
@@ -251,70 +251,45 @@ func (r *Redis) Await(ctx context.Context, t Lease) (Lease, error) {
 	if !ok {
 		return Lease{}, fmt.Errorf("store: Await needs a client that runs commands (Client, ClusterClient, Ring), not %T", r.client)
 	}
-	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan awaited, 1)
-	go func() { done <- r.await(wctx, p, t) }()
-	select {
-	case a := <-done:
-		stop()
-		return a.l, a.err
-	case <-ctx.Done():
-		stop() // the goroutine leaves the queue, within leasePoll
-		go func() {
-			// A lease handed just before the end goes back.
-			if a := <-done; a.l.Held() {
-				rctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
-				defer cancel()
-				_ = r.Release(rctx, a.l)
-			}
-		}()
-		return Lease{}, ctx.Err()
-	}
-}
-
-type awaited struct {
-	l   Lease
-	err error
-}
-
-// await is Await's loop. When wctx ends, it leaves the queue (giving back a
-// lease handed meanwhile) on a context of its own.
-func (r *Redis) await(wctx context.Context, p processor, t Lease) awaited {
+	_, _, inbox := r.leaseKeys(t.key)
+	woken, done := r.inboxes.wait(r, p, inbox, t.id)
+	defer done()
 	held := t
 	held.deadline, held.wait = 0, 0
-	// left is the wait still allowed: the blocking calls' timeouts, which the
-	// server measures, are taken off it, so the wait never ends early.
+	// left is the wait still allowed, as the timers measured it.
 	left, next := t.wait, time.Duration(0) // next: until the earliest lease expires (0: unknown)
 	for left > 0 {
 		step := min(leasePoll, left)
 		if next > 0 {
 			step = min(step, next+time.Millisecond)
 		}
-		step = max(step, time.Millisecond)
-		cmd := redis.NewStringSliceCmd(wctx, "blpop", t.id, strconv.FormatFloat(step.Seconds(), 'f', 3, 64))
-		cmd.SetFirstKeyPos(1)
-		err := p.Process(wctx, cmd)
-		switch {
-		case err == nil:
-			return awaited{l: held}
-		case errors.Is(err, redis.Nil):
+		timer := time.NewTimer(step)
+		select {
+		case <-woken:
+			timer.Stop()
+			return held, nil
+		case <-ctx.Done():
+			timer.Stop()
+			go r.leave(t)
+			return Lease{}, ctx.Err()
+		case <-timer.C:
 			left -= step
-		default:
-			r.leave(t)
-			return awaited{err: fmt.Errorf("store: redis await: %w", err)}
 		}
-		got, wait, err := r.leaseOp(wctx, "check", t)
+		got, wait, err := r.leaseOp(ctx, "check", t)
 		if err != nil {
-			r.leave(t)
-			return awaited{err: err}
+			go r.leave(t)
+			if ctx.Err() != nil {
+				return Lease{}, ctx.Err()
+			}
+			return Lease{}, err
 		}
 		if got {
-			return awaited{l: held}
+			return held, nil
 		}
 		next = usDuration(wait)
 	}
 	r.leave(t)
-	return awaited{}
+	return Lease{}, nil
 }
 
 // leaveTimeout bounds the call that leaves the queue after a wait ended.
@@ -325,4 +300,98 @@ func (r *Redis) leave(t Lease) {
 	ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 	defer cancel()
 	_, _, _ = r.leaseOp(ctx, "leave", t)
+}
+
+// inboxes are a Redis store's inboxes, by Redis key: the waiters of each,
+// and the goroutine reading it while any waits.
+type inboxes struct {
+	once sync.Once
+	id   string
+	mu   sync.Mutex
+	by   map[string]*inbox
+}
+
+type inbox struct {
+	waiters map[string]chan struct{} // by lease id
+	// early holds the ids read before their waiter came (it had its
+	// reply, not yet called Await); bounded, dropped when idle.
+	early map[string]bool
+}
+
+// maxEarly bounds inbox.early: ids whose waiter never comes (it left, or
+// got its lease by a check) are forgotten past it.
+const maxEarly = 1024
+
+// name is this store's part of its inboxes' names: unique in the fleet.
+func (b *inboxes) name() string {
+	b.once.Do(func() { b.id = newLeaseID() })
+	return b.id
+}
+
+// wait registers a waiter for the lease id in the inbox key, starting its
+// reader if none runs, and returns the channel closed when the id is read
+// and the function that unregisters it.
+func (b *inboxes) wait(r *Redis, p processor, key, id string) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.by == nil {
+		b.by = make(map[string]*inbox)
+	}
+	ib := b.by[key]
+	if ib == nil {
+		ib = &inbox{waiters: make(map[string]chan struct{}), early: make(map[string]bool)}
+		b.by[key] = ib
+		go b.read(r, p, key, ib)
+	}
+	if ib.early[id] {
+		delete(ib.early, id)
+		close(ch)
+	} else {
+		ib.waiters[id] = ch
+	}
+	return ch, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		delete(ib.waiters, id)
+	}
+}
+
+// read reads the inbox key while it has waiters, and wakes each waiter
+// whose lease id it reads. It ends within leasePoll of the last waiter's
+// leaving.
+func (b *inboxes) read(r *Redis, p processor, key string, ib *inbox) {
+	for {
+		b.mu.Lock()
+		if len(ib.waiters) == 0 {
+			delete(b.by, key)
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+		cmd := redis.NewStringSliceCmd(context.Background(), "blpop", key, strconv.FormatFloat(leasePoll.Seconds(), 'f', 3, 64))
+		cmd.SetFirstKeyPos(1)
+		err := p.Process(context.Background(), cmd)
+		if err != nil && !errors.Is(err, redis.Nil) {
+			// The waiters check on their own meanwhile; do not spin.
+			r.failed(err)
+			time.Sleep(leasePoll / 10)
+			continue
+		}
+		if err != nil || len(cmd.Val()) != 2 {
+			continue
+		}
+		id := cmd.Val()[1]
+		b.mu.Lock()
+		if ch := ib.waiters[id]; ch != nil {
+			delete(ib.waiters, id)
+			close(ch)
+		} else {
+			if len(ib.early) >= maxEarly {
+				clear(ib.early)
+			}
+			ib.early[id] = true
+		}
+		b.mu.Unlock()
+	}
 }

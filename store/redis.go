@@ -51,6 +51,8 @@ type Redis struct {
 	logger *slog.Logger
 	// tlsConfig is WithTLSConfig's, for NewRedisURL.
 	tlsConfig *tls.Config
+	// inboxes wake the waiters for a lease (lease.go).
+	inboxes inboxes
 }
 
 // ErrReplicaAck is matched, with errors.Is, by the error of a reservation

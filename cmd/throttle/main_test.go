@@ -299,7 +299,7 @@ func TestCheckCommand(t *testing.T) {
 	srv := realRedis(t)
 	code, out, errOut := runCLI("check", "-redis", "redis://"+srv.Addr+"/0")
 	require.Equal(t, 0, code, out+errOut)
-	for _, want := range []string{"ok    redis ", "ok    eviction: no maxmemory-policy", "ok    SCRIPT LOAD of the 14 scripts", "ok    latency, median of 20: PING "} {
+	for _, want := range []string{"ok    redis ", "ok    eviction: no maxmemory-policy", "ok    SCRIPT LOAD of the 20 scripts", "ok    latency, median of 20: PING "} {
 		assert.Contains(t, out, want)
 	}
 

@@ -2,10 +2,11 @@
 -- docs/concurrency.md), and the handover every script that touches it runs.
 --
 -- The leases: a ZSET of lease ids, each scored by its expiry in microseconds.
--- The queue: a LIST of waiters, oldest first, each "deadline id" (deadline in
--- microseconds: the waiter leaves then). A lease id is also the name of the
--- LIST its waiter blocks on (BLPOP) for the handover: the Go side names it,
--- in the rate key's hash slot.
+-- The queue: a LIST of waiters, oldest first, each "deadline id inbox"
+-- (deadline in microseconds: the waiter leaves then). The inbox is a LIST of
+-- the waiter's process, in the rate key's hash slot (the Go side names it),
+-- which one blocked call (BLPOP) per process and key reads: the handover
+-- pushes the lease id there.
 
 -- lease_free reclaims the expired leases, hands the free ones to the waiters
 -- at the head of the queue (dropping those whose deadline has passed), and
@@ -16,14 +17,13 @@ local function lease_free(lk, qk, cap, dur, now)
   while n < cap do
     local w = redis.call('LPOP', qk)
     if not w then break end
-    local sp = string.find(w, ' ', 1, true)
-    local deadline = tonumber(string.sub(w, 1, (sp or 1) - 1)) or 0
-    if sp and deadline > now then
-      local id = string.sub(w, sp + 1)
+    local deadline, id, inbox = string.match(w, '^(%d+) (%S+) (.+)$')
+    deadline = tonumber(deadline) or 0
+    if deadline > now then
       redis.call('ZADD', lk, now + dur, id)
       expire(lk, now + dur, now)
-      redis.call('RPUSH', id, 1)
-      expire(id, deadline + 1000000, now)
+      redis.call('RPUSH', inbox, id)
+      expire(inbox, deadline + 1000000, now)
       n = n + 1
     end
   end

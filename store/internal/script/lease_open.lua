@@ -1,10 +1,11 @@
 -- lease_open: take a lease in the same call as the reservation.
 --
--- KEYS[#KEYS-2] the leases, KEYS[#KEYS-1] the queue (see lease),
--- KEYS[#KEYS]   the caller's lease id.
--- ARGV[#ARGV-2] the cap (integer >= 1), ARGV[#ARGV-1] the lease duration in
---               microseconds, ARGV[#ARGV] "1" when the caller already holds
---               the lease id (handed over while it waited), "0" otherwise.
+-- KEYS[#KEYS-2] the leases, KEYS[#KEYS-1] the queue, KEYS[#KEYS] the
+--               caller's inbox (see lease).
+-- ARGV[#ARGV-3] the cap (integer >= 1), ARGV[#ARGV-2] the lease duration in
+--               microseconds, ARGV[#ARGV-1] "1" when the caller already holds
+--               the lease id (handed over while it waited), "0" otherwise,
+--               ARGV[#ARGV] the caller's lease id.
 -- These are taken off KEYS and ARGV here, so the parts below read theirs as
 -- they would without a cap.
 --
@@ -18,12 +19,10 @@
 -- a lease is recorded only when it grants the reservation (lease_close).
 
 local INFLIGHT = 5
-local lease_key, lease_queue, lease_id = KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]
-local lease_cap, lease_dur, lease_held = ARGV[#ARGV - 2] + 0, ARGV[#ARGV - 1] + 0, ARGV[#ARGV] == '1'
-for _ = 1, 3 do
-  KEYS[#KEYS] = nil
-  ARGV[#ARGV] = nil
-end
+local lease_key, lease_queue, lease_inbox = KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]
+local lease_cap, lease_dur, lease_held, lease_id = ARGV[#ARGV - 3] + 0, ARGV[#ARGV - 2] + 0, ARGV[#ARGV - 1] == '1', ARGV[#ARGV]
+for _ = 1, 3 do KEYS[#KEYS] = nil end
+for _ = 1, 4 do ARGV[#ARGV] = nil end
 local lease_n = lease_free(lease_key, lease_queue, lease_cap, lease_dur, now)
 if lease_held then
   local s = redis.call('ZSCORE', lease_key, lease_id)
@@ -33,7 +32,7 @@ if not lease_held and lease_n >= lease_cap then
   local deadline = 0
   if max_wait > 0 then
     deadline = now + max_wait
-    redis.call('RPUSH', lease_queue, string.format('%.0f', deadline) .. ' ' .. lease_id)
+    redis.call('RPUSH', lease_queue, string.format('%.0f', deadline) .. ' ' .. lease_id .. ' ' .. lease_inbox)
     expire(lease_queue, deadline, now)
   end
   return { 0, lease_earliest(lease_key, now), 0, 0, INFLIGHT, deadline }

@@ -18,7 +18,7 @@ import (
 // on a real redis-server, in time and in Redis calls (EVALSHA, EVAL and
 // BLPOP, from INFO commandstats): a reservation without a cap; a capped
 // one that finds a lease free, then gives it back; and capped ones from 16
-// goroutines under a cap of 4, which wait in the queue for a lease handed
+// goroutines per core (32 on two) under a cap of 4, which wait in the queue for a lease handed
 // over by a release (BLPOP), reserve with it, and give it back.
 //
 //	go test -run '^$' -bench Lease -benchtime 20000x ./store/

@@ -35,7 +35,8 @@ type admission struct {
 	at      time.Time // when the slot is due: the reply plus its delay (zero: at once)
 	// due is when the slot was due as the wire measures it (lateness.go):
 	// an upper bound, from before the store call; zero when not measured.
-	due time.Time
+	due   time.Time
+	lease leased // under r.InFlight (lease.go)
 }
 
 func newAdmission(r *rule, k keyed, maxWait time.Duration) admission {
@@ -57,6 +58,7 @@ func (a *admission) end(o Outcome, err error) bool {
 func (c *core) admit(ctx context.Context, r *rule, k keyed) (d Decision, due time.Time) {
 	a := newAdmission(r, k, r.maxWait)
 	c.run(ctx, &a)
+	a.lease.drop(&a.d) // a request sent carries its lease to its response
 	return a.d, a.due
 }
 
@@ -86,6 +88,7 @@ func (c *core) take(ctx context.Context, a *admission) bool {
 		req.Allowance = c.late.allowance(a.asked)
 	}
 	a.d.Allowance = req.Allowance
+	a.lease.ask(r, &req, a.d.Queued)
 	g := c.policy.reserve(ctx, r, a.k.skey, req) // policy.go
 	a.d.Local, a.d.Err = g.local, g.down
 	if g.local {
@@ -108,12 +111,21 @@ func (c *core) take(ctx context.Context, a *admission) bool {
 	if res.Cause == store.CauseLimit {
 		lkey, a.d.Limit = r.limitOf(res, a.k) // multikey.go: the rule's key or one of Also
 	}
+	if !res.Allowed && res.Cause == store.CauseInFlight {
+		// No lease free: wait for one in the key's queue, then reserve
+		// with it (which takes no other lease).
+		if a.lease.await(ctx, c, r, a.k, g.from, res, &a.d) {
+			return c.take(ctx, a)
+		}
+		return false
+	}
 	if !res.Allowed {
 		up := res.Cause == store.CauseUpstream
 		a.d.RetryAfter, a.d.Upstream = res.RetryAfter, up
 		return a.end(Limited, &LimitError{Rule: r.Name, Key: lkey, Limit: a.d.Limit, RetryAfter: res.RetryAfter, Upstream: up,
 			BeyondDeadline: beyondDeadline(r, a.maxWait, req.MaxWait, res.RetryAfter, up)})
 	}
+	a.lease.take(c, r, g.from, res)
 	a.g = g
 	a.d.Delay += res.Delay
 	a.at = time.Time{}

@@ -80,6 +80,13 @@ type Decision struct {
 	// or the *StoreError that made the transport send uncounted
 	// (FailedOpen) or count locally (Sent with Local).
 	Err error
+	// InFlight is set when the rule's InFlight cap held the request back:
+	// it waited in the queue for Queued (included in Delay when Sent), or
+	// was refused for want of a lease (see LimitError.InFlight).
+	InFlight bool
+	Queued   time.Duration
+
+	lease *leaseHold // a request sent under InFlight: its lease, for the response
 }
 
 // observe counts d in s, the counters of its rule (or of the unmatched
@@ -129,6 +136,9 @@ func (c *core) observe(ctx context.Context, s *ruleStats, d Decision) {
 	}
 	if d.Limit.N > 0 {
 		attrs = append(attrs, slog.String("limit", d.Limit.String()))
+	}
+	if d.InFlight {
+		attrs = append(attrs, slog.Duration("queued", d.Queued))
 	}
 	if d.Err != nil {
 		attrs = append(attrs, slog.String("error", d.Err.Error()))

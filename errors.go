@@ -43,6 +43,10 @@ type LimitError struct {
 	// wait the upstream imposed) but the slot lay beyond its context's
 	// deadline: the deadline refused it, at once, rather than the limit.
 	BeyondDeadline bool
+	// InFlight is set when the rule's InFlight cap refused the request: no
+	// lease came free within the time it could wait (RetryAfter: when the
+	// earliest lease held expires, at the latest).
+	InFlight bool
 }
 
 func (e *LimitError) Error() string {
@@ -52,6 +56,9 @@ func (e *LimitError) Error() string {
 	}
 	if e.Upstream {
 		s += ", paused by the upstream"
+	}
+	if e.InFlight {
+		s += ", too many requests in flight"
 	}
 	s += ", retry after " + e.RetryAfter.String()
 	if e.BeyondDeadline {

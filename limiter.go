@@ -108,6 +108,9 @@ func limiterRule(r Rule) (*rule, error) {
 		return nil, &ConfigError{Rule: r.Name, Reason: strings.Join(http, ", ") +
 			" read HTTP requests: a Limiter takes its key and cost with each call"}
 	}
+	if r.InFlight != 0 || r.LeaseFor != 0 {
+		return nil, &ConfigError{Rule: r.Name, Reason: "InFlight and LeaseFor need a response to end the lease: a Limiter does not cap uses in flight"}
+	}
 	return compile(r, true)
 }
 

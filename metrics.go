@@ -85,6 +85,23 @@ type RuleStats struct {
 	Store StoreFailureStats
 	// Upstream counts what the upstream said.
 	Upstream FeedbackStats
+	// InFlight counts what the rule's InFlight cap did.
+	InFlight InFlightStats
+}
+
+// InFlightStats counts what a rule's cap on requests in flight
+// (Rule.InFlight) did in this process.
+type InFlightStats struct {
+	// Held is the number of leases the process holds now: requests
+	// reserved or in flight whose response body is not yet closed.
+	Held int64
+	// Queued counts the requests that waited in the queue for a lease;
+	// Refused, the requests refused for want of one (Decision.InFlight).
+	Queued, Refused uint64
+	// Lost counts the leases found expired when renewed: the process
+	// stalled longer than LeaseFor/2, and its request was no longer
+	// counted in the cap.
+	Lost uint64
 }
 
 // Outcomes counts requests by Outcome, indexed by it.
@@ -152,6 +169,9 @@ type ruleStats struct {
 	refused, open, local atomic.Uint64
 
 	tooMany, unavailable, pauses, tightenings atomic.Uint64
+
+	leases                                  atomic.Int64 // held now (lease.go)
+	leasesQueued, leasesRefused, leasesLost atomic.Uint64
 }
 
 // bindStats gives every rule the counters of its name, shared by the rules of
@@ -200,6 +220,9 @@ func (s *ruleStats) record(d Decision) {
 	if d.Local {
 		s.local.Add(1)
 	}
+	if d.InFlight && d.Outcome == Limited {
+		s.leasesRefused.Add(1)
+	}
 }
 
 // count counts resp when it is a 429, or a 503 with Retry-After, and
@@ -231,6 +254,7 @@ func (s *ruleStats) snapshot() RuleStats {
 		Retakes:  s.retakes.Load(),
 		Store:    StoreFailureStats{Refused: s.refused.Load(), Open: s.open.Load(), Local: s.local.Load()},
 		Upstream: s.upstream(),
+		InFlight: InFlightStats{Held: s.leases.Load(), Queued: s.leasesQueued.Load(), Refused: s.leasesRefused.Load(), Lost: s.leasesLost.Load()},
 	}
 	for i := range s.outcomes {
 		r.Requests[i] = s.outcomes[i].Load()
@@ -256,6 +280,10 @@ func (r *RuleStats) add(o RuleStats) {
 	r.Store.Open += o.Store.Open
 	r.Store.Local += o.Store.Local
 	r.Upstream.add(o.Upstream)
+	r.InFlight.Held += o.InFlight.Held
+	r.InFlight.Queued += o.InFlight.Queued
+	r.InFlight.Refused += o.InFlight.Refused
+	r.InFlight.Lost += o.InFlight.Lost
 }
 
 func (f *FeedbackStats) add(o FeedbackStats) {

@@ -81,6 +81,8 @@ type localShare struct {
 	minN   int           // the least N: a cost above it cannot be counted locally
 	maxPer time.Duration // the longest window
 	share  float64       // the share, for the limits of Also (multikey.go)
+	// inFlight is the rule's InFlight cut alike (lease.go).
+	inFlight int
 }
 
 // newPolicy validates the policy options of c and prepares the local limiter.
@@ -112,7 +114,9 @@ func newPolicy(st store.Store, c config, now func() time.Time) (*policy, error) 
 	p.local, p.shares = m, make(map[string]localShare)
 	for _, r := range append(c.rules[:len(c.rules):len(c.rules)], c.def) {
 		if r != nil {
-			p.shares[r.scope] = shareOf(r.eff, c.localShare)
+			s := shareOf(r.eff, c.localShare)
+			s.inFlight = shareOfCap(r.InFlight, c.localShare)
+			p.shares[r.scope] = s
 		}
 	}
 	return p, nil
@@ -192,6 +196,9 @@ func (p *policy) reserve(ctx context.Context, r *rule, skey string, req store.Re
 		var ok bool
 		if req.Also, ok = s.alsoShare(req.Also, req.Cost); !ok {
 			return grant{err: fmt.Errorf("%w (and cost %d is above the local share of a limit of Also)", down, req.Cost), down: down, local: true}
+		}
+		if req.InFlight > 0 {
+			req.InFlight = s.inFlight
 		}
 		res, err := p.local.Reserve(ctx, skey, req)
 		return grant{res: res, from: p.local, err: err, down: down, local: true}

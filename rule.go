@@ -109,6 +109,19 @@ type Rule struct {
 	// does not grow with N); see store.Algorithm and the README's table.
 	// Buckets reads each limit's Precision; the others refuse one.
 	Algorithm Algorithm
+
+	// InFlight, if positive, caps the rule's requests of one key that are
+	// in flight at once, across every process sharing the store: a
+	// request holds a lease from its reservation until its response body
+	// is read to the end or closed (at once on an error or without a
+	// body). Waiting requests are served in order, within MaxWait; one that
+	// cannot get a lease in time is refused with a *LimitError whose
+	// InFlight is set. Zero: no cap. See docs/concurrency.md.
+	InFlight int
+	// LeaseFor is how long a lease outlives a process that dies holding
+	// it; a live process renews its leases every half of it. From 100ms to
+	// 24h; zero: DefaultLeaseFor (InFlight only).
+	LeaseFor time.Duration
 }
 
 // rule is a validated Rule, ready to match and reserve.
@@ -217,6 +230,9 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 	probe := store.Request{Limits: c.eff, Cost: 1, Algorithm: r.Algorithm}
 	if err := probe.Validate("rule"); err != nil {
 		return nil, fail("%s", strings.TrimPrefix(err.Error(), store.ErrInvalidRequest.Error()+": "))
+	}
+	if err := c.compileInFlight(fail); err != nil { // lease.go
+		return nil, err
 	}
 	switch r.Mode {
 	case Wait:

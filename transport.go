@@ -70,6 +70,9 @@ func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, er
 	if err := checkAlso(st, append(slices.Clone(c.rules), c.def)); err != nil { // multikey.go
 		return nil, err
 	}
+	if err := checkLeases(st, append(slices.Clone(c.rules), c.def)); err != nil { // lease.go
+		return nil, err
+	}
 	k, err := newCore(st, c)
 	if err != nil {
 		return nil, err
@@ -121,8 +124,10 @@ func (t *Transport) attempt(ctx context.Context, r *rule, k keyed, n int, req *h
 	}
 	resp, err := t.base.RoundTrip(req)
 	if err != nil || resp == nil {
+		d.lease.release() // lease.go
 		return resp, heard{}, err
 	}
+	d.lease.bind(resp)
 	return resp, t.listen(ctx, r, k, resp), nil // feedback.go
 }
 

@@ -24,8 +24,10 @@ const aclCommands = "-@all +evalsha +eval +time" +
 // The eviction check reads the policy with INFO memory where CONFIG GET is
 // denied, which it is under this rule (CONFIG GET would also show other
 // settings). Add +wait for WithReplicaAck, and +cluster|slots +command for
-// a Cluster client (go-redis reads the slots and the command table). AUTH
-// and HELLO need no permission.
+// a Cluster client (go-redis reads the slots and the command table), and
+// +lpop +blpop +zadd +zrem +zscore +zcard +zrange +zremrangebyscore for a
+// cap on requests in flight (Request.InFlight). AUTH and HELLO need no
+// permission.
 func ACLRule(prefix string) string {
 	// Glob characters in the prefix are matched literally.
 	escaped := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`).Replace(prefix)

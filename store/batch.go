@@ -76,7 +76,7 @@ type batchReply struct {
 type batcher struct {
 	client  pipeliner
 	max     int
-	abandon func(key string, req Request, reply []any)
+	abandon func(key string, req Request, call scriptCall, reply []any)
 
 	mu      sync.Mutex
 	queue   []*pending
@@ -170,7 +170,7 @@ func (b *batcher) run(ctx context.Context, batch []*pending) {
 		if p.state.CompareAndSwap(0, 2) {
 			p.done <- batchReply{reply, err}
 		} else if err == nil {
-			b.abandon(p.key, p.req, reply)
+			b.abandon(p.key, p.req, p.call, reply)
 		}
 	}
 }
@@ -180,14 +180,23 @@ const abandonTimeout = 5 * time.Second
 
 // abandon cancels, in the background, a reservation granted to a caller
 // that had gone by the time its batch came back.
-func (r *Redis) abandon(key string, req Request, reply []any) {
-	res, err := r.parseReserve(key, req, reply)
-	if err != nil || !res.Allowed {
+func (r *Redis) abandon(key string, req Request, call scriptCall, reply []any) {
+	var res Reservation
+	var err error
+	if req.InFlight > 0 {
+		// The lease id is the call's last argument (withLease).
+		l := req.lease(key, func() string { return call.args[len(call.args)-1].(string) })
+		res, err = r.parseLeased(key, req, l, reply)
+	} else {
+		res, err = r.parseReserve(key, req, reply)
+	}
+	if err != nil || !res.Allowed && !res.Lease.Queued() {
 		return
 	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), abandonTimeout)
 		defer cancel()
 		_ = r.Cancel(ctx, res)
+		_ = r.Release(ctx, res.Lease) // a lease, or a place in the queue
 	}()
 }

@@ -28,8 +28,9 @@ type Memory struct {
 	counters map[counterKey]*counterState
 	// feedback holds what the upstream said, per key (feedback_memory.go).
 	feedback map[string]*memFeedback
-	calls    int // Reserve calls since the last sweep of expired keys
-	kept     int // keys left by the last sweep
+	lease    memLeaseState // the in-flight caps (lease_memory.go)
+	calls    int           // Reserve calls since the last sweep of expired keys
+	kept     int           // keys left by the last sweep
 }
 
 // micros reads the store's clock in microseconds; m.mu is held.
@@ -123,6 +124,13 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 	// many keys there are, and the map within twice that plus the live keys.
 	if m.calls >= max(sweepEvery, m.kept) {
 		m.sweep(now)
+	}
+	if req.InFlight > 0 {
+		l, refusal, ok := m.leaseBefore(key, &req, now)
+		if !ok {
+			return refusal, nil
+		}
+		defer m.leaseAfter(&res, l, now)
 	}
 	if req.Algorithm != SlidingLog {
 		ck := counterKey{req.Algorithm, key}

@@ -3,8 +3,6 @@ package store_test
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -82,25 +80,4 @@ func (c countCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		c.n.Add(int64(len(cmds)))
 		return next(ctx, cmds)
 	}
-}
-
-// commandCalls sums calls= over every command in INFO commandstats: the
-// commands clients sent (a script's own commands are not counted there).
-func commandCalls(b *testing.B, info string) int64 {
-	var n int64
-	for line := range strings.SplitSeq(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
-		if !ok {
-			continue
-		}
-		_, fields, _ := strings.Cut(rest, ":")
-		for field := range strings.SplitSeq(fields, ",") {
-			if v, ok := strings.CutPrefix(field, "calls="); ok {
-				c, err := strconv.ParseInt(v, 10, 64)
-				require.NoError(b, err)
-				n += c
-			}
-		}
-	}
-	return n
 }

@@ -53,6 +53,8 @@ type Redis struct {
 	logger *slog.Logger
 	// tlsConfig is WithTLSConfig's, for NewRedisURL.
 	tlsConfig *tls.Config
+	// inboxes wake the waiters for a lease (lease.go).
+	inboxes inboxes
 }
 
 // ErrReplicaAck is matched, with errors.Is, by the error of a reservation
@@ -252,6 +254,10 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 	if req.Also != nil {
 		call = r.alsoCall(call, &req, p >= 0) // multikey.go
 	}
+	var lease Lease
+	if req.InFlight > 0 {
+		lease = r.withLease(&call, key, req) // lease.go
+	}
 	run := func() ([]any, error) {
 		switch {
 		case r.ackReplicas > 0:
@@ -279,6 +285,9 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 	if err != nil {
 		r.failed(err)
 		return Reservation{}, fmt.Errorf("store: redis reserve: %w", err)
+	}
+	if req.InFlight > 0 {
+		return r.parseLeased(key, req, lease, reply)
 	}
 	return r.parseReserve(key, req, reply)
 }

@@ -103,6 +103,23 @@ type Request struct {
 	// every key allows, and the units are recorded under every key or
 	// under none (multikey.go). Nil: the key alone.
 	Also []Part
+
+	// A cap on the requests in flight (lease.go, docs/concurrency.md).
+
+	// InFlight, if positive, caps the key's requests in flight: a granted
+	// reservation also holds one of InFlight leases (Reservation.Lease),
+	// taken in the same call, until Leases.Release. When none is free,
+	// nothing is recorded: the reservation is refused with CauseInFlight
+	// and, if MaxWait is positive, its Lease is a ticket in the key's queue
+	// (Leases.Await). Zero: no cap. Not with Also.
+	InFlight int
+	// LeaseFor is how long a lease lasts unless renewed (Leases.Renew): a
+	// holder that dies gives its lease back after it. Required with
+	// InFlight, at most MaxLease.
+	LeaseFor time.Duration
+	// Held is a lease the request holds already (handed by Leases.Await):
+	// the reservation takes no other, and leaves it held when refused.
+	Held Lease
 }
 
 // A key should always be reserved with the same limits: a log is trimmed
@@ -133,7 +150,7 @@ func (r Request) Validate(key string) error {
 func (r *Request) valid(key string) (maxPer int64, paced, ok bool) {
 	ok = key != "" && len(r.Limits) > 0 && r.Cost >= 1 && r.Cost <= math.MaxInt32 && r.MaxWait >= 0 && r.MaxServerWait >= 0 &&
 		(r.Allowance == 0 || r.Allowance > 0 && r.Allowance <= MaxAllowance && r.Algorithm == SlidingLog) &&
-		int(r.Algorithm) < len(algorithmNames)
+		int(r.Algorithm) < len(algorithmNames) && r.leaseValid()
 	for i := range r.Limits {
 		l := &r.Limits[i] // no copy: this is the Memory store's hot path
 		ok = ok && l.N >= 1 && l.Per >= time.Microsecond && r.Cost <= l.N &&
@@ -167,6 +184,9 @@ func (r Request) invalid(key string) error {
 	}
 	if r.Allowance < 0 || r.Allowance > MaxAllowance || r.Allowance != 0 && r.Algorithm != SlidingLog {
 		return fmt.Errorf("%w: allowance %s: must be 0 to %s, and only SlidingLog takes one", ErrInvalidRequest, r.Allowance, MaxAllowance)
+	}
+	if err := r.leaseInvalid(); err != nil {
+		return err
 	}
 	paced := false
 	for _, l := range r.Limits {
@@ -212,12 +232,13 @@ const (
 	CauseLimit                 // Request.Limits[Reservation.Limit]
 	CauseUpstream              // a pause or an exhausted budget the upstream imposed (Feedback)
 	CauseLearned               // a limit learned from the upstream's headers
+	CauseInFlight              // no lease free under Request.InFlight
 )
 
-var causeNames = [...]string{"none", "order", "limit", "upstream", "learned"}
+var causeNames = [...]string{"none", "order", "limit", "upstream", "learned", "in-flight"}
 
-// String returns the short name of c: "none", "order", "limit", "upstream"
-// or "learned".
+// String returns the short name of c: "none", "order", "limit", "upstream",
+// "learned" or "in-flight".
 func (c Cause) String() string {
 	if int(c) < len(causeNames) {
 		return causeNames[c]
@@ -246,6 +267,10 @@ type Reservation struct {
 	Part       int
 	Delay      time.Duration // allowed: how long from now until the slot
 	RetryAfter time.Duration // refused: when a request of the same cost would have been admitted
+	// Lease, under Request.InFlight, is the lease an allowed reservation
+	// holds, or the ticket of one refused with CauseInFlight that joined
+	// the queue (lease.go).
+	Lease Lease
 
 	// What Cancel needs: the rate key; the slot and the time the units
 	// were recorded at (the slot, or later with an Allowance), in

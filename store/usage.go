@@ -182,19 +182,25 @@ func Scripts() map[string]string {
 	for name, s := range alsoScripts { // multikey.go
 		out[name] = s.src
 	}
+	for a, s := range leasedScripts { // lease.go
+		out["reserve "+Algorithm(a).String()+", leased"] = s.src
+	}
+	out["reserve paced, leased"], out["lease ops"] = leasedPacedScript.src, leaseOpsScript.src
 	return out
 }
 
 // Keys returns the names of every Redis key that may hold state of key:
-// the log, the counters of each counting algorithm, the feedback hash and
-// the pacing state (":pace"), for a tool that deletes a key's state. They
+// the log, the counters of each counting algorithm, the feedback hash, the
+// pacing state (":pace"), and the leases and queue of a cap on requests in
+// flight (":lease", ":lq"), for a tool that deletes a key's state. They
 // share the key's hash tag, so one slot.
 func (r *Redis) Keys(key string) []string {
 	out := []string{r.logKey(key)}
 	for a := FixedWindow; int(a) < len(algorithmNames); a++ {
 		out = append(out, r.keyFor(key, a))
 	}
-	return append(out, r.feedbackKey(key), r.paceKey(key))
+	lk, qk, _ := r.leaseKeys(key)
+	return append(out, r.feedbackKey(key), r.paceKey(key), lk, qk)
 }
 
 // Delete removes all of key's state (every name Keys returns) in one DEL and

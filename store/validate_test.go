@@ -44,6 +44,9 @@ func TestValidMatchesInvalid(t *testing.T) {
 				r.Also = append(r.Also, pt)
 			}
 		}
+		if rng.IntN(4) == 0 { // a cap in flight (lease.go)
+			r.InFlight, r.LeaseFor = rng.IntN(3)-1, pick(0, time.Second)
+		}
 		key := []string{"", "k"}[rng.IntN(2)]
 		err := r.invalid(key)
 		if _, _, ok := r.valid(key); ok != (err == nil) {

@@ -96,8 +96,17 @@ type Config struct {
 	// whole app's, beside each token's), that a request must pass too: it
 	// is accepted only if every one has room, and then counted in all
 	// (SlidingLog only; each takes only N, Window and Key). Upstream.Also
-	// gives their counts.
+	// gives their counts. Not with MaxInFlight.
 	Also []Config
+
+	// MaxInFlight, if positive, caps the requests of one key being answered
+	// at once, as APIs that limit concurrent requests do: a request that
+	// arrives while MaxInFlight are in flight is answered 429 at once (and
+	// counts against nothing). A request is in flight from its arrival until
+	// its answer is written, ServiceTime later.
+	MaxInFlight int
+	// ServiceTime is how long an accepted request takes to answer.
+	ServiceTime time.Duration
 }
 
 // Upstream is a strict fake of a rate-limited third party: an http.Handler
@@ -121,6 +130,8 @@ type keyState struct {
 	count    int         // FixedWindow: its accepted arrivals
 	arrivals []time.Time // every accepted arrival
 	rejected []time.Time // every rejected arrival
+	inFlight int         // MaxInFlight: requests being answered now
+	atArrive []int       // MaxInFlight: inFlight at each accepted arrival
 }
 
 // KeyStats is what the upstream saw of one key, or of all keys together.
@@ -137,6 +148,10 @@ type KeyStats struct {
 	Arrivals []time.Time
 	// FirstAccepted is the first accepted arrival, zero if none.
 	FirstAccepted time.Time
+	// InFlight holds, with MaxInFlight, for each accepted arrival
+	// (Arrivals[i]), how many requests of the key were in flight then, it
+	// included (nil for Total).
+	InFlight []int
 }
 
 // Stats is a snapshot of what the upstream saw.
@@ -165,6 +180,10 @@ func NewUpstream(cfg Config) (*Upstream, error) {
 		return nil, errors.New("throttletest: Burst must be 0, or positive for GCRA")
 	case cfg.Algorithm == GCRA && cfg.Window/time.Duration(cfg.N) <= 0:
 		return nil, errors.New("throttletest: GCRA needs Window/N of at least 1ns")
+	case cfg.MaxInFlight < 0 || cfg.ServiceTime < 0:
+		return nil, errors.New("throttletest: MaxInFlight and ServiceTime must not be negative")
+	case cfg.MaxInFlight > 0 && len(cfg.Also) > 0:
+		return nil, errors.New("throttletest: MaxInFlight with Also is not supported")
 	}
 	if cfg.Key == nil {
 		cfg.Key = func(*http.Request) string { return "" }
@@ -199,6 +218,19 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		arrive = func() (time.Time, bool, time.Duration, int, time.Duration) { return u.arriveTiers(key, r) }
 	}
 	now, ok, retry, remaining, reset := arrive()
+	if ok && u.cfg.MaxInFlight > 0 {
+		// Answered (and out of flight) before the client can read the end
+		// of the answer: net/http sends it after the handler returns.
+		defer u.done(key)
+	}
+	if ok && u.cfg.ServiceTime > 0 {
+		t := time.NewTimer(u.cfg.ServiceTime)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+		}
+	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	ceilSecs := func(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
@@ -235,6 +267,10 @@ func (u *Upstream) arrive(key string) (now time.Time, ok bool, retry time.Durati
 		ks = &keyState{}
 		u.keys[key] = ks
 	}
+	if u.cfg.MaxInFlight > 0 && ks.inFlight >= u.cfg.MaxInFlight {
+		ks.rejected = append(ks.rejected, now)
+		return now, false, 0, 0, 0
+	}
 	switch u.cfg.Algorithm {
 	case GCRA:
 		ok, retry, remaining, reset = u.gcra(ks, now)
@@ -245,6 +281,10 @@ func (u *Upstream) arrive(key string) (now time.Time, ok bool, retry time.Durati
 	}
 	if ok {
 		ks.arrivals = append(ks.arrivals, now)
+		if u.cfg.MaxInFlight > 0 {
+			ks.inFlight++
+			ks.atArrive = append(ks.atArrive, ks.inFlight)
+		}
 	} else {
 		ks.rejected = append(ks.rejected, now)
 	}
@@ -299,6 +339,13 @@ func (u *Upstream) sliding(ks *keyState, now time.Time) (ok bool, retry time.Dur
 	return true, 0, u.cfg.N - len(ks.window), ks.window[0].Add(u.cfg.Window).Sub(now)
 }
 
+// done ends the flight of a request of key.
+func (u *Upstream) done(key string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.keys[key].inFlight--
+}
+
 // Stats returns a snapshot of what the upstream saw so far.
 func (u *Upstream) Stats() Stats {
 	u.mu.Lock()
@@ -310,6 +357,7 @@ func (u *Upstream) Stats() Stats {
 			Rejected:   len(ks.rejected),
 			RejectedAt: slices.Clone(ks.rejected),
 			Arrivals:   slices.Clone(ks.arrivals),
+			InFlight:   slices.Clone(ks.atArrive),
 		}
 		if len(ks.arrivals) > 0 {
 			s.FirstAccepted = ks.arrivals[0]

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -271,5 +272,37 @@ func TestAlgorithms(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, GCRA, a)
 	_, err = ParseAlgorithm("leaky")
+	require.Error(t, err)
+}
+
+// TestMaxInFlight: with MaxInFlight, a request arriving while that many are
+// being answered gets a 429 at once; one arriving after an answer is done
+// is accepted.
+func TestMaxInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		u, err := NewUpstream(Config{N: 100, Window: time.Second, MaxInFlight: 2, ServiceTime: time.Second})
+		require.NoError(t, err)
+		get := func() *httptest.ResponseRecorder {
+			rec := httptest.NewRecorder()
+			u.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+			return rec
+		}
+		var wg sync.WaitGroup
+		codes := make([]int, 2)
+		for i := range codes {
+			wg.Go(func() { codes[i] = get().Code })
+		}
+		synctest.Wait() // both in flight
+		start := time.Now()
+		require.Equal(t, http.StatusTooManyRequests, get().Code)
+		require.Zero(t, time.Since(start), "refused at once")
+		wg.Wait()
+		require.Equal(t, []int{http.StatusOK, http.StatusOK}, codes)
+		require.Equal(t, http.StatusOK, get().Code)
+		st := u.Stats()
+		require.Equal(t, 1, st.Total.Rejected)
+		require.Equal(t, []int{1, 2, 1}, st.Keys[""].InFlight)
+	})
+	_, err := NewUpstream(Config{N: 1, Window: time.Second, MaxInFlight: -1})
 	require.Error(t, err)
 }

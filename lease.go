@@ -1,0 +1,256 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/throttle-go/throttle/store"
+)
+
+// This file is the cap on requests in flight (Rule.InFlight): the lease a
+// request takes with its slot, waits for in the key's queue when none is
+// free, renews while it is in flight, and gives back when its response body
+// is closed. docs/concurrency.md has the design and its costs.
+
+// DefaultLeaseFor is Rule.LeaseFor when zero.
+const DefaultLeaseFor = 30 * time.Second
+
+// minLeaseFor bounds Rule.LeaseFor from below: a lease is renewed every half
+// of it, one store call each time.
+const minLeaseFor = 100 * time.Millisecond
+
+// compileInFlight checks and completes the in-flight fields of c.
+func (c *rule) compileInFlight(fail func(string, ...any) error) error {
+	switch {
+	case c.InFlight == 0 && c.LeaseFor == 0:
+		return nil
+	case c.InFlight < 0:
+		return fail("negative InFlight %d", c.InFlight)
+	case c.Also != nil:
+		return fail("InFlight with Also is not supported: the cap is on one key")
+	case c.InFlight == 0:
+		return fail("LeaseFor %s without InFlight", c.LeaseFor)
+	case c.LeaseFor == 0:
+		c.LeaseFor = DefaultLeaseFor
+	case c.LeaseFor < minLeaseFor || c.LeaseFor > store.MaxLease:
+		return fail("LeaseFor %s must be from %s to %s", c.LeaseFor, minLeaseFor, store.MaxLease)
+	}
+	return nil
+}
+
+// checkLeases fails when a rule caps requests in flight and st cannot, or
+// when rules of the same name (which share their keys) cap them differently.
+func checkLeases(st store.Store, rules []*rule) error {
+	caps := map[string]*rule{}
+	for _, r := range rules {
+		if r == nil {
+			continue
+		}
+		if o, ok := caps[r.Name]; ok && (o.InFlight != r.InFlight || o.LeaseFor != r.LeaseFor) {
+			return &ConfigError{Rule: r.Name, Reason: "rules of the same name share their keys and must have the same InFlight and LeaseFor"}
+		}
+		caps[r.Name] = r
+		if _, ok := st.(store.Leases); r.InFlight > 0 && !ok {
+			return &ConfigError{Rule: r.Name, Reason: fmt.Sprintf("InFlight needs a store that keeps leases (store.Leases); %T does not", st)}
+		}
+	}
+	return nil
+}
+
+// shareOfCap cuts an InFlight cap to floor(n × share), at least 1, for the
+// local limiter (FailLocal); 0 stays 0.
+func shareOfCap(n int, share float64) int {
+	if n == 0 {
+		return 0
+	}
+	return max(1, int(math.Floor(float64(n)*share+1e-9)))
+}
+
+// leased is the lease of one request while it is admitted: none, or held
+// (from the store that granted it), then bound to the response.
+type leased struct {
+	held *leaseHold
+}
+
+// ask sets the in-flight fields of req under r, the lease held if any, and
+// takes the time already spent in the queue off its MaxWait.
+func (l *leased) ask(r *rule, req *store.Request, queued time.Duration) {
+	if r.InFlight == 0 {
+		return
+	}
+	req.InFlight, req.LeaseFor = r.InFlight, r.LeaseFor
+	req.MaxWait = max(req.MaxWait-queued, 0)
+	if l.held != nil {
+		req.Held = l.held.l
+	}
+}
+
+// take keeps the lease of an allowed reservation from from. A lease held
+// from another store (the shared store failed meanwhile, FailLocal) is
+// given back.
+func (l *leased) take(c *core, r *rule, from store.Store, res store.Reservation) {
+	if !res.Lease.Held() {
+		return
+	}
+	if l.held != nil && l.held.from == from {
+		return // the same lease, renewed by the reservation
+	}
+	l.held.release()
+	l.held = c.hold(r, from, res.Lease)
+}
+
+// await waits in the key's queue for a lease after the refusal res, and
+// reports whether one was handed over (the loop then reserves with it);
+// otherwise d ends the request.
+func (l *leased) await(ctx context.Context, c *core, r *rule, k keyed, from store.Store, res store.Reservation, d *Decision) bool {
+	end := func(o Outcome, err error) { d.Outcome, d.Err = o, err }
+	refuse := func() {
+		d.RetryAfter, d.InFlight = res.RetryAfter, true
+		end(Limited, &LimitError{Rule: r.Name, Key: k.key, RetryAfter: res.RetryAfter, InFlight: true})
+	}
+	ls, ok := from.(store.Leases)
+	if !res.Lease.Queued() || !ok {
+		refuse()
+		return false
+	}
+	r.stats.leasesQueued.Add(1)
+	start := c.now()
+	got, err := ls.Await(ctx, res.Lease)
+	q := c.now().Sub(start)
+	d.Queued, d.Delay, d.InFlight = d.Queued+q, d.Delay+q, true
+	switch {
+	case ctx.Err() != nil:
+		end(Canceled, ctx.Err())
+	case err != nil:
+		end(Failed, fmt.Errorf("throttle: rule %q: %w", r.Name, err))
+	case !got.Held():
+		refuse()
+	default:
+		l.held.release()
+		l.held = c.hold(r, from, got)
+		return true
+	}
+	return false
+}
+
+// drop gives the lease back unless d sends the request; a request sent
+// carries it in d until its response.
+func (l *leased) drop(d *Decision) {
+	if d.Outcome == Sent {
+		d.lease = l.held
+		return
+	}
+	l.held.release()
+}
+
+// leaseHold is a lease of a request in flight: renewed every half of its
+// duration until released, and released once.
+type leaseHold struct {
+	from    store.Store
+	ls      store.Leases
+	l       store.Lease
+	every   time.Duration
+	timeout time.Duration
+	stats   *ruleStats
+
+	mu    sync.Mutex
+	timer *time.Timer
+	done  bool
+}
+
+// hold starts the renewal of l, a lease from from.
+func (c *core) hold(r *rule, from store.Store, l store.Lease) *leaseHold {
+	h := &leaseHold{from: from, ls: from.(store.Leases), l: l, every: r.LeaseFor / 2, timeout: c.leaseTimeout(), stats: r.stats}
+	h.stats.leases.Add(1)
+	h.mu.Lock()
+	h.timer = time.AfterFunc(h.every, h.renew)
+	h.mu.Unlock()
+	return h
+}
+
+// leaseTimeout bounds a renewal or a release, which run off the caller's
+// context (a body's Close has none).
+func (c *core) leaseTimeout() time.Duration {
+	if c.policy.timeout > 0 {
+		return c.policy.timeout
+	}
+	return DefaultStoreTimeout
+}
+
+// renew runs on the timer: it renews the lease and arms the next renewal,
+// unless the lease was released meanwhile or had expired (then lost: the
+// request stays in flight, uncapped; counted in Stats).
+func (h *leaseHold) renew() {
+	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
+	err := h.ls.Renew(ctx, h.l)
+	cancel()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.done:
+	case errors.Is(err, store.ErrLeaseExpired):
+		h.stats.leasesLost.Add(1)
+	default:
+		// A failed renewal is tried again: the lease lasts two periods.
+		h.timer.Reset(h.every)
+	}
+}
+
+// release gives the lease back, once. It is safe on a nil h.
+func (h *leaseHold) release() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	if h.done {
+		h.mu.Unlock()
+		return
+	}
+	h.done = true
+	h.timer.Stop()
+	h.mu.Unlock()
+	h.stats.leases.Add(-1)
+	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
+	defer cancel()
+	// A failed release leaves the lease to expire.
+	_ = h.ls.Release(ctx, h.l)
+}
+
+// bind gives the lease back when resp's body is read to its end or closed,
+// at once when it has none. It is safe on a nil h.
+func (h *leaseHold) bind(resp *http.Response) {
+	if h == nil {
+		return
+	}
+	if resp.Body == nil || resp.Body == http.NoBody {
+		h.release()
+		return
+	}
+	resp.Body = &leasedBody{resp.Body, h}
+}
+
+// leasedBody is a response body that releases its request's lease.
+type leasedBody struct {
+	io.ReadCloser
+	h *leaseHold
+}
+
+func (b *leasedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.h.release()
+	}
+	return n, err
+}
+
+func (b *leasedBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.h.release()
+	return err
+}

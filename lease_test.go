@@ -1,0 +1,249 @@
+package throttle_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/fakestore"
+	"github.com/throttle-go/throttle/store"
+)
+
+// concurrent is a fake upstream that counts the requests in flight: from
+// the send until the response body is closed.
+type concurrent struct {
+	now, most atomic.Int32
+	sends     atomic.Int32
+	fail      atomic.Bool // answer with an error instead
+}
+
+func (c *concurrent) base() http.RoundTripper {
+	return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		c.sends.Add(1)
+		if c.fail.Load() {
+			return nil, errors.New("connection refused")
+		}
+		n := c.now.Add(1)
+		for m := c.most.Load(); n > m && !c.most.CompareAndSwap(m, n); m = c.most.Load() {
+		}
+		resp := okResponse(r)
+		resp.Body = &countedBody{Reader: strings.NewReader("ok"), c: c}
+		return resp, nil
+	})
+}
+
+type countedBody struct {
+	io.Reader
+	c    *concurrent
+	once sync.Once
+}
+
+func (b *countedBody) Close() error {
+	b.once.Do(func() { b.c.now.Add(-1) })
+	return nil
+}
+
+func inFlightRule(n int, mode throttle.Mode, maxWait time.Duration) throttle.Option {
+	return throttle.WithRule(throttle.Rule{
+		Name: "gw", Host: "api.example.com", Limits: []throttle.Limit{throttle.Per(1000, time.Second)},
+		Key: throttle.Fixed("gw"), Mode: mode, MaxWait: maxWait, Margin: throttle.NoMargin,
+		InFlight: n, LeaseFor: time.Second,
+	})
+}
+
+// TestInFlightCap: ten requests at once, each holding its response for a
+// while, under a cap of three: never more than three in flight, all sent.
+func TestInFlightCap(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var up concurrent
+		var decisions decisionLog
+		tr := newTransport(t, up.base(), newMemory(t), inFlightRule(3, throttle.Wait, time.Minute), decisions.option())
+		var wg sync.WaitGroup
+		for range 10 {
+			wg.Go(func() {
+				req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
+				resp, err := tr.RoundTrip(req)
+				if !assert.NoError(t, err) {
+					return
+				}
+				time.Sleep(5 * time.Second) // longer than LeaseFor: renewed meanwhile
+				_, _ = io.Copy(io.Discard, resp.Body)
+				assert.NoError(t, resp.Body.Close())
+			})
+		}
+		wg.Wait()
+		assert.Equal(t, int32(3), up.most.Load(), "the cap, and no more")
+		assert.Equal(t, int32(10), up.sends.Load())
+		st := tr.Stats().Rules[0].InFlight
+		assert.Equal(t, int64(0), st.Held, "every lease given back")
+		assert.Equal(t, uint64(7), st.Queued)
+		assert.Zero(t, st.Lost)
+		var queued int
+		for _, d := range decisions.all() {
+			if d.InFlight {
+				queued++
+				assert.Positive(t, d.Queued)
+				assert.GreaterOrEqual(t, d.Delay, d.Queued)
+			}
+		}
+		assert.Equal(t, 7, queued)
+	})
+}
+
+// TestInFlightRefused: a FailFast request finds no lease free and is refused
+// at once with a *LimitError saying so; the lease comes back when the body
+// of the first response is closed.
+func TestInFlightRefused(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var up concurrent
+		var decisions decisionLog
+		tr := newTransport(t, up.base(), newMemory(t), inFlightRule(1, throttle.FailFast, 0), decisions.option())
+		req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
+		first, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+
+		req, body := newRequest(t, context.Background(), http.MethodGet, testURL)
+		_, err = tr.RoundTrip(req)
+		var le *throttle.LimitError
+		require.ErrorAs(t, err, &le)
+		assert.True(t, le.InFlight)
+		assert.ErrorIs(t, err, throttle.ErrLimited)
+		assert.Contains(t, err.Error(), "too many requests in flight")
+		assert.Equal(t, time.Second, le.RetryAfter, "the lease expires a LeaseFor after it was taken")
+		assert.Equal(t, int32(1), body.closes.Load())
+		d := decisions.last(t)
+		assert.Equal(t, throttle.Limited, d.Outcome)
+		assert.True(t, d.InFlight)
+		assert.Equal(t, uint64(1), tr.Stats().Rules[0].InFlight.Refused)
+
+		require.NoError(t, first.Body.Close())
+		send(t, tr, testURL)
+	})
+}
+
+// TestInFlightRelease: the lease goes back on every path: a response read to
+// its end, a response without a body, an error from the base transport, a
+// context that ends while the request waits in the queue.
+func TestInFlightRelease(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var up concurrent
+		tr := newTransport(t, up.base(), newMemory(t), inFlightRule(1, throttle.FailFast, 0))
+		held := func() int64 { return tr.Stats().Rules[0].InFlight.Held }
+
+		req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), held())
+		_, _ = io.ReadAll(resp.Body)
+		assert.Equal(t, int64(0), held(), "read to its end")
+
+		up.fail.Store(true)
+		req, _ = newRequest(t, context.Background(), http.MethodGet, testURL)
+		_, err = tr.RoundTrip(req)
+		require.Error(t, err)
+		assert.Equal(t, int64(0), held(), "an error from the base")
+		up.fail.Store(false)
+
+		bare := newTransport(t, roundTripperFunc(func(r *http.Request) (*http.Response, error) { return okResponse(r), nil }),
+			newMemory(t), inFlightRule(1, throttle.FailFast, 0))
+		for range 3 {
+			send(t, bare, testURL) // http.NoBody: released at once
+		}
+	})
+}
+
+// TestInFlightWaitEnds: a request waits in the queue at most MaxWait, then
+// is refused; one whose context ends first returns its error; both leave
+// the queue, so the lease goes to the next request.
+func TestInFlightWaitEnds(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var up concurrent
+		var decisions decisionLog
+		tr := newTransport(t, up.base(), newMemory(t), inFlightRule(1, throttle.Wait, 3*time.Second), decisions.option())
+		req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
+		first, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+
+		req, _ = newRequest(t, context.Background(), http.MethodGet, testURL)
+		var le *throttle.LimitError
+		took := elapsed(func() { _, err = tr.RoundTrip(req) })
+		require.ErrorAs(t, err, &le)
+		assert.True(t, le.InFlight)
+		assert.Equal(t, 3*time.Second, took, "MaxWait in the queue (the first lease renewed meanwhile)")
+		assert.Equal(t, 3*time.Second, decisions.last(t).Queued)
+
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		req, _ = newRequest(t, ctx, http.MethodGet, testURL)
+		_, err = tr.RoundTrip(req)
+		require.Error(t, err)
+		assert.True(t, errors.Is(err, context.DeadlineExceeded) || errors.As(err, &le), "%v", err)
+
+		require.NoError(t, first.Body.Close())
+		req, _ = newRequest(t, context.Background(), http.MethodGet, testURL)
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err, "no waiter left in the queue")
+		assert.Zero(t, elapsed(func() { require.NoError(t, resp.Body.Close()) }))
+		assert.Equal(t, int64(0), tr.Stats().Rules[0].InFlight.Held)
+	})
+}
+
+// TestInFlightConfig: invalid in-flight settings fail at New.
+func TestInFlightConfig(t *testing.T) {
+	t.Parallel()
+	rule := func(n int, lease time.Duration) throttle.Option {
+		return throttle.WithRule(throttle.Rule{Host: "api.example.com", Limits: []throttle.Limit{throttle.PerSecond(1)}, InFlight: n, LeaseFor: lease})
+	}
+	for name, c := range map[string]struct {
+		opt   throttle.Option
+		store store.Store
+	}{
+		"negative InFlight":      {rule(-1, 0), nil},
+		"LeaseFor alone":         {rule(0, time.Second), nil},
+		"LeaseFor too short":     {rule(1, time.Millisecond), nil},
+		"LeaseFor too long":      {rule(1, 25*time.Hour), nil},
+		"a store without leases": {rule(1, 0), fakestore.New()},
+	} {
+		t.Run(name, func(t *testing.T) {
+			st := c.store
+			if st == nil {
+				st = newMemory(t)
+			}
+			_, err := throttle.New(nil, st, c.opt)
+			var ce *throttle.ConfigError
+			require.ErrorAs(t, err, &ce)
+		})
+	}
+	_, err := throttle.New(nil, newMemory(t), rule(2, 0))
+	require.NoError(t, err, "LeaseFor defaults")
+}
+
+// A cap in flight goes with one key: a rule with Also, or a Limiter, that
+// sets one is refused at construction.
+func TestInFlightRefusedWithAlsoAndLimiter(t *testing.T) {
+	t.Parallel()
+	st := newMemory(t)
+	_, err := throttle.New(nil, st, throttle.WithRule(throttle.Rule{Host: "api.example.com", Limits: []throttle.Limit{throttle.PerSecond(10)}, InFlight: 2,
+		Also: []throttle.KeyLimit{{Name: "app", Key: throttle.Fixed("app"), Limits: []throttle.Limit{throttle.PerSecond(20)}}}}))
+	var ce *throttle.ConfigError
+	require.ErrorAs(t, err, &ce)
+	assert.Contains(t, ce.Reason, "InFlight with Also")
+	_, err = throttle.NewLimiter(st, throttle.Rule{Name: "jobs", Limits: []throttle.Limit{throttle.PerSecond(10)}, InFlight: 2})
+	require.ErrorAs(t, err, &ce)
+	assert.Contains(t, ce.Reason, "a Limiter does not cap uses in flight")
+}

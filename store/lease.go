@@ -1,0 +1,400 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttle-go/throttle/store/internal/script"
+)
+
+// This file is the cap on requests in flight (Request.InFlight): the lease a
+// reservation takes in the same call, and the operations on it. The design,
+// and how many calls it costs, is in docs/concurrency.md.
+
+// Lease is a request's place under a key's cap on requests in flight
+// (Request.InFlight), taken by the reservation that granted it
+// (Reservation.Lease), or a ticket to wait for one in the key's queue when
+// none was free (see Leases.Await). The zero Lease holds nothing.
+type Lease struct {
+	key string // the rate key
+	id  string // unique across the fleet (Redis: a LIST in the key's slot)
+	// cap and dur (microseconds) are the request's InFlight and LeaseFor:
+	// what a release needs to serve the queue.
+	cap int
+	dur int64
+	// A ticket: the time the waiter stays in the queue until (µs, store
+	// clock; 0: held, not waiting), its longest wait on the caller's clock.
+	deadline int64
+	wait     time.Duration
+}
+
+// Held reports whether l holds a place under the cap (and must be given back
+// with Leases.Release).
+func (l Lease) Held() bool { return l.id != "" && l.deadline == 0 }
+
+// Queued reports whether l is a ticket in the key's queue: the caller must
+// either wait for a lease with Leases.Await or leave with Leases.Release.
+func (l Lease) Queued() bool { return l.deadline != 0 }
+
+// Leases is the part of a store that caps requests in flight. Both stores
+// implement it.
+type Leases interface {
+	// Await waits, at most the queued reservation's MaxWait, until a lease
+	// is handed to the ticket (released or expired ones are handed to the
+	// queue in order) and returns it, Held. When the wait ends first it
+	// leaves the queue and returns a zero Lease; when ctx ends first it
+	// leaves too and returns ctx's error.
+	Await(ctx context.Context, ticket Lease) (Lease, error)
+	// Release gives back a held lease (serving the queue), or leaves the
+	// queue with a ticket. Releasing twice, or a lease that expired, is
+	// harmless.
+	Release(ctx context.Context, l Lease) error
+	// Renew extends a held lease by its duration from now. It returns
+	// ErrLeaseExpired if the lease had expired (and may have been taken by
+	// another request meanwhile).
+	Renew(ctx context.Context, l Lease) error
+}
+
+// ErrLeaseExpired is returned by Renew for a lease that had expired.
+var ErrLeaseExpired = errors.New("store: the lease had expired")
+
+// MaxLease bounds Request.LeaseFor.
+const MaxLease = 24 * time.Hour
+
+// leaseValid reports whether r's in-flight fields are well formed.
+func (r *Request) leaseValid() bool {
+	return r.InFlight == 0 && r.LeaseFor == 0 && r.Held.id == "" ||
+		r.InFlight >= 1 && r.InFlight <= math32 && r.LeaseFor >= time.Millisecond && r.LeaseFor <= MaxLease &&
+			(r.Held.id == "" || r.Held.Held()) && r.Also == nil
+}
+
+const math32 = 1<<31 - 1
+
+// leaseInvalid returns the error of an in-flight field of r, nil if none.
+func (r *Request) leaseInvalid() error {
+	if r.leaseValid() {
+		return nil
+	}
+	if r.InFlight > 0 && r.Also != nil {
+		return fmt.Errorf("%w: a cap in flight (InFlight) on a request with extra keys (Also) is not supported", ErrInvalidRequest)
+	}
+	return fmt.Errorf("%w: InFlight %d, LeaseFor %s: InFlight must be 0 (no cap, and no LeaseFor or Held), or 1 to %d with LeaseFor from 1ms to %s, and Held a held lease",
+		ErrInvalidRequest, r.InFlight, r.LeaseFor, math32, MaxLease)
+}
+
+// leaseFor returns the lease of r at key: the held one, or a new id.
+func (r *Request) lease(key string, newID func() string) Lease {
+	if r.Held.id != "" {
+		return Lease{key: key, id: r.Held.id, cap: r.InFlight, dur: micros(r.LeaseFor)}
+	}
+	return Lease{key: key, id: newID(), cap: r.InFlight, dur: micros(r.LeaseFor)}
+}
+
+// leaseProcess and leaseSeq make lease ids unique across the fleet: a random
+// name for this process, and a counter (also of the stores, for their
+// inboxes).
+var (
+	leaseProcess = func() string {
+		var b [8]byte
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+		return hex.EncodeToString(b[:])
+	}()
+	leaseSeq atomic.Uint64
+)
+
+// newLeaseID is a new lease id, unique across the fleet.
+func newLeaseID() string { return leaseProcess + "." + strconv.FormatUint(leaseSeq.Add(1), 36) }
+
+// leaseKeys are the Redis keys of a rate key's leases (a ZSET), queue (a
+// LIST) and this store's inbox (a LIST: the handover pushes the ids of its
+// waiters' leases there).
+func (r *Redis) leaseKeys(key string) (leases, queue, inbox string) {
+	k := r.logKey(key)
+	return k + ":lease", k + ":lq", k + ":lw:" + r.inboxes.name()
+}
+
+var (
+	leasedScripts = [...]luaScript{
+		SlidingLog:     newScript(script.Leased(SlidingLog.String())),
+		FixedWindow:    newScript(script.Leased(FixedWindow.String())),
+		SlidingCounter: newScript(script.Leased(SlidingCounter.String())),
+		Buckets:        newScript(script.Leased(Buckets.String())),
+	}
+	leasedPacedScript = newScript(script.Leased("paced"))
+	leaseOpsScript    = newScript(script.LeaseOps())
+)
+
+// withLease makes call the leased variant of itself: its script, and the
+// lease's keys and arguments at the ends (lease_open.lua takes them off).
+func (r *Redis) withLease(call *scriptCall, key string, req Request) Lease {
+	l := req.lease(key, newLeaseID)
+	if call.script.Hash() == pacedScript.Hash() {
+		call.script = leasedPacedScript
+	} else {
+		call.script = leasedScripts[req.Algorithm]
+	}
+	lk, qk, inbox := r.leaseKeys(key)
+	held := "0"
+	if req.Held.id != "" {
+		held = "1"
+	}
+	call.keys = append(call.keys, lk, qk, inbox)
+	call.args = append(call.args, l.cap, l.dur, held, l.id)
+	return l
+}
+
+// parseLeased reads the reply of a leased reserve script.
+func (r *Redis) parseLeased(key string, req Request, l Lease, reply []any) (Reservation, error) {
+	if len(reply) == 6 {
+		if c, ok := reply[4].(int64); ok && Cause(c) == CauseInFlight {
+			v, err := int64s(reply)
+			if err != nil || v[0] != 0 || v[1] < 0 || v[2] != 0 || v[3] != 0 || v[5] < 0 {
+				return Reservation{}, fmt.Errorf("store: redis reserve: unexpected reply %v", reply)
+			}
+			return inFlight(l, req, v[1], v[5]), nil
+		}
+	}
+	res, err := r.parseReserve(key, req, reply)
+	if err == nil && res.Allowed {
+		res.Lease = l
+	}
+	return res, err
+}
+
+// inFlight is the refusal of a request that found no lease free: retry is
+// the time until the earliest lease expires; deadline, if not 0, how long
+// the caller stays in the queue (a ticket).
+func inFlight(l Lease, req Request, retry, deadline int64) Reservation {
+	res := Reservation{Cause: CauseInFlight, RetryAfter: usDuration(retry), key: l.key, cost: int32(req.Cost)}
+	if deadline != 0 {
+		l.deadline, l.wait = deadline, req.MaxWait
+		res.Lease = l
+	}
+	return res
+}
+
+// leaseOp runs one operation of lease_ops.lua on l.
+func (r *Redis) leaseOp(ctx context.Context, op string, l Lease) (held bool, wait int64, err error) {
+	lk, qk, inbox := r.leaseKeys(l.key)
+	now := ""
+	if r.clock != nil {
+		now = strconv.FormatInt(r.clock().UnixMicro(), 10)
+	}
+	member := ""
+	if l.deadline != 0 {
+		member = strconv.FormatInt(l.deadline, 10) + " " + l.id + " " + inbox
+	}
+	reply, err := leaseOpsScript.Run(ctx, r.client, []string{lk, qk}, op, now, l.cap, l.dur, l.id, member).Slice()
+	if err != nil {
+		r.failed(err)
+		return false, 0, fmt.Errorf("store: redis lease %s: %w", op, err)
+	}
+	if len(reply) != 2 {
+		return false, 0, fmt.Errorf("store: redis lease %s: unexpected reply %v", op, reply)
+	}
+	h, ok1 := reply[0].(int64)
+	w, ok2 := reply[1].(int64)
+	if !ok1 || !ok2 || h != 0 && h != 1 || w < 0 {
+		return false, 0, fmt.Errorf("store: redis lease %s: unexpected reply %v", op, reply)
+	}
+	return h == 1, w, nil
+}
+
+// Release implements Leases.
+func (r *Redis) Release(ctx context.Context, l Lease) error {
+	switch {
+	case l.Queued():
+		_, _, err := r.leaseOp(ctx, "leave", l)
+		return err
+	case l.Held():
+		_, _, err := r.leaseOp(ctx, "release", l)
+		return err
+	}
+	return nil
+}
+
+// Renew implements Leases.
+func (r *Redis) Renew(ctx context.Context, l Lease) error {
+	if !l.Held() {
+		return nil
+	}
+	held, _, err := r.leaseOp(ctx, "renew", l)
+	if err == nil && !held {
+		err = ErrLeaseExpired
+	}
+	return err
+}
+
+// leasePoll bounds one blocking read of an inbox (BLPOP), below the client's
+// default read timeout (3 s), which bounds a command's reply; and the time
+// between two checks of a waiter (a lease that expired is handed over by
+// the next call that touches the key, or by a waiter's check).
+const leasePoll = time.Second
+
+// Await implements Leases. The waiter is woken by its store's inbox for the
+// key, which one goroutine per key with waiters reads (one blocked BLPOP,
+// so one pool connection, per key and store however many wait); at the
+// earliest expiry of a lease, and at least every leasePoll, it checks
+// (reclaiming expired leases, a holder that died, and serving the queue).
+// When ctx ends it returns at once and leaves the queue in the background.
+func (r *Redis) Await(ctx context.Context, t Lease) (Lease, error) {
+	if !t.Queued() {
+		return Lease{}, fmt.Errorf("%w: Await needs a queued ticket", ErrInvalidRequest)
+	}
+	p, ok := r.client.(processor)
+	if !ok {
+		return Lease{}, fmt.Errorf("store: Await needs a client that runs commands (Client, ClusterClient, Ring), not %T", r.client)
+	}
+	_, _, inbox := r.leaseKeys(t.key)
+	woken, done := r.inboxes.wait(r, p, inbox, t.id)
+	defer done()
+	held := t
+	held.deadline, held.wait = 0, 0
+	// left is the wait still allowed, as the timers measured it.
+	left, next := t.wait, time.Duration(0) // next: until the earliest lease expires (0: unknown)
+	for left > 0 {
+		step := min(leasePoll, left)
+		if next > 0 {
+			step = min(step, next+time.Millisecond)
+		}
+		timer := time.NewTimer(step)
+		select {
+		case <-woken:
+			timer.Stop()
+			return held, nil
+		case <-ctx.Done():
+			timer.Stop()
+			go r.leave(t)
+			return Lease{}, ctx.Err()
+		case <-timer.C:
+			left -= step
+		}
+		got, wait, err := r.leaseOp(ctx, "check", t)
+		if err != nil {
+			go r.leave(t)
+			if ctx.Err() != nil {
+				return Lease{}, ctx.Err()
+			}
+			return Lease{}, err
+		}
+		if got {
+			return held, nil
+		}
+		next = usDuration(wait)
+	}
+	r.leave(t)
+	return Lease{}, nil
+}
+
+// leaveTimeout bounds the call that leaves the queue after a wait ended.
+const leaveTimeout = 5 * time.Second
+
+// leave takes t out of the queue, giving back a lease handed to it meanwhile.
+func (r *Redis) leave(t Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
+	defer cancel()
+	_, _, _ = r.leaseOp(ctx, "leave", t)
+}
+
+// inboxes are a Redis store's inboxes, by Redis key: the waiters of each,
+// and the goroutine reading it while any waits.
+type inboxes struct {
+	once sync.Once
+	id   string
+	mu   sync.Mutex
+	by   map[string]*inbox
+}
+
+type inbox struct {
+	waiters map[string]chan struct{} // by lease id
+	// early holds the ids read before their waiter came (it had its
+	// reply, not yet called Await); bounded, dropped when idle.
+	early map[string]bool
+}
+
+// maxEarly bounds inbox.early: ids whose waiter never comes (it left, or
+// got its lease by a check) are forgotten past it.
+const maxEarly = 1024
+
+// name is this store's part of its inboxes' names: unique in the fleet.
+func (b *inboxes) name() string {
+	b.once.Do(func() { b.id = newLeaseID() })
+	return b.id
+}
+
+// wait registers a waiter for the lease id in the inbox key, starting its
+// reader if none runs, and returns the channel closed when the id is read
+// and the function that unregisters it.
+func (b *inboxes) wait(r *Redis, p processor, key, id string) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.by == nil {
+		b.by = make(map[string]*inbox)
+	}
+	ib := b.by[key]
+	if ib == nil {
+		ib = &inbox{waiters: make(map[string]chan struct{}), early: make(map[string]bool)}
+		b.by[key] = ib
+		go b.read(r, p, key, ib)
+	}
+	if ib.early[id] {
+		delete(ib.early, id)
+		close(ch)
+	} else {
+		ib.waiters[id] = ch
+	}
+	return ch, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		delete(ib.waiters, id)
+	}
+}
+
+// read reads the inbox key while it has waiters, and wakes each waiter
+// whose lease id it reads. It ends within leasePoll of the last waiter's
+// leaving.
+func (b *inboxes) read(r *Redis, p processor, key string, ib *inbox) {
+	for {
+		b.mu.Lock()
+		if len(ib.waiters) == 0 {
+			delete(b.by, key)
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+		cmd := redis.NewStringSliceCmd(context.Background(), "blpop", key, strconv.FormatFloat(leasePoll.Seconds(), 'f', 3, 64))
+		cmd.SetFirstKeyPos(1)
+		err := p.Process(context.Background(), cmd)
+		if err != nil && !errors.Is(err, redis.Nil) {
+			// The waiters check on their own meanwhile; do not spin.
+			r.failed(err)
+			time.Sleep(leasePoll / 10)
+			continue
+		}
+		if err != nil || len(cmd.Val()) != 2 {
+			continue
+		}
+		id := cmd.Val()[1]
+		b.mu.Lock()
+		if ch := ib.waiters[id]; ch != nil {
+			delete(ib.waiters, id)
+			close(ch)
+		} else {
+			if len(ib.early) >= maxEarly {
+				clear(ib.early)
+			}
+			ib.early[id] = true
+		}
+		b.mu.Unlock()
+	}
+}

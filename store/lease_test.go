@@ -1,0 +1,341 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/throttle-go/throttle/store"
+)
+
+// capped is a request of cost 1 under limit, with a cap of n in flight and
+// leases of dur.
+func capped(n int, dur, maxWait time.Duration, limits ...store.Limit) store.Request {
+	if len(limits) == 0 {
+		limits = []store.Limit{lim(1000, time.Second)}
+	}
+	return store.Request{Limits: limits, Cost: 1, MaxWait: maxWait, InFlight: n, LeaseFor: dur}
+}
+
+func leases(t *testing.T, s store.Store) store.Leases {
+	t.Helper()
+	l, ok := s.(store.Leases)
+	require.True(t, ok, "%T implements store.Leases", s)
+	return l
+}
+
+// TestLeaseConformance runs the in-flight cases on every store.
+func TestLeaseConformance(t *testing.T) { runCases(t, leaseCases) }
+
+var leaseCases = []conformanceCase{
+	{"N leases, then refused in flight until the earliest expires", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		r := capped(2, 10*time.Second, 0)
+		a := reserve(t, s, key, r)
+		require.True(t, a.Allowed)
+		assert.True(t, a.Lease.Held())
+		clock.Advance(time.Second)
+		b := reserve(t, s, key, r)
+		require.True(t, b.Allowed)
+		c := reserve(t, s, key, r)
+		assert.False(t, c.Allowed)
+		assert.Equal(t, store.CauseInFlight, c.Cause)
+		assert.Equal(t, 9*time.Second, c.RetryAfter, "the first lease expires 10s after it was taken")
+		assert.False(t, c.Lease.Held() || c.Lease.Queued(), "no wait: no ticket")
+		require.NoError(t, leases(t, s).Release(ctx, a.Lease))
+		d := reserve(t, s, key, r)
+		assert.True(t, d.Allowed, "a release frees a lease at once")
+		require.NoError(t, leases(t, s).Release(ctx, a.Lease), "releasing twice is harmless")
+		assert.False(t, reserve(t, s, key, r).Allowed, "and frees nothing more")
+	}},
+	{"a reservation the rate refuses takes no lease", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		r := capped(2, time.Hour, 0, lim(1, time.Second))
+		require.True(t, reserve(t, s, key, r).Allowed)
+		refused := reserve(t, s, key, r)
+		require.False(t, refused.Allowed)
+		assert.Equal(t, store.CauseLimit, refused.Cause)
+		clock.Advance(time.Second)
+		require.True(t, reserve(t, s, key, r).Allowed, "the refusal held no lease")
+		clock.Advance(time.Second)
+		res := reserve(t, s, key, r)
+		assert.False(t, res.Allowed)
+		assert.Equal(t, store.CauseInFlight, res.Cause)
+	}},
+	{"a lease refusal records nothing in the log", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		r := capped(1, time.Hour, 0, lim(2, time.Hour))
+		a := reserve(t, s, key, r)
+		for range 5 {
+			require.Equal(t, store.CauseInFlight, reserve(t, s, key, r).Cause)
+		}
+		require.NoError(t, leases(t, s).Release(ctx, a.Lease))
+		b := reserve(t, s, key, r)
+		require.True(t, b.Allowed, "the log holds one unit of two")
+		require.NoError(t, leases(t, s).Release(ctx, b.Lease))
+		assert.Equal(t, store.CauseLimit, reserve(t, s, key, r).Cause, "and now two")
+	}},
+	{"an expired lease is reclaimed: a holder that died", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		r := capped(1, time.Second, 0)
+		a := reserve(t, s, key, r)
+		require.True(t, a.Allowed)
+		clock.Advance(999 * time.Millisecond)
+		res := reserve(t, s, key, r)
+		assert.Equal(t, store.CauseInFlight, res.Cause)
+		assert.Equal(t, time.Millisecond, res.RetryAfter)
+		clock.Advance(time.Millisecond)
+		assert.True(t, reserve(t, s, key, r).Allowed)
+		assert.ErrorIs(t, leases(t, s).Renew(ctx, a.Lease), store.ErrLeaseExpired)
+	}},
+	{"renew extends a held lease by its duration", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		r := capped(1, time.Second, 0)
+		a := reserve(t, s, key, r)
+		clock.Advance(800 * time.Millisecond)
+		require.NoError(t, leases(t, s).Renew(ctx, a.Lease))
+		clock.Advance(800 * time.Millisecond)
+		res := reserve(t, s, key, r)
+		assert.Equal(t, store.CauseInFlight, res.Cause)
+		assert.Equal(t, 200*time.Millisecond, res.RetryAfter)
+		require.NoError(t, leases(t, s).Renew(ctx, a.Lease))
+	}},
+	{"waiters are served in order; a newcomer never passes them", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		ls := leases(t, s)
+		a := reserve(t, s, key, capped(1, time.Hour, 0))
+		w1 := reserve(t, s, key, capped(1, time.Hour, time.Minute))
+		w2 := reserve(t, s, key, capped(1, time.Hour, time.Minute))
+		for _, w := range []store.Reservation{w1, w2} {
+			require.False(t, w.Allowed)
+			require.Equal(t, store.CauseInFlight, w.Cause)
+			require.True(t, w.Lease.Queued())
+		}
+		require.NoError(t, ls.Release(ctx, a.Lease))
+		assert.Equal(t, store.CauseInFlight, reserve(t, s, key, capped(1, time.Hour, 0)).Cause, "the freed lease went to the first waiter")
+		got, err := ls.Await(ctx, w1.Lease)
+		require.NoError(t, err)
+		require.True(t, got.Held())
+		held := capped(1, time.Hour, time.Minute)
+		held.Held = got
+		res := reserve(t, s, key, held)
+		require.True(t, res.Allowed, "the handed lease reserves")
+		assert.Equal(t, store.CauseNone, res.Cause)
+		// The second waiter gets it when the first is done.
+		done := make(chan store.Lease)
+		go func() {
+			l, err := ls.Await(ctx, w2.Lease)
+			assert.NoError(t, err)
+			done <- l
+		}()
+		require.NoError(t, ls.Release(ctx, res.Lease))
+		assert.True(t, (<-done).Held())
+	}},
+	{"a wait that ends leaves the queue", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		ls := leases(t, s)
+		a := reserve(t, s, key, capped(1, time.Hour, 0))
+		w := reserve(t, s, key, capped(1, time.Hour, 30*time.Millisecond))
+		require.True(t, w.Lease.Queued())
+		got, err := ls.Await(ctx, w.Lease)
+		require.NoError(t, err)
+		assert.False(t, got.Held())
+		require.NoError(t, ls.Release(ctx, a.Lease))
+		assert.True(t, reserve(t, s, key, capped(1, time.Hour, 0)).Allowed, "no waiter left to serve")
+	}},
+	{"a waiter whose context ends leaves the queue", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		ls := leases(t, s)
+		a := reserve(t, s, key, capped(1, time.Hour, 0))
+		w := reserve(t, s, key, capped(1, time.Hour, time.Minute))
+		cctx, cancel := context.WithCancel(ctx)
+		go func() { time.Sleep(20 * time.Millisecond); cancel() }()
+		_, err := ls.Await(cctx, w.Lease)
+		require.ErrorIs(t, err, context.Canceled)
+		require.NoError(t, ls.Release(ctx, a.Lease))
+		// The Redis store leaves from its waiting goroutine, within a second.
+		require.Eventually(t, func() bool {
+			res := reserve(t, s, key, capped(1, time.Hour, 0))
+			if res.Allowed {
+				require.NoError(t, ls.Release(ctx, res.Lease))
+			}
+			return res.Allowed
+		}, 5*time.Second, 20*time.Millisecond)
+	}},
+	{"an expired lease is handed to the waiter", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		ls := leases(t, s)
+		reserve(t, s, key, capped(1, time.Second, 0)) // never released
+		w := reserve(t, s, key, capped(1, time.Second, time.Minute))
+		clock.Advance(time.Second)
+		got, err := ls.Await(ctx, w.Lease)
+		require.NoError(t, err)
+		assert.True(t, got.Held())
+	}},
+	{"a held lease that expired is taken anew, or waited for", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		a := reserve(t, s, key, capped(1, time.Second, 0))
+		clock.Advance(time.Second)
+		b := reserve(t, s, key, capped(1, time.Second, 0))
+		require.True(t, b.Allowed)
+		r := capped(1, time.Second, 0)
+		r.Held = a.Lease
+		assert.Equal(t, store.CauseInFlight, reserve(t, s, key, r).Cause, "a's lease expired and b holds the only one")
+	}},
+	{"invalid in-flight fields are refused", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		for _, r := range []store.Request{
+			capped(-1, time.Second, 0), capped(1, 0, 0), capped(1, 25*time.Hour, 0),
+			{Limits: []store.Limit{lim(1, time.Second)}, Cost: 1, LeaseFor: time.Second},
+		} {
+			_, err := s.Reserve(ctx, key, r)
+			assert.ErrorIs(t, err, store.ErrInvalidRequest, "%+v", r)
+			assert.ErrorIs(t, r.Validate(key), store.ErrInvalidRequest)
+		}
+	}},
+	{"every algorithm takes a lease", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		for _, alg := range []store.Algorithm{store.SlidingLog, store.FixedWindow, store.SlidingCounter, store.Buckets} {
+			r := capped(1, time.Hour, 0, lim(10, time.Second))
+			r.Algorithm = alg
+			k := key + alg.String()
+			a := reserve(t, s, k, r)
+			require.True(t, a.Allowed, alg.String())
+			assert.Equal(t, store.CauseInFlight, reserve(t, s, k, r).Cause, alg.String())
+			require.NoError(t, leases(t, s).Release(ctx, a.Lease))
+			assert.True(t, reserve(t, s, k, r).Allowed, alg.String())
+		}
+		p := capped(1, time.Hour, 0, store.Limit{N: 10, Per: time.Second, Paced: true, Burst: 2})
+		assert.True(t, reserve(t, s, key+"paced", p).Allowed)
+		assert.Equal(t, store.CauseInFlight, reserve(t, s, key+"paced", p).Cause)
+	}},
+}
+
+// TestLeaseProperty is the cap itself: workers take leases (waiting in the
+// queue or not), hold them and give them back, and some die holding theirs,
+// on a clock that moves so that leases expire. At no time do the live
+// holders plus the dead ones whose leases cannot have expired yet exceed the
+// cap.
+func TestLeaseProperty(t *testing.T) {
+	for _, im := range impls(t) {
+		t.Run(im.name, func(t *testing.T) {
+			for seed := range uint64(2) {
+				t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { runLeaseProperty(t, im, seed) })
+			}
+		})
+	}
+}
+
+func runLeaseProperty(t *testing.T, im impl, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	limit := 2 + rng.IntN(4)
+	const dur = 50 * time.Millisecond
+	// Memory runs on a fake clock that moves while the workers reserve;
+	// Redis on its own TIME, which the test reads as time.Now (the same
+	// host's clock). (With WithClientTime, callers racing with stale clocks
+	// could count a lease as expired early, as its documentation says.)
+	clock := newFakeClock()
+	var s store.Store
+	now := time.Now
+	if im.name == "memory" {
+		s, now = im.open(t, clock.Now), clock.Now
+	} else {
+		s = im.open(t, nil)
+	}
+	ls := leases(t, s)
+	key := uniqueKey(t)
+
+	var mu sync.Mutex
+	live, most := 0, 0
+	var dead []int64 // the earliest each dead holder's lease may expire (µs)
+	var granted, died, waited, expired atomic.Int64
+	check := func(delta int) {
+		mu.Lock()
+		defer mu.Unlock()
+		live += delta
+		now := now().UnixMicro()
+		n := live
+		for _, e := range dead {
+			if e > now {
+				n++
+			}
+		}
+		most = max(most, n)
+		if n > limit {
+			t.Errorf("%d in flight (%d live) under a cap of %d", n, live, limit)
+		}
+	}
+	var wg sync.WaitGroup
+	for w := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(seed, uint64(w)))
+			for range 30 {
+				rq := capped(limit, dur, time.Duration(r.IntN(3))*20*time.Millisecond)
+				before := now().UnixMicro()
+				res, err := s.Reserve(ctx, key, rq)
+				if !assert.NoError(t, err) {
+					return
+				}
+				if res.Lease.Queued() {
+					l, err := ls.Await(ctx, res.Lease)
+					if !assert.NoError(t, err) || !l.Held() {
+						continue
+					}
+					waited.Add(1)
+					rq.Held = l
+					before = now().UnixMicro() // the reservation renews it
+					if res, err = s.Reserve(ctx, key, rq); !assert.NoError(t, err) {
+						return
+					}
+					if !res.Allowed {
+						// Handed, then expired before this call (a slow
+						// store: LeaseFor is short here): queued anew.
+						expired.Add(1)
+						assert.Equal(t, store.CauseInFlight, res.Cause)
+						assert.NoError(t, ls.Release(ctx, res.Lease))
+						continue
+					}
+				}
+				if !res.Allowed {
+					continue
+				}
+				granted.Add(1)
+				if r.IntN(8) == 0 {
+					// Dies holding it: counted until it may have expired
+					// (the lease was taken at or after before).
+					died.Add(1)
+					mu.Lock()
+					dead = append(dead, before+dur.Microseconds())
+					mu.Unlock()
+					check(0)
+					continue
+				}
+				check(1)
+				time.Sleep(time.Duration(r.IntN(2000)) * time.Microsecond)
+				check(-1)
+				assert.NoError(t, ls.Release(ctx, res.Lease))
+			}
+		}()
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		r := rand.New(rand.NewPCG(seed, 99))
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				clock.Advance(time.Duration(r.IntN(400)) * time.Microsecond)
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	<-done
+	t.Logf("cap %d: %d granted, %d after a wait in the queue (%d more handed a lease that expired before use), %d died holding; most in flight %d",
+		limit, granted.Load(), waited.Load(), expired.Load(), died.Load(), most)
+	assert.Equal(t, limit, most, "the load never filled the cap; the test proves nothing")
+	assert.Positive(t, waited.Load(), "no waiter was ever served")
+}
+
+var _ = errors.Is

@@ -94,6 +94,7 @@ type workerResult struct {
 	// the run's end.
 	SteadyTrips  int64
 	SteadySent   int
+	ErrorSample  string    // the first of Errors
 	WaitsMs      []float64 // per sent request: from asking to sending
 	AllowancesMs []float64 // throttle only, per sent request: Decision.Allowance
 	Err          string
@@ -272,6 +273,9 @@ func runWorker(arg string) {
 					// the run ended while it waited: not sent
 				default:
 					res.Errors++
+					if res.ErrorSample == "" && err != nil {
+						res.ErrorSample = err.Error()
+					}
 				}
 				mu.Unlock()
 			}

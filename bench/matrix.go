@@ -82,6 +82,7 @@ type matrixRun struct {
 	steadySent  int
 	steadyTrips int64
 	errors      int
+	errorSample string
 }
 
 // tooManyAfter counts the 429s that arrived at or after d from the start.
@@ -116,6 +117,27 @@ func (r matrixRun) shareAfter(d time.Duration) float64 {
 const steadyEnd = 500 * time.Millisecond
 
 // callsPerSent is the Redis calls per sent request in the steady state.
+// steadyRate is the long-run rate of the accepted arrivals from d after the
+// start on, as a share of what the upstream sustains: gatewayPer over the
+// mean time between an arrival and the gatewayN-th after it (0 with too few
+// arrivals). Unlike shareAfter it does not depend on where a burst falls.
+func (r matrixRun) steadyRate(d time.Duration) float64 {
+	i := slices.IndexFunc(r.accepted, func(t time.Duration) bool { return t >= d })
+	j := slices.IndexFunc(r.accepted, func(t time.Duration) bool { return t >= r.dur })
+	if j < 0 {
+		j = len(r.accepted)
+	}
+	if i < 0 || j-i <= gatewayN {
+		return 0
+	}
+	a := r.accepted[i:j]
+	var sum time.Duration
+	for j := gatewayN; j < len(a); j++ {
+		sum += a[j] - a[j-gatewayN]
+	}
+	return gatewayPer.Seconds() / (sum.Seconds() / float64(len(a)-gatewayN))
+}
+
 func (r matrixRun) callsPerSent() float64 {
 	if r.steadySent == 0 {
 		return 0
@@ -135,13 +157,14 @@ type matrixCell struct {
 type cellStats struct {
 	runs, runsWith429, tooMany, late int     // late: 429s from 2 s after the start on
 	shareMin, shareMed               float64 // share of the sustainable rate after the first second
+	steadyMed                        float64 // the median steadyRate after the first second
 	callsMed, callsMax               float64 // Redis calls per sent request
 	errors                           int
 }
 
 func (c matrixCell) stats() cellStats {
 	s := cellStats{runs: len(c.runs)}
-	var shares, calls []float64
+	var shares, calls, steady []float64
 	for _, r := range c.runs {
 		if len(r.rejected) > 0 {
 			s.runsWith429++
@@ -150,6 +173,7 @@ func (c matrixCell) stats() cellStats {
 		s.late += r.tooManyAfter(2 * time.Second)
 		s.errors += r.errors
 		shares = append(shares, r.shareAfter(time.Second))
+		steady = append(steady, r.steadyRate(time.Second))
 		calls = append(calls, r.callsPerSent())
 	}
 	if len(shares) > 0 {
@@ -157,7 +181,7 @@ func (c matrixCell) stats() cellStats {
 		s.callsMax = slices.Max(calls)
 	}
 	id := func(f float64) float64 { return f }
-	s.shareMed, s.callsMed = median(shares, id), median(calls, id)
+	s.shareMed, s.callsMed, s.steadyMed = median(shares, id), median(calls, id), median(steady, id)
 	return s
 }
 
@@ -262,8 +286,8 @@ func (e *env) matrix(ctx context.Context, o matrixOptions, progress func(string)
 				return nil, fmt.Errorf("matrix %s %s %s: %w", c.up.id, c.sh, c.conf.id, err)
 			}
 			c.runs = append(c.runs, r)
-			progress(fmt.Sprintf("matrix run %d/%d %-14s %-5s %-9s 429s %3d (after 2 s %3d) share after 1 s %5.1f %% calls/sent %.3f sent %d errors %d",
-				i+1, o.runs, c.up.id, c.sh, c.conf.id, len(r.rejected), r.tooManyAfter(2*time.Second), 100*r.shareAfter(time.Second), r.callsPerSent(), r.sent, r.errors))
+			progress(fmt.Sprintf("matrix run %d/%d %-14s %-5s %-9s 429s %3d (after 2 s %3d) share after 1 s %5.1f %% steady %5.1f %% calls/sent %.3f sent %d errors %d %s",
+				i+1, o.runs, c.up.id, c.sh, c.conf.id, len(r.rejected), r.tooManyAfter(2*time.Second), 100*r.shareAfter(time.Second), 100*r.steadyRate(time.Second), r.callsPerSent(), r.sent, r.errors, r.errorSample))
 		}
 	}
 	return cells, nil
@@ -293,6 +317,9 @@ func (e *env) matrixRun(ctx context.Context, self string, up gatewayKind, sh sha
 		r.steadySent += o.SteadySent
 		r.steadyTrips += o.SteadyTrips
 		r.errors += o.Errors
+		if r.errorSample == "" {
+			r.errorSample = o.ErrorSample
+		}
 	}
 	resp, err := http.Get(url + "/_stats")
 	if err != nil {

@@ -46,7 +46,7 @@ func (m *matrixReport) markdown() string {
 	for _, c := range m.opts.configs {
 		p("- **%s**: %s.\n", c.id, c.about)
 	}
-	p("\n*Runs with a 429*: of the cell's runs, those in which the upstream answered 429 at least once. *429s after 2 s*: those that arrived 2 s or more after the fleet's start. *Share*: the requests the upstream accepted from 1 s after the start to the end, over what it sustains in that time (100 per second), per run: the median and the least. *Redis calls per sent request*: the workers' round trips to Redis (a go-redis hook, connection set-up excluded) over the requests they sent, in the steady state: from 1 s after the start to %s before its end (the last reservations of a run are refused, their slot being past its end, a call each that a fleet that keeps running does not pay). *Target*: what the issue asks of the configuration (the matching one: no 429 and ≥ 99 %%; the default: no 429, or against strict spacing none after 2 s, and ≥ 95 %%; both ≤ 1.03 calls per request); the naive configuration is the reference.\n\n", steadyEnd)
+	p("\n*Runs with a 429*: of the cell's runs, those in which the upstream answered 429 at least once. *429s after 2 s*: those that arrived 2 s or more after the fleet's start. *Share*: the requests the upstream accepted from 1 s after the start to the end, over what it sustains in that time (100 per second), per run: the median and the least. *Steady rate*: the long-run rate from 1 s on, whatever the bursts' phase: 1 s over the mean time between an accepted arrival and the 100th after it, as a share of 100 per second (the median of the runs). *Redis calls per sent request*: the workers' round trips to Redis (a go-redis hook, connection set-up excluded) over the requests they sent, in the steady state: from 1 s after the start to %s before its end (the last reservations of a run are refused, their slot being past its end, a call each that a fleet that keeps running does not pay). *Target*: what the issue asks of the configuration (the matching one: no 429 and ≥ 99 %%; the default: no 429, or against strict spacing none after 2 s, and ≥ 95 %%; both ≤ 1.03 calls per request); the naive configuration is the reference.\n\n", steadyEnd)
 
 	if len(m.cells) > 0 {
 		pass, all := map[string]int{}, map[string]int{}
@@ -63,7 +63,7 @@ func (m *matrixReport) markdown() string {
 				p("- **%s**: %d of %d cells meet the target.\n", c.id, pass[c.id], all[c.id])
 			}
 		}
-		p("\n| upstream | configuration | fleet | runs with a 429 | 429s | 429s after 2 s | share after 1 s, median / least | Redis calls per sent request, median / most | target |\n|---|---|---|---|---|---|---|---|---|\n")
+		p("\n| upstream | configuration | fleet | runs with a 429 | 429s | 429s after 2 s | share after 1 s, median / least | steady rate | Redis calls per sent request, median / most | target |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, c := range m.cells {
 			s := c.stats()
 			verdict := "—"
@@ -74,7 +74,7 @@ func (m *matrixReport) markdown() string {
 			if s.errors > 0 {
 				errs = fmt.Sprintf(" (%d transport errors)", s.errors)
 			}
-			p("| %s | %s | %s | %d / %d | %d | %d | %.1f %% / %.1f %% | %.3f / %.3f | %s%s |\n", c.up.name, c.conf.id, c.sh, s.runsWith429, s.runs, s.tooMany, s.late, 100*s.shareMed, 100*s.shareMin, s.callsMed, s.callsMax, verdict, errs)
+			p("| %s | %s | %s | %d / %d | %d | %d | %.1f %% / %.1f %% | %.1f %% | %.3f / %.3f | %s%s |\n", c.up.name, c.conf.id, c.sh, s.runsWith429, s.runs, s.tooMany, s.late, 100*s.shareMed, 100*s.shareMin, 100*s.steadyMed, s.callsMed, s.callsMax, verdict, errs)
 		}
 		p("\n")
 	}

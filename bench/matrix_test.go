@@ -35,6 +35,13 @@ func TestMatrixRunFigures(t *testing.T) {
 	if got := r.callsPerSent(); got != 1.03 {
 		t.Errorf("callsPerSent = %v, want 1.03", got)
 	}
+	// 150 arrivals 10 ms apart from 1 s: 100 in 1 s, the full rate.
+	if got := r.steadyRate(time.Second); got < 0.9999 || got > 1.0001 {
+		t.Errorf("steadyRate(1s) = %v, want 1", got)
+	}
+	if got := r.steadyRate(2 * time.Second); got != 0 {
+		t.Errorf("steadyRate with fewer than N+1 arrivals = %v, want 0", got)
+	}
 	if got := (matrixRun{dur: time.Second}).shareAfter(time.Second); got != 0 {
 		t.Errorf("shareAfter of an empty span = %v, want 0", got)
 	}
@@ -119,7 +126,7 @@ func TestMatrixReportSaysMiss(t *testing.T) {
 	cell := matrixCell{up: logUp, sh: shape{3, 4}, conf: matrixConfigs[1], runs: []matrixRun{{dur: 3 * time.Second, rejected: ms(2500), steadySent: 10, steadyTrips: 10}}}
 	m := &matrixReport{opts: o, command: "x", cells: []matrixCell{cell}}
 	md := m.markdown()
-	if !strings.Contains(md, "| exact sliding log | matching | 3×4 | 1 / 1 | 1 | 1 | 0.0 % / 0.0 % | 1.000 / 1.000 | **MISS**") {
+	if !strings.Contains(md, "| exact sliding log | matching | 3×4 | 1 / 1 | 1 | 1 | 0.0 % / 0.0 % | 0.0 % | 1.000 / 1.000 | **MISS**") {
 		t.Fatalf("a missed target is not reported as MISS:\n%s", md)
 	}
 	if svg := matrixSVG(o, []matrixCell{cell}, shape{3, 4}); !strings.Contains(svg, "exact sliding log: 1 × 429, 0 %") || !strings.HasSuffix(svg, "</svg>\n") {

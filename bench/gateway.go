@@ -42,6 +42,9 @@ type gatewayKind struct {
 	// sliding log instead.
 	burst int
 	log   bool
+	// window is set for the upstreams that count in windows (fixed,
+	// sliding counter, log): from cold, they accept a window's N at once.
+	window bool
 	// strict is set for an upstream of strict spacing (burst 0 or 1): the
 	// default configuration may meet a few 429s there in its first two
 	// seconds.
@@ -96,13 +99,13 @@ var gatewayKinds = []gatewayKind{
 	{id: "gcra-burst99", name: "throttled GCRA, burst 99", burst: 99,
 		about:   "the same with `MaxBurst: 99`: a bucket of 100; `X-RateLimit-Limit: 100`",
 		handler: gcra(gatewayN - 1)},
-	{id: "fixed", name: "ulule fixed window", log: true,
+	{id: "fixed", name: "ulule fixed window", log: true, window: true,
 		about: "`github.com/ulule/limiter/v3` `Rate{Period: 1s, Limit: 100}` with its memory store behind its `stdlib` middleware: a fixed window that starts at the first request after the last one expired; headers `X-RateLimit-Limit: 100`, `-Remaining`, `-Reset` (epoch seconds), no `Retry-After`",
 		handler: func(ok http.Handler) (http.Handler, error) {
 			l := ulule.New(ulmemory.NewStore(), ulule.Rate{Period: gatewayPer, Limit: gatewayN})
 			return ulstdlib.NewMiddleware(l, ulstdlib.WithKeyGetter(func(*http.Request) string { return "gateway" })).Handler(ok), nil
 		}},
-	{id: "counter", name: "sliding-window counter", burst: 0,
+	{id: "counter", name: "sliding-window counter", burst: 0, window: true,
 		about: "`github.com/RussellLuo/slidingwindow` `NewLimiter(1s, 100, NewLocalWindow)`: the previous aligned window's count weighted by the share of it still in the sliding window, plus the current one; `if !l.Allow() { 429 }` (no headers). (`mennanov/limiters`, named in the issue, is not served by the module proxy this suite can reach; this is the same algorithm)",
 		handler: func(ok http.Handler) (http.Handler, error) {
 			l, _ := slidingwindow.NewLimiter(gatewayPer, gatewayN, func() (slidingwindow.Window, slidingwindow.StopFunc) {
@@ -116,7 +119,7 @@ var gatewayKinds = []gatewayKind{
 				ok.ServeHTTP(w, r)
 			}), nil
 		}},
-	{id: "log", name: "exact sliding log", log: true,
+	{id: "log", name: "exact sliding log", log: true, window: true,
 		about: "`throttletest.Upstream` (this repository's strict fake): at most 100 accepted arrivals in any 1 s, `Retry-After` on a 429 and `X-RateLimit-Limit/-Remaining/-Reset` (epoch seconds), as GitHub sends them",
 		handler: func(http.Handler) (http.Handler, error) {
 			return throttletest.NewUpstream(throttletest.Config{N: gatewayN, Window: gatewayPer, XRateLimit: true})

@@ -49,8 +49,9 @@ type matrixConfig struct {
 }
 
 // candidateBurst is the burst of the candidate default's paced limit: a
-// token bucket of capacity 10 or more accepts B + 1 = 10 at once.
-const candidateBurst = 9
+// token bucket of capacity 10 or more accepts B + 1 = 10 at once. (A
+// variable, so that -matrix-candidate-burst can try others.)
+var candidateBurst = 9
 
 var matrixConfigs = []matrixConfig{
 	{id: "naive", about: "`PerSecond(100)`: what a user writes today, the sliding log of the default algorithm",
@@ -63,7 +64,7 @@ var matrixConfigs = []matrixConfig{
 			}
 			return []throttle.Limit{throttle.Paced(gatewayN, gatewayPer, g.burst)}
 		}},
-	{id: "candidate", about: fmt.Sprintf("a candidate default for an upstream of unknown shape: `PerSecond(100)` and `Paced(100, time.Second, %d)` on one rule", candidateBurst),
+	{id: "candidate", about: "a candidate default for an upstream of unknown shape: `PerSecond(100)` and `Paced(100, time.Second, b)` on one rule, b = -matrix-candidate-burst",
 		target: "default",
 		limits: func(gatewayKind) []throttle.Limit {
 			return []throttle.Limit{throttle.PerSecond(gatewayN), throttle.Paced(gatewayN, gatewayPer, candidateBurst)}

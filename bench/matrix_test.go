@@ -91,11 +91,12 @@ func TestBinCountsAndAccepts(t *testing.T) {
 	b1, _ := gatewayByID("rate-burst1")
 	b100, _ := gatewayByID("rate-burst100")
 	fixed, _ := gatewayByID("fixed")
+	counter, _ := gatewayByID("counter")
 	for _, c := range []struct {
 		g    gatewayKind
 		t    time.Duration
 		want int
-	}{{b1, 0, 1}, {b1, time.Second, 101}, {b100, 500 * time.Millisecond, 150}, {fixed, 0, 100}} {
+	}{{b1, 0, 1}, {b1, time.Second, 101}, {b100, 500 * time.Millisecond, 150}, {fixed, 0, 100}, {counter, time.Second, 200}} {
 		if got := accepts(c.g, c.t); got != c.want {
 			t.Errorf("accepts(%s, %v) = %d, want %d", c.g.id, c.t, got, c.want)
 		}

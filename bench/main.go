@@ -57,6 +57,7 @@ func main() {
 	flag.IntVar(&candidateBurst, "matrix-candidate-burst", candidateBurst, "-matrix: the burst of the candidate configuration's paced limit")
 	mOut := flag.String("matrix-out", "", "-matrix: write the matrix's page to this file (default: standard output)")
 	mSVG := flag.String("matrix-svg", "", "-matrix: write the matrix's figure (SVG) to this file")
+	mSmall := flag.String("matrix-small-svg", "", "-matrix: write a small figure (a few upstreams, naive beside candidate) to this file, for the README")
 	flag.Parse()
 	if *worker != "" {
 		runWorker(*worker)
@@ -69,7 +70,7 @@ func main() {
 	if *matrix {
 		o, err := selectMatrix(*mRuns, *mTime, *mUps, *mShapes, *mConfigs)
 		if err == nil {
-			err = runMatrix(o, matrixCommand(), *mOut, *mSVG)
+			err = runMatrix(o, matrixCommand(), *mOut, *mSVG, *mSmall)
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -139,7 +140,7 @@ func startSuite() (*server, string, func(), error) {
 	return srv, tmp, func() { srv.stop(); _ = os.RemoveAll(tmp) }, nil
 }
 
-func runMatrix(o matrixOptions, command, out, svgPath string) error {
+func runMatrix(o matrixOptions, command, out, svgPath, smallPath string) error {
 	began := time.Now()
 	progress := func(s string) { fmt.Fprintf(os.Stderr, "[%5.1fs] %s\n", time.Since(began).Seconds(), s) }
 	srv, _, stop, err := startSuite()
@@ -163,6 +164,11 @@ func runMatrix(o matrixOptions, command, out, svgPath string) error {
 	}
 	m.took, m.loadEnd = time.Since(began), loadAverage()
 	m.pictured = o.shapes[len(o.shapes)-1]
+	if smallPath != "" {
+		if err := os.WriteFile(smallPath, []byte(matrixSVG(smallFigure(o), m.cells, m.pictured)), 0o644); err != nil {
+			return err
+		}
+	}
 	if svgPath != "" {
 		if err := os.MkdirAll(filepath.Dir(svgPath), 0o755); err != nil {
 			return err

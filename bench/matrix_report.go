@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -189,4 +190,23 @@ func matrixSVG(o matrixOptions, cells []matrixCell, sh shape) string {
 	}
 	p("</svg>\n")
 	return b.String()
+}
+
+// smallFigure keeps, of o, the upstreams and configurations of the small
+// figure: one of each kind of counting, the naive rule beside the candidate.
+func smallFigure(o matrixOptions) matrixOptions {
+	keep := func(id string, ids ...string) bool { return slices.Contains(ids, id) }
+	small := o
+	small.upstreams, small.configs = nil, nil
+	for _, g := range o.upstreams {
+		if keep(g.id, "gcra-burst0", "rate-burst100", "counter", "log") {
+			small.upstreams = append(small.upstreams, g)
+		}
+	}
+	for _, c := range o.configs {
+		if keep(c.id, "naive", "candidate") {
+			small.configs = append(small.configs, c)
+		}
+	}
+	return small
 }

@@ -130,6 +130,9 @@ func TestMatrixReportSaysMiss(t *testing.T) {
 	if !strings.Contains(md, "| exact sliding log | matching | 3×4 | 1 / 1 | 1 | 1 | 0.0 % / 0.0 % | 0.0 % | 1.000 / 1.000 | **MISS**") {
 		t.Fatalf("a missed target is not reported as MISS:\n%s", md)
 	}
+	if small := smallFigure(o); len(small.upstreams) != 1 || len(small.configs) != 2 || small.configs[1].id != "candidate" {
+		t.Errorf("smallFigure = %+v", small)
+	}
 	if svg := matrixSVG(o, []matrixCell{cell}, shape{3, 4}); !strings.Contains(svg, "exact sliding log: 1 × 429, 0 %") || !strings.HasSuffix(svg, "</svg>\n") {
 		t.Fatalf("the figure does not show the run:\n%s", svg)
 	}

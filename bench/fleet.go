@@ -271,6 +271,8 @@ func runWorker(arg string) {
 					res.OK++
 				case sentAt.IsZero() && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, throttle.ErrLimited)):
 					// the run ended while it waited: not sent
+				case errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(stop):
+					// sent, and the run ended before its answer came
 				default:
 					res.Errors++
 					if res.ErrorSample == "" && err != nil {

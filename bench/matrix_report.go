@@ -135,7 +135,7 @@ func matrixSVG(o matrixOptions, cells []matrixCell, sh shape) string {
 		titleMargin = 6
 	)
 	cols, rows := len(o.configs), len(o.upstreams)
-	width, height := left+cols*(pw+gapX), top+rows*(ph+gapY)
+	width, height := max(left+cols*(pw+gapX), 640), top+rows*(ph+gapY) // the title needs 640
 	yMax := accepts(gatewayKind{window: true}, o.dur)
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }

@@ -206,9 +206,10 @@ func (r *rule) learn(sig signals, throttled bool) store.Learned {
 
 	// A learned limit, the tightest rate of: each RateLimit-Policy (q per
 	// w), X-RateLimit-Limit over the rule's longest window (it names no
-	// window of its own), and a share of the longest limit from a high
-	// X-App-Usage. Only limits over windows the log covers (at most the
-	// longest), and not already implied by the rule's own.
+	// window of its own) when limitIsWindow, and a share of the longest
+	// limit from a high X-App-Usage. Only limits over windows the log
+	// covers (at most the longest), and not already implied by the rule's
+	// own.
 	consider := func(n int, w time.Duration) {
 		if n < 1 || w > longest.Per || r.implied(n, w) {
 			return
@@ -221,7 +222,9 @@ func (r *rule) learn(sig signals, throttled bool) store.Learned {
 	for _, p := range sig.policies {
 		consider(p.q, p.w)
 	}
-	consider(sig.limit, longest.Per)
+	if limitIsWindow(sig.limit, longest) {
+		consider(sig.limit, longest.Per)
+	}
 	if sig.hasUsage {
 		switch {
 		case sig.usage >= 100:
@@ -235,6 +238,20 @@ func (r *rule) learn(sig signals, throttled bool) store.Learned {
 	}
 	l.Pause = capPause(l.Pause)
 	return l
+}
+
+// limitIsWindow reports whether X-RateLimit-Limit n may be read as a limit
+// over the rule's longest window, whose limit is longest. The field names no
+// window, and a GCRA or token bucket sends its burst there, not a rate:
+// throttled/throttled sends MaxBurst + 1, so strict spacing at 100 per
+// second says "1", which read over a window of a second would hold the
+// fleet to 1 per second. A learned limit must not drive the fleet far below
+// its configured rate, so a value below half the longest limit's N is read
+// as a burst size and learned as nothing (a 429 still pauses the key). A
+// value from half of N is read as the upstream's limit per window: a rule
+// configured somewhat above its upstream's real limit.
+func limitIsWindow(n int, longest Limit) bool {
+	return n > 0 && 2*n >= longest.N
 }
 
 // implied reports whether the rule's own limits already allow no more than n

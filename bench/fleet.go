@@ -73,6 +73,12 @@ type workerConfig struct {
 	Start    time.Time
 	Duration time.Duration
 	Bursty   bool // on for Per/2, off for Per/2, in step across processes
+	// Limits, if set, are throttle's default rule (WithDefault) instead of
+	// a rule of Per(N, Per) for the host: the matrix's configurations.
+	Limits []throttle.Limit
+	// SteadyFrom and SteadyTo, if SteadyTo is set, bound the steady
+	// state in which calls per request are counted again.
+	SteadyFrom, SteadyTo time.Duration
 }
 
 // workerResult is what a worker process prints on its standard output.
@@ -83,9 +89,15 @@ type workerResult struct {
 	// wake-up (Decision.Retaken), and reservations refused (a slot past
 	// the end of the run), each one Redis call more than one per request.
 	Retaken, Limited, Canceled int
-	WaitsMs                    []float64 // per sent request: from asking to sending
-	AllowancesMs               []float64 // throttle only, per sent request: Decision.Allowance
-	Err                        string
+	// Between SteadyFrom and SteadyTo after the start (when set): the
+	// round trips and the requests sent, away from the cold start and
+	// the run's end.
+	SteadyTrips  int64
+	SteadySent   int
+	ErrorSample  string    // the first of Errors
+	WaitsMs      []float64 // per sent request: from asking to sending
+	AllowancesMs []float64 // throttle only, per sent request: Decision.Allowance
+	Err          string
 }
 
 type waitKey struct{}
@@ -141,7 +153,11 @@ func runWorker(arg string) {
 				res.Canceled++
 			}
 		})
-		tr, err := throttle.New(base, st, throttle.WithRule(rule), onDecision)
+		ruleOpt := throttle.WithRule(rule)
+		if len(cfg.Limits) > 0 {
+			ruleOpt = throttle.WithDefault(throttle.Rule{Limits: cfg.Limits, Key: throttle.Fixed("gateway")})
+		}
+		tr, err := throttle.New(base, st, ruleOpt, onDecision)
 		if err != nil {
 			res.Err = err.Error()
 			return
@@ -175,6 +191,25 @@ func runWorker(arg string) {
 	}
 	time.Sleep(time.Until(cfg.Start))
 	trips0 := trips.n.Load()
+	if cfg.SteadyTo > 0 {
+		steady := func() (int64, int) {
+			mu.Lock()
+			defer mu.Unlock()
+			return trips.n.Load(), res.Sent
+		}
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			time.Sleep(time.Until(cfg.Start.Add(cfg.SteadyFrom)))
+			t0, s0 := steady()
+			time.Sleep(time.Until(cfg.Start.Add(cfg.SteadyTo)))
+			t1, s1 := steady()
+			mu.Lock()
+			res.SteadyTrips, res.SteadySent = t1-t0, s1-s0
+			mu.Unlock()
+		}()
+	}
 
 	var wg sync.WaitGroup
 	for range cfg.Workers {
@@ -236,8 +271,13 @@ func runWorker(arg string) {
 					res.OK++
 				case sentAt.IsZero() && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, throttle.ErrLimited)):
 					// the run ended while it waited: not sent
+				case errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(stop):
+					// sent, and the run ended before its answer came
 				default:
 					res.Errors++
+					if res.ErrorSample == "" && err != nil {
+						res.ErrorSample = err.Error()
+					}
 				}
 				mu.Unlock()
 			}
@@ -288,7 +328,13 @@ func (fr fleetResult) share() float64 { return float64(fr.accepted) / float64(fr
 
 // startUpstream runs strictapi and returns its URL and a function that stops it.
 func startUpstream(bin string, n int, per time.Duration) (string, func(), error) {
-	cmd := exec.Command(bin, "-n", fmt.Sprint(n), "-per", per.String())
+	return startServer(exec.Command(bin, "-n", fmt.Sprint(n), "-per", per.String()))
+}
+
+// startServer starts cmd, a server that prints its base URL on its first
+// line and exits when its standard input is closed, and returns the URL and
+// a function that stops it.
+func startServer(cmd *exec.Cmd) (string, func(), error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -316,7 +362,7 @@ func startUpstream(bin string, n int, per time.Duration) (string, func(), error)
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil {
 		stopFn()
-		return "", nil, fmt.Errorf("strictapi: %w", err)
+		return "", nil, fmt.Errorf("%s: %w", filepath.Base(cmd.Path), err)
 	}
 	return strings.TrimSpace(line), stopFn, nil
 }
@@ -341,45 +387,21 @@ func (e *env) fleetRun(ctx context.Context, fk fleetKind, bursty bool) (fleetRes
 	}
 	cfg := workerConfig{Kind: fk.kind, Margin: fk.margin, Redis: e.srv.addr, URL: url, N: fleetN, Per: fleetW,
 		Workers: fleetWorkers, Start: time.Now().Add(500 * time.Millisecond), Duration: e.cfg.fleetTime, Bursty: bursty}
-	arg, _ := json.Marshal(cfg)
-	type out struct {
-		res workerResult
-		err error
+	outs, err := runWorkers(self, fleetProcs, cfg)
+	if err != nil {
+		return fr, err
 	}
-	outs := make([]out, fleetProcs)
-	var wg sync.WaitGroup
-	for p := range fleetProcs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cmd := exec.Command(self, "-worker", string(arg))
-			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-			cmd.Stderr = os.Stderr
-			b, err := cmd.Output()
-			if err == nil {
-				err = json.Unmarshal(b, &outs[p].res)
-			}
-			if err == nil && outs[p].res.Err != "" {
-				err = errors.New(outs[p].res.Err)
-			}
-			outs[p].err = err
-		}()
-	}
-	wg.Wait()
 	var waits, allows []float64
 	var trips int64
 	for _, o := range outs {
-		if o.err != nil {
-			return fr, fmt.Errorf("worker: %w", o.err)
-		}
-		fr.sent += o.res.Sent
-		fr.errors += o.res.Errors
-		fr.retaken += o.res.Retaken
-		fr.limited += o.res.Limited
-		fr.canceled += o.res.Canceled
-		trips += o.res.Trips
-		waits = append(waits, o.res.WaitsMs...)
-		allows = append(allows, o.res.AllowancesMs...)
+		fr.sent += o.Sent
+		fr.errors += o.Errors
+		fr.retaken += o.Retaken
+		fr.limited += o.Limited
+		fr.canceled += o.Canceled
+		trips += o.Trips
+		waits = append(waits, o.WaitsMs...)
+		allows = append(allows, o.AllowancesMs...)
 	}
 	resp, err := http.Get(url + "/_stats")
 	if err != nil {
@@ -452,6 +474,36 @@ func (e *env) fleet(ctx context.Context, progress func(string)) ([]fleetResult, 
 		}
 	}
 	return out, nil
+}
+
+// runWorkers runs procs worker processes (self re-executed with -worker)
+// of configuration cfg and returns their results.
+func runWorkers(self string, procs int, cfg workerConfig) ([]workerResult, error) {
+	arg, _ := json.Marshal(cfg)
+	outs := make([]workerResult, procs)
+	errs := make([]error, procs)
+	var wg sync.WaitGroup
+	for p := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := exec.Command(self, "-worker", string(arg))
+			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+			cmd.Stderr = os.Stderr
+			b, err := cmd.Output()
+			if err == nil {
+				err = json.Unmarshal(b, &outs[p])
+			}
+			if err == nil && outs[p].Err != "" {
+				err = errors.New(outs[p].Err)
+			}
+			if err != nil {
+				errs[p] = fmt.Errorf("worker: %w", err)
+			}
+		}()
+	}
+	wg.Wait()
+	return outs, errors.Join(errs...)
 }
 
 // buildStrictAPI builds throttle's strict upstream into dir.

@@ -4,6 +4,10 @@
 //
 //	cd bench && go run . -out ../BENCHMARKS.md -svg ../docs/fleet.svg
 //	cd bench && go run . -quick            # a fast smoke run, to stdout
+//	cd bench && go run . -matrix -matrix-out ../docs/matrix.md -matrix-svg ../docs/matrix.svg
+//
+// -matrix runs only the matrix against real server-side limiters (see
+// matrix.go), which has its own page.
 //
 // It starts its own redis-server (from PATH) on a free loopback port with
 // persistence off, and stops it at the end, on SIGINT/SIGTERM and on a panic.
@@ -18,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -42,9 +47,35 @@ func main() {
 	quick := flag.Bool("quick", false, "a fast smoke run: one repetition, short runs (figures are rough)")
 	worker := flag.String("worker", "", "internal: run as a fleet worker with this JSON configuration")
 	only := flag.String("only", "", "internal/debugging: run one section: decisions, growth, memory, inproc or fleet")
+	gateway := flag.String("gateway", "", "internal: run as the matrix's upstream gateway of this kind")
+	matrix := flag.Bool("matrix", false, "run only the matrix against real server-side limiters (its own page)")
+	mRuns := flag.Int("matrix-runs", 10, "-matrix: cold runs per cell")
+	mTime := flag.Duration("matrix-time", 5*time.Second, "-matrix: the length of a run")
+	mUps := flag.String("matrix-upstreams", "all", "-matrix: the upstreams, comma-separated: all or some of "+strings.Join(gatewayIDs(), ","))
+	mShapes := flag.String("matrix-shapes", "all", "-matrix: the fleet shapes (processes x workers), comma-separated: all or some such as 1x1,4x1,2x16,3x4")
+	mConfigs := flag.String("matrix-configs", "all", "-matrix: throttle's configurations, comma-separated: all or some of naive,matching,candidate")
+	flag.IntVar(&candidateBurst, "matrix-candidate-burst", candidateBurst, "-matrix: the burst of the candidate configuration's paced limit")
+	mOut := flag.String("matrix-out", "", "-matrix: write the matrix's page to this file (default: standard output)")
+	mSVG := flag.String("matrix-svg", "", "-matrix: write the matrix's figure (SVG) to this file")
+	mSmall := flag.String("matrix-small-svg", "", "-matrix: write a small figure (a few upstreams, naive beside candidate) to this file, for the README")
 	flag.Parse()
 	if *worker != "" {
 		runWorker(*worker)
+		return
+	}
+	if *gateway != "" {
+		runGateway(*gateway)
+		return
+	}
+	if *matrix {
+		o, err := selectMatrix(*mRuns, *mTime, *mUps, *mShapes, *mConfigs)
+		if err == nil {
+			err = runMatrix(o, matrixCommand(), *mOut, *mSVG, *mSmall)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
 		return
 	}
 	cfg := config{reps: 3, decisionReps: 5, decisionTime: 600 * time.Millisecond, growthCalls: 5000, fleetTime: 4500 * time.Millisecond, benchTime: "500ms"}
@@ -68,27 +99,35 @@ func main() {
 	}
 }
 
-func run(cfg config, out, svgPath, only string) (err error) {
-	began := time.Now()
-	progress := func(s string) { fmt.Fprintf(os.Stderr, "[%5.1fs] %s\n", time.Since(began).Seconds(), s) }
+// matrixCommand is the command line that reproduces this -matrix run.
+func matrixCommand() string {
+	cmd := "cd bench && go run ."
+	flag.Visit(func(f *flag.Flag) {
+		if strings.HasPrefix(f.Name, "matrix") {
+			v := f.Value.String()
+			if f.Name == "matrix" {
+				cmd += " -matrix"
+				return
+			}
+			cmd += " -" + f.Name + " " + v
+		}
+	})
+	return cmd
+}
 
+// startSuite starts the suite's redis-server and a temporary directory, and
+// stops and removes them however the run ends: when the returned function is
+// called, on a signal. The caller recovers a panic with it too.
+func startSuite() (*server, string, func(), error) {
 	tmp, err := os.MkdirTemp("", "throttle-bench")
 	if err != nil {
-		return err
+		return nil, "", nil, err
 	}
-	defer os.RemoveAll(tmp)
 	srv, err := startRedis()
 	if err != nil {
-		return err
+		_ = os.RemoveAll(tmp)
+		return nil, "", nil, err
 	}
-	// Stop the server however the run ends: normally, on a panic, on a signal.
-	defer srv.stop()
-	defer func() {
-		if p := recover(); p != nil {
-			srv.stop()
-			panic(p)
-		}
-	}()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
@@ -97,6 +136,77 @@ func run(cfg config, out, svgPath, only string) (err error) {
 		_ = os.RemoveAll(tmp)
 		fmt.Fprintln(os.Stderr, "bench: stopped by", s)
 		os.Exit(1)
+	}()
+	return srv, tmp, func() { srv.stop(); _ = os.RemoveAll(tmp) }, nil
+}
+
+func runMatrix(o matrixOptions, command, out, svgPath, smallPath string) error {
+	began := time.Now()
+	progress := func(s string) { fmt.Fprintf(os.Stderr, "[%5.1fs] %s\n", time.Since(began).Seconds(), s) }
+	srv, _, stop, err := startSuite()
+	if err != nil {
+		return err
+	}
+	defer stop()
+	defer func() {
+		if p := recover(); p != nil {
+			stop()
+			panic(p)
+		}
+	}()
+	progress("redis-server " + srv.version + " on " + srv.addr)
+	rdb, trips := newClient(srv.addr, 4)
+	defer rdb.Close()
+	e := &env{srv: srv, rdb: rdb, trips: trips}
+	m := &matrixReport{opts: o, command: command, redisVersion: srv.version, began: began.UTC(), loadStart: loadAverage()}
+	if m.cells, err = e.matrix(context.Background(), o, progress); err != nil {
+		return err
+	}
+	m.took, m.loadEnd = time.Since(began), loadAverage()
+	m.pictured = o.shapes[len(o.shapes)-1]
+	if smallPath != "" {
+		if err := os.WriteFile(smallPath, []byte(matrixSVG(smallFigure(o), m.cells, m.pictured)), 0o644); err != nil {
+			return err
+		}
+	}
+	if svgPath != "" {
+		if err := os.MkdirAll(filepath.Dir(svgPath), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(svgPath, []byte(matrixSVG(o, m.cells, m.pictured)), 0o644); err != nil {
+			return err
+		}
+		m.svg = svgPath
+		if out != "" {
+			if rel, err := filepath.Rel(filepath.Dir(out), svgPath); err == nil {
+				m.svg = rel
+			}
+		}
+	}
+	md := m.markdown()
+	if out == "" {
+		fmt.Print(md)
+		return nil
+	}
+	progress("wrote " + out)
+	return os.WriteFile(out, []byte(md), 0o644)
+}
+
+func run(cfg config, out, svgPath, only string) (err error) {
+	began := time.Now()
+	progress := func(s string) { fmt.Fprintf(os.Stderr, "[%5.1fs] %s\n", time.Since(began).Seconds(), s) }
+
+	srv, tmp, stop, err := startSuite()
+	if err != nil {
+		return err
+	}
+	// Stop the server however the run ends: normally, on a panic, on a signal.
+	defer stop()
+	defer func() {
+		if p := recover(); p != nil {
+			stop()
+			panic(p)
+		}
 	}()
 	progress("redis-server " + srv.version + " on " + srv.addr)
 

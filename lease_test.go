@@ -247,3 +247,22 @@ func TestInFlightRefusedWithAlsoAndLimiter(t *testing.T) {
 	require.ErrorAs(t, err, &ce)
 	assert.Contains(t, ce.Reason, "a Limiter does not cap uses in flight")
 }
+
+// A rule with InFlight and no LeaseFor takes DefaultLeaseFor (it was left at
+// zero, and every request refused by the store, before).
+func TestInFlightDefaultLeaseFor(t *testing.T) {
+	t.Parallel()
+	st := newMemory(t)
+	base := roundTripperFunc(func(*http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Header: http.Header{}}, nil
+	})
+	tr, err := throttle.New(base, st, throttle.WithDefault(throttle.Rule{Name: "capped",
+		Limits: []throttle.Limit{throttle.PerSecond(100)}, Mode: throttle.FailFast, InFlight: 5}))
+	require.NoError(t, err)
+	req, err := http.NewRequest(http.MethodGet, "http://api.example.com/", nil)
+	require.NoError(t, err)
+	resp, err := tr.RoundTrip(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	assert.Equal(t, uint64(1), tr.Stats().Rules[0].Requests[throttle.Sent])
+}

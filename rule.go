@@ -231,9 +231,6 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 	if err := probe.Validate("rule"); err != nil {
 		return nil, fail("%s", strings.TrimPrefix(err.Error(), store.ErrInvalidRequest.Error()+": "))
 	}
-	if err := c.compileInFlight(fail); err != nil { // lease.go
-		return nil, err
-	}
 	switch r.Mode {
 	case Wait:
 		switch {
@@ -271,6 +268,10 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 	c.Rule = r
 	c.scope = r.Name + ":"
 	if err := compileAlso(c, fail); err != nil { // multikey.go
+		return nil, err
+	}
+	// After c.Rule is set: it completes LeaseFor there.
+	if err := c.compileInFlight(fail); err != nil { // lease.go
 		return nil, err
 	}
 	return c, nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -176,13 +177,51 @@ func (e *env) decisionOps(ctx context.Context) ([]decisionOp, error) {
 		reqs[i], _ = http.NewRequestWithContext(ctx, http.MethodGet, "http://api.example/v1/x", nil)
 		reqs[i].Header.Set("X-Key", keys[i])
 	}
-	ops = append(ops, decisionOp{"throttle Transport", func(_ context.Context, g, i int) error {
-		resp, err := tr.RoundTrip(reqs[(g*7919+i+decisionKeys)%decisionKeys])
-		if err != nil {
-			return err
+	roundTrip := func(tr *throttle.Transport) func(context.Context, int, int) error {
+		return func(_ context.Context, g, i int) error {
+			resp, err := tr.RoundTrip(reqs[(g*7919+i+decisionKeys)%decisionKeys])
+			if err != nil {
+				return err
+			}
+			return resp.Body.Close()
 		}
-		return resp.Body.Close()
-	}})
+	}
+	ops = append(ops, decisionOp{"throttle Transport", roundTrip(tr)})
+
+	// What each capability costs on the same path: a second key reserved
+	// in the same call (Rule.Also), a cap in flight (Rule.InFlight: the
+	// lease rides the reservation, its release is one more call when the
+	// body is closed), and the Limiter without HTTP.
+	also, err := throttle.New(okTransport{}, st, throttle.WithDefault(throttle.Rule{
+		Name: "also", Limits: []throttle.Limit{decisionLimit}, Mode: throttle.FailFast,
+		Key: func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil },
+		Also: []throttle.KeyLimit{{Name: "app", Key: throttle.Fixed("app"),
+			Limits: []throttle.Limit{{N: decisionLimit.N * decisionKeys, Per: decisionLimit.Per}}}},
+	}))
+	if err != nil {
+		return nil, err
+	}
+	capped, err := throttle.New(okTransport{}, st, throttle.WithDefault(throttle.Rule{
+		Name: "capped", Limits: []throttle.Limit{decisionLimit}, Mode: throttle.FailFast, InFlight: 1 << 20,
+		Key: func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil },
+	}))
+	if err != nil {
+		return nil, err
+	}
+	lim, err := throttle.NewLimiter(st, throttle.Rule{Name: "limiter", Limits: []throttle.Limit{decisionLimit}, Mode: throttle.FailFast})
+	if err != nil {
+		return nil, err
+	}
+	ops = append(ops,
+		decisionOp{"throttle Transport, 2 keys (Also)", roundTrip(also)},
+		decisionOp{"throttle Transport, capped in flight (InFlight)", roundTrip(capped)},
+		decisionOp{"throttle Limiter.Allow", func(ctx context.Context, g, i int) error {
+			ok, err := lim.Allow(ctx, pick(g, i), 1)
+			if err == nil && !ok {
+				err = errors.New("throttle Limiter refused a decision that its limit admits")
+			}
+			return err
+		}})
 	return ops, nil
 }
 

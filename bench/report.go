@@ -226,7 +226,10 @@ func (r *report) markdown() string {
 		for _, k := range decisionKinds() {
 			p("- **%s**: %s.\n", k, abouts[k])
 		}
-		p("- **throttle Transport**: `throttle.New` with a FailFast default rule keyed by a header, `RoundTrip` to a base transport that answers at once: the store call plus the transport's own work.\n\n")
+		p("- **throttle Transport**: `throttle.New` with a FailFast default rule keyed by a header, `RoundTrip` to a base transport that answers at once: the store call plus the transport's own work.\n")
+		p("- **throttle Transport, 2 keys (Also)**: the same with `Rule.Also`, a second key (the app's, shared by every request) reserved in the same script call.\n")
+		p("- **throttle Transport, capped in flight (InFlight)**: the same with `Rule.InFlight` (a cap that never binds): the lease rides the reservation; its release, when the body is closed, is the second round trip.\n")
+		p("- **throttle Limiter.Allow**: `throttle.NewLimiter` with a FailFast rule, `Allow` on the same keys: the HTTP-less path.\n\n")
 	}
 
 	if len(r.growth) > 0 {

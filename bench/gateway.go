@@ -106,7 +106,7 @@ var gatewayKinds = []gatewayKind{
 			return ulstdlib.NewMiddleware(l, ulstdlib.WithKeyGetter(func(*http.Request) string { return "gateway" })).Handler(ok), nil
 		}},
 	{id: "counter", name: "sliding-window counter", burst: 0, window: true,
-		about: "`github.com/RussellLuo/slidingwindow` `NewLimiter(1s, 100, NewLocalWindow)`: the previous aligned window's count weighted by the share of it still in the sliding window, plus the current one; `if !l.Allow() { 429 }` (no headers). (`mennanov/limiters`, named in the issue, is not served by the module proxy this suite can reach; this is the same algorithm)",
+		about: "`github.com/RussellLuo/slidingwindow` `NewLimiter(1s, 100, NewLocalWindow)`: the previous aligned window's count weighted by the share of it still in the sliding window, plus the current one; `if !l.Allow() { 429 }` (no headers). (`mennanov/limiters`, another implementation, is not served by the module proxy this suite can reach; this is the same algorithm)",
 		handler: func(ok http.Handler) (http.Handler, error) {
 			l, _ := slidingwindow.NewLimiter(gatewayPer, gatewayN, func() (slidingwindow.Window, slidingwindow.StopFunc) {
 				return slidingwindow.NewLocalWindow()

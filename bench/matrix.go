@@ -43,7 +43,7 @@ func parseShape(s string) (shape, error) {
 type matrixConfig struct {
 	id, about string
 	limits    func(g gatewayKind) []throttle.Limit
-	// target says what the issue asks of this configuration (empty: none,
+	// target says what throttle aims for with this configuration (empty: none,
 	// a reference).
 	target string
 }
@@ -186,7 +186,7 @@ func (c matrixCell) stats() cellStats {
 	return s
 }
 
-// verdict judges a cell against the issue's targets: "" when its
+// verdict judges a cell against throttle's targets: "" when its
 // configuration has none.
 func (c matrixCell) verdict() (string, bool) {
 	s := c.stats()

@@ -103,6 +103,9 @@ func commandCalls(b *testing.B, info string, cmds ...string) int64 {
 	for line := range strings.SplitSeq(info, "\n") {
 		for _, cmd := range cmds {
 			rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd)
+			if !ok {
+				continue
+			}
 			if cmd == "" {
 				_, rest, ok = strings.Cut(rest, ":") // every command
 			} else {

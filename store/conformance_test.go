@@ -49,6 +49,30 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
+// moving advances c by a random step below most every tick (a real-time
+// pause) until the returned stop is called, while a property test's workers
+// reserve: the stores then see a clock that moves between and during calls.
+func (c *fakeClock) moving(seed uint64, most, tick time.Duration) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		r := rand.New(rand.NewPCG(seed, 99))
+		for {
+			select {
+			case <-quit:
+				return
+			default:
+				c.Advance(time.Duration(r.Int64N(int64(most))))
+				time.Sleep(tick)
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+	}
+}
+
 // impl is one store under test.
 type impl struct {
 	name string
@@ -519,24 +543,9 @@ func runProperty(t *testing.T, im impl, seed uint64, allowances []time.Duration)
 		}()
 	}
 	// The clock moves while the workers reserve.
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		r := rand.New(rand.NewPCG(seed, 99))
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				clock.Advance(time.Duration(r.IntN(20_000)) * time.Microsecond)
-				time.Sleep(50 * time.Microsecond)
-			}
-		}
-	}()
+	stop := clock.moving(seed, 20_000*time.Microsecond, 50*time.Microsecond)
 	wg.Wait()
-	close(stop)
-	<-done
+	stop()
 	require.NotEmpty(t, log)
 	for _, l := range limits {
 		if n, at := maxInWindow(log, l.Per); n > l.N {

@@ -315,23 +315,10 @@ func runLeaseProperty(t *testing.T, im impl, seed uint64) {
 			}
 		}()
 	}
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		r := rand.New(rand.NewPCG(seed, 99))
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				clock.Advance(time.Duration(r.IntN(400)) * time.Microsecond)
-				time.Sleep(100 * time.Microsecond)
-			}
-		}
-	}()
+	// The clock moves while the workers reserve.
+	stop := clock.moving(seed, 400*time.Microsecond, 100*time.Microsecond)
 	wg.Wait()
-	close(stop)
-	<-done
+	stop()
 	t.Logf("cap %d: %d granted, %d after a wait in the queue (%d more handed a lease that expired before use), %d died holding; most in flight %d",
 		limit, granted.Load(), waited.Load(), expired.Load(), died.Load(), most)
 	assert.Equal(t, limit, most, "the load never filled the cap; the test proves nothing")

@@ -241,23 +241,10 @@ func runMultiKeyProperty(t *testing.T, im impl, seed uint64) {
 			}
 		}()
 	}
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		r := rand.New(rand.NewPCG(seed, 99))
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				clock.Advance(time.Duration(r.IntN(20_000)) * time.Microsecond)
-				time.Sleep(50 * time.Microsecond)
-			}
-		}
-	}()
+	// The clock moves while the workers reserve.
+	stop := clock.moving(seed, 20_000*time.Microsecond, 50*time.Microsecond)
 	wg.Wait()
-	close(stop)
-	<-done
+	stop()
 	full := 0
 	for k := range keys {
 		require.NotEmpty(t, logs[k], "key %d", k)

@@ -321,23 +321,10 @@ func runPacingProperty(t *testing.T, im impl, seed uint64, limits []store.Limit,
 			}
 		})
 	}
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		r := rand.New(rand.NewPCG(seed, 99))
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				clock.Advance(time.Duration(r.IntN(20_000)) * time.Microsecond)
-				time.Sleep(50 * time.Microsecond)
-			}
-		}
-	}()
+	// The clock moves while the workers reserve.
+	stop := clock.moving(seed, 20_000*time.Microsecond, 50*time.Microsecond)
 	wg.Wait()
-	close(stop)
-	<-done
+	stop()
 	require.NotEmpty(t, log)
 	p := limits[0]
 	spacing := (p.Per.Microseconds() + int64(p.N) - 1) / int64(p.N)

@@ -38,6 +38,10 @@ type Feedback struct {
 	// Limit is the limit learned from the headers (its window includes the
 	// rule's Margin), zero if none was learned.
 	Limit Limit
+	// Paced is the paced limit the key moved to, fleet-wide, after a 429
+	// although the throttle kept the rule's limits (its window includes
+	// the rule's Margin), zero if none: see docs/feedback.md.
+	Paced Limit
 	// Remaining units until Reset: a budget learned from the headers, when
 	// Reset is positive.
 	Remaining int
@@ -60,6 +64,10 @@ type FeedbackStats struct {
 	Pauses uint64
 	// Tightenings counts the learned limits and budgets recorded.
 	Tightenings uint64
+	// Reshapes counts the moves to a stricter shape recorded (a paced
+	// limit without a burst, after a 429 although the throttle kept the
+	// rule's limits), renewals included.
+	Reshapes uint64
 }
 
 // feedbackState is the transport's side of the feedback: what it last told
@@ -72,9 +80,10 @@ type feedbackState struct {
 }
 
 type told struct {
-	limit Limit
-	at    time.Time // when the limit was last recorded
-	reset int64     // the budget's reset last recorded, in Unix seconds
+	limit  Limit
+	at     time.Time // when the limit was last recorded
+	reset  int64     // the budget's reset last recorded, in Unix seconds
+	shaped time.Time // when the key last moved to a learned pace (shape.go)
 }
 
 // maxTold bounds the keys remembered; past it the memory starts afresh (which
@@ -96,8 +105,10 @@ type heard struct {
 }
 
 // listen reads resp, sent under rule r for k, records what it says through
-// the store failure policy, and reports it.
-func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Response) heard {
+// the store failure policy, and reports it. complied says the throttle
+// admitted the send (not a failed-open store), due when its slot was due
+// (zero if not measured).
+func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Response, complied bool, due time.Time) heard {
 	throttled := r.stats.count(resp)
 	now := t.now()
 	sig := parseSignals(resp.Header, now)
@@ -109,13 +120,16 @@ func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Res
 		// Not recorded, but a retry still waits for it.
 		return heard{pause: l.Pause}
 	}
+	if complied && resp.StatusCode == http.StatusTooManyRequests {
+		t.fb.reshape(r, k.skey, sig, due, now, &l) // shape.go
+	}
 	if !throttled && l.Pause == 0 && !t.fb.news(k.skey, l, now) {
 		return heard{}
 	}
 	fb := Feedback{Rule: r.Name, Key: k.key, Status: resp.StatusCode, Throttled: throttled,
-		Pause: l.Pause, Limit: l.Limit, Remaining: l.Remaining, Reset: l.Reset}
+		Pause: l.Pause, Limit: l.Limit, Paced: l.Pace, Remaining: l.Remaining, Reset: l.Reset}
 	h := heard{pause: l.Pause}
-	if l.Pause > 0 || l.Limit.N > 0 || l.Reset > 0 {
+	if l.Pause > 0 || l.Limit.N > 0 || l.Reset > 0 || l.Pace.N > 0 {
 		var recorded bool
 		recorded, fb.Err = t.policy.learn(ctx, r, k.skey, l)
 		if recorded {
@@ -125,6 +139,9 @@ func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Res
 			}
 			if l.Limit.N > 0 || l.Reset > 0 {
 				r.stats.tightenings.Add(1)
+			}
+			if l.Pace.N > 0 {
+				r.stats.reshapes.Add(1)
 			}
 		}
 	}
@@ -296,6 +313,9 @@ func (c *core) report(ctx context.Context, fb Feedback) {
 	}
 	if fb.Limit.N > 0 {
 		attrs = append(attrs, slog.String("learned_limit", fb.Limit.String()))
+	}
+	if fb.Paced.N > 0 {
+		attrs = append(attrs, slog.String("learned_pace", fb.Paced.String()))
 	}
 	if fb.Reset > 0 {
 		attrs = append(attrs, slog.Int("remaining", fb.Remaining), slog.Duration("reset", fb.Reset))

@@ -168,7 +168,7 @@ type ruleStats struct {
 
 	refused, open, local atomic.Uint64
 
-	tooMany, unavailable, pauses, tightenings atomic.Uint64
+	tooMany, unavailable, pauses, tightenings, reshapes atomic.Uint64
 
 	leases                                  atomic.Int64 // held now (lease.go)
 	leasesQueued, leasesRefused, leasesLost atomic.Uint64
@@ -245,6 +245,7 @@ func (s *ruleStats) upstream() FeedbackStats {
 		Unavailable:     s.unavailable.Load(),
 		Pauses:          s.pauses.Load(),
 		Tightenings:     s.tightenings.Load(),
+		Reshapes:        s.reshapes.Load(),
 	}
 }
 
@@ -291,4 +292,5 @@ func (f *FeedbackStats) add(o FeedbackStats) {
 	f.Unavailable += o.Unavailable
 	f.Pauses += o.Pauses
 	f.Tightenings += o.Tightenings
+	f.Reshapes += o.Reshapes
 }

@@ -128,7 +128,7 @@ func (t *Transport) attempt(ctx context.Context, r *rule, k keyed, n int, req *h
 		return resp, heard{}, err
 	}
 	d.lease.bind(resp)
-	return resp, t.listen(ctx, r, k, resp), nil // feedback.go
+	return resp, t.listen(ctx, r, k, resp, d.Outcome == Sent, due), nil // feedback.go
 }
 
 // keyed is a request's rate key under its rule: as reported (key), as stored

@@ -9,9 +9,9 @@ import (
 
 // Feedback is implemented by stores that share what the upstream said about a
 // key with every process: a pause (after a 429, or a 503 with Retry-After),
-// a learned limit tighter than the configured ones, and a budget of units
-// left before a reset. Reserve of a store that implements it honours all
-// three in the same atomic step as the reservation. Redis and Memory
+// a learned limit tighter than the configured ones, a learned pace, and a
+// budget of units left before a reset. Reserve of a store that implements it
+// honours them in the same atomic step as the reservation. Redis and Memory
 // implement it; a store that does not is used without feedback (find it with
 // a type assertion: st.(store.Feedback)).
 //
@@ -38,6 +38,15 @@ type Learned struct {
 	// beyond what its configured limits keep.
 	Limit    Limit
 	LimitTTL time.Duration
+	// Pace, if N > 0, is a paced limit (Paced set; N per Per with Burst)
+	// applied to the key's SlidingLog reservations for PaceTTL: a
+	// request's own paced limit, if any, takes the larger spacing and the
+	// smaller burst of the two, and a request without one is paced as if
+	// it had this one (a cost above Burst+1 is still one send). The latest
+	// learned pace replaces an earlier one. The counting algorithms
+	// (FixedWindow, SlidingCounter, Buckets) ignore it.
+	Pace    Limit
+	PaceTTL time.Duration
 	// Remaining units may be sent before Reset (from now), if Reset is
 	// positive: a budget. Reserve takes its units from it, and a request
 	// that finds it short waits until Reset, as for a pause. Within one
@@ -58,8 +67,8 @@ const ResetSlack = 2 * time.Second
 const MaxFeedback = 366 * 24 * time.Hour
 
 // ErrInvalidFeedback is returned, wrapped, for feedback no store should keep:
-// negative or too long durations, a negative N or remaining, a limit without
-// a window or TTL.
+// negative or too long durations, a negative N or remaining, a limit or pace
+// without a window or TTL, a pace that is not Paced.
 var ErrInvalidFeedback = errors.New("store: invalid feedback")
 
 // Validate reports whether l is well formed; every store calls it first.
@@ -78,6 +87,16 @@ func (l Learned) Validate(key string) error {
 		return bad("limit %s: window outside 1µs..%s", l.Limit, MaxFeedback)
 	case l.Limit.N > 0 && (l.LimitTTL <= 0 || l.LimitTTL > MaxFeedback):
 		return bad("limit TTL %s outside (0, %s]", l.LimitTTL, MaxFeedback)
+	case l.Pace.N < 0:
+		return bad("negative pace %s", l.Pace)
+	case l.Pace.N > 0 && !l.Pace.Paced:
+		return bad("pace %s is not a paced limit", l.Pace)
+	case l.Pace.N > 0 && (l.Pace.Per < time.Microsecond || l.Pace.Per > MaxFeedback):
+		return bad("pace %s: window outside 1µs..%s", l.Pace, MaxFeedback)
+	case l.Pace.N > 0 && (l.Pace.Burst < 0 || l.Pace.Burst > l.Pace.N):
+		return bad("pace %s: burst outside 0..N", l.Pace)
+	case l.Pace.N > 0 && (l.PaceTTL <= 0 || l.PaceTTL > MaxFeedback):
+		return bad("pace TTL %s outside (0, %s]", l.PaceTTL, MaxFeedback)
 	case l.Remaining < 0:
 		return bad("negative remaining %d", l.Remaining)
 	case l.Reset < 0 || l.Reset > MaxFeedback:
@@ -87,7 +106,9 @@ func (l Learned) Validate(key string) error {
 }
 
 // empty reports whether l says nothing.
-func (l Learned) empty() bool { return l.Pause <= 0 && l.Limit.N == 0 && l.Reset <= 0 }
+func (l Learned) empty() bool {
+	return l.Pause <= 0 && l.Limit.N == 0 && l.Pace.N == 0 && l.Reset <= 0
+}
 
 var (
 	_ Feedback = (*Redis)(nil)

@@ -12,9 +12,10 @@ type memFeedback struct {
 	n, w, until int64 // learned limit n per w, valid until
 	budget      int64 // units left before reset, when reset > 0
 	reset       int64
+	pt, pb, pe  int64 // learned pace: spacing pt, burst pb, valid until pe
 }
 
-func (f *memFeedback) expires() int64 { return max(f.pause, f.until, f.reset) }
+func (f *memFeedback) expires() int64 { return max(f.pause, f.until, f.reset, f.pe) }
 
 // Pause implements Feedback.
 func (m *Memory) Pause(ctx context.Context, key string, d time.Duration) error {
@@ -48,6 +49,9 @@ func (m *Memory) Learn(ctx context.Context, key string, l Learned) error {
 	}
 	if l.Limit.N > 0 && l.LimitTTL > 0 {
 		f.n, f.w, f.until = int64(l.Limit.N), micros(l.Limit.Per), now+micros(l.LimitTTL)
+	}
+	if l.Pace.N > 0 {
+		f.pt, f.pb, f.pe = l.Pace.interval(), int64(l.Pace.Burst), now+micros(l.PaceTTL)
 	}
 	if l.Reset > 0 {
 		at := now + micros(l.Reset)
@@ -113,6 +117,14 @@ func (f *memFeedback) hold(now, cost, serverWait int64) memHold {
 func (f *memFeedback) learned(now, maxW int64) (n, w int64, ok bool) {
 	if f.until > now && f.w <= maxW {
 		return f.n, f.w, true
+	}
+	return 0, 0, false
+}
+
+// pace returns the learned pace's spacing and burst, if one holds at now.
+func (f *memFeedback) pace(now int64) (t, burst int64, ok bool) {
+	if f.pe > now {
+		return f.pt, f.pb, true
 	}
 	return 0, 0, false
 }

@@ -202,6 +202,42 @@ var feedbackCases = []feedbackCase{
 		assert.Equal(t, store.CauseUpstream, res.Cause)
 		assert.Equal(t, 3*time.Second, res.RetryAfter)
 	}},
+	{"a learned pace spaces a key's log requests, a cancel gives its time back", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+		r := req(1, time.Hour, lim(100, time.Second))
+		expect(t, s, key, r, allowed{0, store.CauseNone, 0}, "before: free")
+		expect(t, s, key, r, allowed{0, store.CauseNone, 0}, "before: a burst")
+		learn(t, fb, key, store.Learned{Pace: paced(10, time.Second, 0), PaceTTL: time.Minute})
+		expect(t, s, key, r, allowed{0, store.CauseNone, 0}, "no pace state yet: at once")
+		expect(t, s, key, r, allowed{100 * ms, store.CauseLearned, 0}, "then one every 100ms")
+		last := expect(t, s, key, r, allowed{200 * ms, store.CauseLearned, 0}, "then one every 100ms")
+		require.NoError(t, s.Cancel(ctx, last))
+		expect(t, s, key, r, allowed{200 * ms, store.CauseLearned, 0}, "the cancelled reservation gave its time back")
+		clock.Advance(time.Minute)
+		assert.Equal(t, []time.Duration{0, 0, 0}, delays(t, s, key, r, 3), "the learned pace has expired")
+	}},
+	{"a learned pace and a request's own: the larger spacing, the smaller burst", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+		own := req(1, time.Hour, lim(100, time.Second), paced(10, time.Second, 3))
+		learn(t, fb, key, store.Learned{Pace: paced(5, time.Second, 0), PaceTTL: time.Minute})
+		assert.Equal(t, []time.Duration{0, 200 * ms}, delays(t, s, key, own, 2), "5/s, burst 0")
+		last := expect(t, s, key, own, allowed{400 * ms, store.CauseLearned, 0}, "5/s, burst 0")
+		require.NoError(t, s.Cancel(ctx, last))
+		expect(t, s, key, own, allowed{400 * ms, store.CauseLearned, 0}, "the cancel gave back the learned spacing")
+		learn(t, fb, key+"b", store.Learned{Pace: paced(20, time.Second, 9), PaceTTL: time.Minute})
+		assert.Equal(t, []time.Duration{0, 0, 0, 0, 100 * ms}, delays(t, s, key+"b", own, 5), "looser: the request's own")
+		learn(t, fb, key+"c", store.Learned{Pace: paced(20, time.Second, 0), PaceTTL: time.Minute})
+		expect(t, s, key+"c", own, allowed{0, store.CauseNone, 0}, "first")
+		expect(t, s, key+"c", own, allowed{100 * ms, store.CauseLearned, 0}, "the own spacing, the learned burst")
+		alone := req(1, time.Hour, paced(10, time.Second, 3))
+		learn(t, fb, key+"d", store.Learned{Pace: paced(5, time.Second, 0), PaceTTL: time.Minute})
+		assert.Equal(t, []time.Duration{0, 200 * ms, 400 * ms}, delays(t, s, key+"d", alone, 3), "a paced limit alone")
+	}},
+	{"a learned pace is ignored by the counting algorithms", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+		learn(t, fb, key, store.Learned{Pace: paced(1, time.Second, 0), PaceTTL: time.Minute})
+		for _, alg := range []store.Algorithm{store.FixedWindow, store.SlidingCounter} {
+			r := algReq(alg, 1, time.Hour, lim(100, time.Hour))
+			assert.Equal(t, []time.Duration{0, 0, 0}, delays(t, s, key, r, 3), alg.String())
+		}
+	}},
 	{"invalid feedback is refused with ErrInvalidFeedback", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
 		for name, l := range map[string]store.Learned{
 			"negative pause":     {Pause: -time.Second},
@@ -211,6 +247,11 @@ var feedbackCases = []feedbackCase{
 			"limit no TTL":       {Limit: lim(1, time.Second)},
 			"negative remaining": {Remaining: -1, Reset: time.Second},
 			"negative reset":     {Reset: -time.Second},
+			"pace not paced":     {Pace: lim(1, time.Second), PaceTTL: time.Second},
+			"pace no window":     {Pace: paced(1, 0, 0), PaceTTL: time.Second},
+			"pace no TTL":        {Pace: paced(1, time.Second, 0)},
+			"pace burst above N": {Pace: paced(1, time.Second, 2), PaceTTL: time.Second},
+			"pace negative N":    {Pace: paced(-1, time.Second, 0), PaceTTL: time.Second},
 		} {
 			assert.ErrorIs(t, fb.Learn(ctx, key, l), store.ErrInvalidFeedback, name)
 		}
@@ -259,12 +300,13 @@ func TestFeedbackMemory(t *testing.T) {
 	key := uniqueKey(t)
 	require.NoError(t, st.Learn(ctx, key, store.Learned{
 		Pause: time.Minute, Limit: lim(40, time.Second), LimitTTL: time.Hour, Remaining: 4999, Reset: time.Hour,
+		Pace: paced(100, time.Second, 0), PaceTTL: time.Hour,
 	}))
 	n, err := rdb.MemoryUsage(ctx, st.FeedbackKey(key)).Result()
 	require.NoError(t, err)
 	fields, err := rdb.HLen(ctx, st.FeedbackKey(key)).Result()
 	require.NoError(t, err)
-	assert.Equal(t, int64(6), fields)
+	assert.Equal(t, int64(9), fields)
 	assert.Less(t, n, int64(512), "a small listpack")
 	t.Logf("feedback hash with all %d fields: %d bytes (MEMORY USAGE)", fields, n)
 }
@@ -298,6 +340,9 @@ func TestFeedbackDifferential(t *testing.T) {
 							l.LimitTTL = time.Duration(1+rng.IntN(8)) * time.Second
 						case 3:
 							l.Remaining, l.Reset = rng.IntN(10), time.Duration(rng.IntN(5000))*time.Millisecond
+						case 8:
+							l.Pace = paced(1+rng.IntN(8), time.Duration(500+rng.IntN(2000))*time.Millisecond, rng.IntN(2))
+							l.PaceTTL = time.Duration(1+rng.IntN(4)) * time.Second
 						case 4, 5:
 							if len(granted) > 0 {
 								i := rng.IntN(len(granted))

@@ -167,23 +167,14 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 	s, limit, cause := now, 0, CauseNone
 	// As log.lua and pace.lua: the paced limit's slot is its theoretical
 	// arrival time, less its tolerance, plus the spacing of all but one unit.
-	var pace, tat int64 // the paced limit's spacing (0: none) and state
+	var pace, burst, tat int64 // the paced limit's spacing (0: none), burst and state
 	var ps *memPace
 	if paced {
-		if m.paces == nil {
-			m.paces = make(map[string]*memPace)
-		}
-		if ps = m.paces[key]; ps == nil {
-			ps = &memPace{}
-			m.paces[key] = ps
-		}
-		if ps.expires > now {
-			tat = ps.tat
-		}
+		ps, tat = m.paceState(key, now)
 		for i, l := range req.Limits {
 			if l.Paced {
-				pace = l.interval()
-				if t := tat + int64(req.Cost-1-l.Burst)*pace; tat > 0 && t > s {
+				pace, burst = l.interval(), int64(l.Burst)
+				if t := tat + (int64(req.Cost)-1-burst)*pace; tat > 0 && t > s {
 					s, limit, cause = t, i, CauseLimit
 				}
 			}
@@ -221,6 +212,20 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 				}
 			}
 		}
+		// As log.lua: a learned pace, on the key's paced state, the
+		// stricter of it and the request's own.
+		if pt, pb, ok := f.pace(now); ok && (pace == 0 || pt > pace || pb < burst) {
+			pb = max(pb, int64(req.Cost)-1) // as log.lua: a cost above it is one send
+			if pace == 0 {
+				ps, tat = m.paceState(key, now)
+				pace, burst = pt, pb
+			} else {
+				pace, burst = max(pace, pt), min(burst, pb)
+			}
+			if t := tat + (int64(req.Cost)-1-burst)*pace; tat > 0 && t > s {
+				s, limit, cause = t, 0, CauseLearned
+			}
+		}
 	}
 	// As in log.lua: without an allowance, never before the last
 	// entry; with one, the entry is kept in order below instead.
@@ -252,7 +257,7 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 		// Recorded from the latest time the units may be sent (pace.lua).
 		ps.tat = max(tat, s+allowance) + int64(req.Cost)*pace
 		ps.expires = ps.tat + 1000
-		res.tat, res.limits = ps.tat, req.Limits
+		res.tat, res.spacing = ps.tat, pace
 	}
 	if !paced || maxW > 0 {
 		for range req.Cost {
@@ -284,11 +289,7 @@ func (m *Memory) Cancel(_ context.Context, res Reservation) error {
 	}
 	if ps := m.paces[res.key]; res.tat != 0 && ps != nil && ps.tat == res.tat && ps.expires > m.micros() {
 		// As cancel_pace.lua: only while no later reservation moved it.
-		for _, l := range res.limits {
-			if l.Paced {
-				ps.tat -= int64(res.cost) * l.interval()
-			}
-		}
+		ps.tat -= int64(res.cost) * res.spacing
 	}
 	for _, k := range res.also { // multikey.go
 		if lg := m.logs[k]; lg != nil {
@@ -299,6 +300,23 @@ func (m *Memory) Cancel(_ context.Context, res Reservation) error {
 		cancelFrom(lg, res.entry, int(res.cost))
 	}
 	return nil
+}
+
+// paceState returns key's paced state, made if missing, and its TAT if it
+// still counts at now (else 0); m.mu is held.
+func (m *Memory) paceState(key string, now int64) (*memPace, int64) {
+	if m.paces == nil {
+		m.paces = make(map[string]*memPace)
+	}
+	ps := m.paces[key]
+	if ps == nil {
+		ps = &memPace{}
+		m.paces[key] = ps
+	}
+	if ps.expires > now {
+		return ps, ps.tat
+	}
+	return ps, 0
 }
 
 // sweep drops every expired log; m.mu is held.

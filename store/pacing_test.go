@@ -408,14 +408,23 @@ func TestRedisPacedCommands(t *testing.T) {
 	for _, c := range []struct {
 		name   string
 		limits []store.Limit
+		learn  store.Learned
 		want   []string
 	}{
-		{"with a window", []store.Limit{lim(100, time.Hour), paced(1000, time.Second, 100)}, []string{"TIME", "LINDEX", "GET", "LINDEX", "SET", "RPUSH"}},
-		{"alone", []store.Limit{paced(1000, time.Second, 100)}, []string{"TIME", "GET", "HMGET", "SET"}},
+		{"with a window", []store.Limit{lim(100, time.Hour), paced(1000, time.Second, 100)}, store.Learned{}, []string{"TIME", "LINDEX", "GET", "LINDEX", "SET", "RPUSH"}},
+		{"alone", []store.Limit{paced(1000, time.Second, 100)}, store.Learned{}, []string{"TIME", "GET", "HMGET", "SET"}},
+		// The log's common call is unchanged by the pace key it is given.
+		{"a window, no pace", []store.Limit{lim(100, time.Hour)}, store.Learned{}, []string{"TIME", "LINDEX", "LINDEX", "RPUSH"}},
+		// A learned pace costs the feedback read (the mark) and the pace's two.
+		{"a window, a learned pace", []store.Limit{lim(100, time.Hour)}, store.Learned{Pace: paced(1000, time.Second, 0), PaceTTL: time.Minute},
+			[]string{"TIME", "LINDEX", "LINDEX", "HMGET", "GET", "SET", "RPUSH"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			key := uniqueKey(t)
-			r := store.Request{Limits: c.limits, Cost: 1}
+			if c.learn.Pace.N > 0 {
+				require.NoError(t, s.Learn(ctx, key, c.learn))
+			}
+			r := store.Request{Limits: c.limits, Cost: 1, MaxWait: time.Second}
 			reserve(t, s, key, r)
 			reserve(t, s, key, r)
 			m := startMonitor(t, srv.Addr)

@@ -247,9 +247,12 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 		}
 	}
 	call := scriptCall{reserveScripts[req.Algorithm], []string{r.keyFor(key, req.Algorithm), r.feedbackKey(key)}, args}
+	if req.Algorithm == SlidingLog {
+		// Read only under a paced limit, the request's or a learned one.
+		call.keys = append(call.keys, r.paceKey(key))
+	}
 	if p >= 0 {
 		call.script = pacedScript
-		call.keys = append(call.keys, r.paceKey(key))
 	}
 	if req.Also != nil {
 		call = r.alsoCall(call, &req, p >= 0) // multikey.go
@@ -275,7 +278,7 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 		maxPer, _, _ := req.valid(key)
 		horizon := microsDown(req.MaxWait) + micros(MaxAllowance) + maxPer
 		r.repairAlso(ctx, &req, horizon) // multikey.go
-		if reply, err = r.healed(ctx, key, req.Algorithm, p >= 0, horizon, err, run); err != nil {
+		if reply, err = r.healed(ctx, key, req.Algorithm, req.Algorithm == SlidingLog, horizon, err, run); err != nil {
 			var ks *KeyStateError
 			if errors.As(err, &ks) {
 				return Reservation{}, err
@@ -298,10 +301,13 @@ func (r *Redis) parseReserve(key string, req Request, reply []any) (Reservation,
 	if err != nil {
 		return Reservation{}, fmt.Errorf("store: redis reserve: %w", err)
 	}
-	allowed, wait, slot, limit, cause, entry, tat := v[0], v[1], v[2], v[3], Cause(v[4]), v[5], v[6]
+	allowed, wait, slot, limit, cause, entry, tat, spacing := v[0], v[1], v[2], v[3], Cause(v[4]), v[5], v[6], v[7]
 	paced := req.paced() >= 0
+	// A paced reply (the request's own paced limit, or a learned pace)
+	// carries the TAT it left and its spacing.
 	if allowed != 0 && allowed != 1 || wait < 0 || allowed == 1 && (slot <= 0 || entry < slot) ||
-		allowed == 1 && paced != (tat > slot) || !paced && tat != 0 ||
+		allowed == 1 && paced && tat == 0 || tat != 0 && (allowed != 1 || tat <= slot || spacing <= 0) ||
+		tat == 0 && spacing != 0 ||
 		v[4] < 0 || v[4] > int64(CauseLearned) ||
 		cause == CauseLimit && !req.limitNumber(limit) || cause != CauseLimit && limit != 0 {
 		return Reservation{}, fmt.Errorf("store: redis reserve: unexpected reply %v", v)
@@ -315,8 +321,8 @@ func (r *Redis) parseReserve(key string, req Request, reply []any) (Reservation,
 		if req.Algorithm != SlidingLog {
 			res.alg, res.limits = req.Algorithm, req.Limits // for Cancel
 		}
-		if paced {
-			res.tat, res.limits = tat, req.Limits // for Cancel
+		if tat != 0 {
+			res.tat, res.spacing = tat, spacing // for Cancel
 		}
 		if req.Also != nil {
 			res.also = req.alsoNames() // for Cancel
@@ -339,15 +345,9 @@ func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
 	}
 	call := scriptCall{cancelScript, []string{r.logKey(res.key)}, []any{strconv.FormatInt(res.entry, 10), res.cost}}
 	if res.tat != 0 {
-		var back int64
-		for _, l := range res.limits {
-			if l.Paced {
-				back = int64(res.cost) * l.interval()
-			}
-		}
 		call.script = cancelPacedScript
 		call.keys = append(call.keys, r.paceKey(res.key))
-		call.args = append(call.args, strconv.FormatInt(res.tat, 10), back)
+		call.args = append(call.args, strconv.FormatInt(res.tat, 10), int64(res.cost)*res.spacing)
 	}
 	if res.also != nil {
 		call = r.cancelAlsoCall(call, res) // multikey.go
@@ -450,11 +450,11 @@ func (r *Redis) failed(err error) {
 	r.reloader.ReloadState(context.Background())
 }
 
-// int64s checks that a script reply is a list of five to seven integers: a
+// int64s checks that a script reply is a list of five to eight integers: a
 // reply of five (a refusal, or a counting algorithm, which records at the
-// slot) gets the slot as its sixth, the entry; the seventh, a paced limit's
-// TAT, is 0 when absent.
-func int64s(reply []any) (out [7]int64, err error) {
+// slot) gets the slot as its sixth, the entry; the seventh and eighth, a
+// paced limit's TAT and spacing, are 0 when absent.
+func int64s(reply []any) (out [8]int64, err error) {
 	if len(reply) < 5 || len(reply) > len(out) {
 		return out, fmt.Errorf("unexpected reply of %d elements", len(reply))
 	}
@@ -502,7 +502,8 @@ func (r *Redis) Learn(ctx context.Context, key string, l Learned) error {
 	run := func() ([]any, error) {
 		return nil, feedbackScript.Run(ctx, r.client, []string{r.feedbackKey(key), r.logKey(key)},
 			now, micros(l.Pause), l.Limit.N, micros(l.Limit.Per), micros(l.LimitTTL),
-			l.Remaining, micros(l.Reset), micros(ResetSlack)).Err()
+			l.Remaining, micros(l.Reset), micros(ResetSlack),
+			paceInterval(l.Pace), l.Pace.Burst, micros(l.PaceTTL)).Err()
 	}
 	_, err := run()
 	if err != nil && badState(err) {

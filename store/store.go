@@ -59,6 +59,14 @@ func (l Limit) interval() int64 {
 	return (w + n - 1) / n
 }
 
+// paceInterval is the spacing of a learned pace in microseconds, 0 for none.
+func paceInterval(l Limit) int64 {
+	if l.N <= 0 {
+		return 0
+	}
+	return l.interval()
+}
+
 // paced returns the index of r's paced limit, -1 if it has none.
 func (r *Request) paced() int {
 	for i := range r.Limits {
@@ -275,14 +283,16 @@ type Reservation struct {
 	// What Cancel needs: the rate key; the slot and the time the units
 	// were recorded at (the slot, or later with an Allowance), in
 	// microseconds on the store's clock; for the counting
-	// algorithms and a paced limit, the limits (to find the counters of
-	// the slot again, or the paced spacing); and the theoretical arrival
-	// time the reservation left on its paced limit (0: none).
-	key    string
-	slot   int64
-	entry  int64
-	limits []Limit
-	tat    int64
+	// algorithms, the limits (to find the counters of the slot again);
+	// and the theoretical arrival time the reservation left on its paced
+	// limit, its own or a learned one (0: none), with the spacing it was
+	// reserved at.
+	key     string
+	slot    int64
+	entry   int64
+	limits  []Limit
+	tat     int64
+	spacing int64
 	// also are the other keys the units were recorded under (Request.Also).
 	also []string
 }

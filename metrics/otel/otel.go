@@ -61,6 +61,7 @@ const (
 //	throttle.upstream.responses   {response}    throttle.rule, http.response.status_code
 //	throttle.upstream.pauses      {pause}       throttle.rule
 //	throttle.upstream.tightenings {tightening}  throttle.rule
+//	throttle.upstream.reshapes    {reshape}     throttle.rule
 //
 // All are cumulative counters. Unregister the Registration to stop.
 func Register(m metric.Meter, tr *throttle.Transport, attrs ...attribute.KeyValue) (metric.Registration, error) {
@@ -92,6 +93,8 @@ func Register(m metric.Meter, tr *throttle.Transport, attrs ...attribute.KeyValu
 		"Pauses recorded for the fleet after a throttled response, an exhausted budget or X-App-Usage at 100%.")
 	ins.tighten = counter("throttle.upstream.tightenings", "{tightening}",
 		"Limits and budgets learned from the upstream's headers and recorded.")
+	ins.reshape = counter("throttle.upstream.reshapes", "{reshape}",
+		"Moves to a stricter shape (a pace without a burst) recorded after a 429 that came although the fleet kept its limits.")
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -102,14 +105,14 @@ func Register(m metric.Meter, tr *throttle.Transport, attrs ...attribute.KeyValu
 	return m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		ins.observe(o, tr.Stats())
 		return nil
-	}, ins.requests, ins.waitTime, ins.waits, ins.retakes, ins.store, ins.upstream, ins.pauses, ins.tighten)
+	}, ins.requests, ins.waitTime, ins.waits, ins.retakes, ins.store, ins.upstream, ins.pauses, ins.tighten, ins.reshape)
 }
 
 type instruments struct {
-	requests, waits, retakes, store, upstream, pauses, tighten metric.Int64ObservableCounter
-	waitTime                                                   metric.Float64ObservableCounter
-	bounds                                                     []float64 // of the wait buckets, in seconds, +Inf last
-	extra                                                      []attribute.KeyValue
+	requests, waits, retakes, store, upstream, pauses, tighten, reshape metric.Int64ObservableCounter
+	waitTime                                                            metric.Float64ObservableCounter
+	bounds                                                              []float64 // of the wait buckets, in seconds, +Inf last
+	extra                                                               []attribute.KeyValue
 }
 
 // with returns the attributes kv and the caller's.
@@ -144,6 +147,7 @@ func (ins *instruments) observe(o metric.Observer, s throttle.Stats) {
 		ins.observeUpstream(o, rule, r.Upstream)
 		o.ObserveInt64(ins.pauses, clamp(r.Upstream.Pauses), ins.with(rule))
 		o.ObserveInt64(ins.tighten, clamp(r.Upstream.Tightenings), ins.with(rule))
+		o.ObserveInt64(ins.reshape, clamp(r.Upstream.Reshapes), ins.with(rule))
 	}
 	rule := RuleKey.String("")
 	o.ObserveInt64(ins.requests, clamp(s.Unmatched.Requests[throttle.Unmatched]),

@@ -147,6 +147,7 @@ func TestRegister(t *testing.T) {
 			"throttle.upstream.responses":   "{response}",
 			"throttle.upstream.pauses":      "{pause}",
 			"throttle.upstream.tightenings": "{tightening}",
+			"throttle.upstream.reshapes":    "{reshape}",
 		}, units)
 
 		req := got["throttle.requests"].points

@@ -24,9 +24,9 @@ import (
 // Collector is a prometheus.Collector over the Stats of one Transport. It
 // is safe for concurrent use.
 type Collector struct {
-	tr                                                        *throttle.Transport
-	requests, wait, retakes, store, upstream, pauses, tighten *prometheus.Desc
-	bounds                                                    []float64 // the wait buckets, in seconds
+	tr                                                                 *throttle.Transport
+	requests, wait, retakes, store, upstream, pauses, tighten, reshape *prometheus.Desc
+	bounds                                                             []float64 // the wait buckets, in seconds
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -52,6 +52,8 @@ func NewCollector(tr *throttle.Transport) *Collector {
 			"Pauses recorded for the fleet after a throttled response, an exhausted budget or X-App-Usage at 100%.", rule, nil),
 		tighten: prometheus.NewDesc("throttle_upstream_tightenings_total",
 			"Limits and budgets learned from the upstream's headers and recorded.", rule, nil),
+		reshape: prometheus.NewDesc("throttle_upstream_reshapes_total",
+			"Moves to a stricter shape (a pace without a burst) recorded after a 429 that came although the fleet kept its limits.", rule, nil),
 	}
 	for _, b := range throttle.WaitBuckets() {
 		c.bounds = append(c.bounds, b.Seconds())
@@ -61,7 +63,7 @@ func NewCollector(tr *throttle.Transport) *Collector {
 
 // Describe sends the descriptions of every metric of c.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.requests, c.wait, c.retakes, c.store, c.upstream, c.pauses, c.tighten} {
+	for _, d := range []*prometheus.Desc{c.requests, c.wait, c.retakes, c.store, c.upstream, c.pauses, c.tighten, c.reshape} {
 		ch <- d
 	}
 }
@@ -97,6 +99,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		c.upstreamMetrics(ch, r)
 		counter(c.pauses, r.Upstream.Pauses, r.Rule)
 		counter(c.tighten, r.Upstream.Tightenings, r.Rule)
+		counter(c.reshape, r.Upstream.Reshapes, r.Rule)
 	}
 	counter(c.requests, s.Unmatched.Requests[throttle.Unmatched], "", throttle.Unmatched.String())
 	c.upstreamMetrics(ch, s.Unmatched)

@@ -153,6 +153,7 @@ throttle_upstream_responses_total{rule="ff",status="503",transport="main"} 0
 			"throttle_upstream_responses_total":   dto.MetricType_COUNTER,
 			"throttle_upstream_pauses_total":      dto.MetricType_COUNTER,
 			"throttle_upstream_tightenings_total": dto.MetricType_COUNTER,
+			"throttle_upstream_reshapes_total":    dto.MetricType_COUNTER,
 		}, types)
 
 		// The waits of rule api (no margin, so no allowance either): one of

@@ -4,7 +4,8 @@
 -- KEYS[1]  the key's feedback: a HASH beside its log, under the same hash tag.
 --          Fields (times in microseconds on the same clock as the reserve scripts):
 --          p = pause until; n, w, le = learned limit of n per w, valid until
---          le; b, r = budget of b units left until the reset r.
+--          le; b, r = budget of b units left until the reset r; pt, pb, pe
+--          = learned pace of spacing pt and burst pb, valid until pe.
 -- KEYS[2]  optional: the key's log (see log), whose last entry is marked
 --          (made negative) so that the next reservation reads the feedback:
 --          the log reads the hash only when it finds a mark.
@@ -15,19 +16,24 @@
 -- ARGV[6]  budget: units remaining; ARGV[7] the reset in microseconds from now
 --          (0: no budget); ARGV[8] the slack within which two resets name the
 --          same window.
+-- ARGV[9]  learned pace: its spacing in microseconds (0: none); ARGV[10]
+--          its burst and ARGV[11] how long it holds, in microseconds.
 --
 -- Reply: the pause end in microseconds from now after the merge (0 if none).
 --
 -- Merges never loosen what is already there: a pause ends at the latest end
--- ever given; within one window the smaller budget wins. A learned limit is
--- replaced by the latest (the caller never learns one above its own limits).
+-- ever given; within one window the smaller budget wins. A learned limit or
+-- pace is replaced by the latest (the caller never learns one looser than its
+-- own limits).
 
 local fb = KEYS[1]
 local now = clock(ARGV[1])
 local pause, n, w, ttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local remaining, reset, slack = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local f = redis.call('HMGET', fb, 'p', 'le', 'b', 'r')
+local pt, pb, pttl = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
+local f = redis.call('HMGET', fb, 'p', 'le', 'b', 'r', 'pe')
 local p, le, b, r = tonumber(f[1]) or 0, tonumber(f[2]) or 0, tonumber(f[3]), tonumber(f[4]) or 0
+local pe = tonumber(f[5]) or 0
 
 if pause > 0 and now + pause > p then
   p = now + pause
@@ -36,6 +42,10 @@ end
 if n > 0 then
   le = now + ttl
   redis.call('HSET', fb, 'n', n, 'w', string.format('%.0f', w), 'le', string.format('%.0f', le))
+end
+if pt > 0 then
+  pe = now + pttl
+  redis.call('HSET', fb, 'pt', string.format('%.0f', pt), 'pb', pb, 'pe', string.format('%.0f', pe))
 end
 if reset > 0 then
   local at = now + reset
@@ -53,7 +63,7 @@ if reset > 0 then
 end
 
 -- The hash lives as long as its longest-lived field, never shortened.
-local last = math.max(p, le, r)
+local last = math.max(p, le, r, pe)
 if last > now then expire(fb, last, now) end
 if last > now and KEYS[2] then
   local e = redis.call('LINDEX', KEYS[2], -1)

@@ -4,7 +4,9 @@
 -- KEYS[2]   optional: the key's feedback, a HASH beside its state under the
 --           same hash tag (see feedback): p = pause until (µs); n, w, le =
 --           a learned limit of n per w µs, valid until le; b, r = a budget of
---           b units left until the reset r (µs). Absent fields say nothing.
+--           b units left until the reset r (µs); pt, pb, pe = a learned pace
+--           of spacing pt µs and burst pb, valid until pe. Absent fields say
+--           nothing.
 
 -- hold(fb) reads the hash (one HMGET) and returns:
 --   refusal  a reply to return at once when a pause, or a budget too short
@@ -15,9 +17,10 @@
 --            it (0: nothing holds it);
 --   budget   the reset of a budget that covers the cost (see spend), or nil;
 --   n, w     a learned limit of n per w µs still valid, or nil;
---   active   whether anything in the hash is still live.
+--   active   whether anything in the hash is still live;
+--   pt, pb   a learned pace (spacing in µs, burst) still valid, or nil.
 local function hold(fb)
-  local f = redis.call('HMGET', fb, 'p', 'n', 'w', 'le', 'b', 'r')
+  local f = redis.call('HMGET', fb, 'p', 'n', 'w', 'le', 'b', 'r', 'pt', 'pb', 'pe')
   local till, budget, active = tonumber(f[1]) or 0, nil, false
   local b, r = tonumber(f[5]), tonumber(f[6])
   -- Past MaxFeedback (366 days) from now no feedback is ever written: a
@@ -35,9 +38,15 @@ local function hold(fb)
   else
     till = 0
   end
+  local pt, pb, pe = tonumber(f[7]), tonumber(f[8]), tonumber(f[9])
+  if pt and pb and pe and pe > now and pt >= 1 and pb >= 0 then
+    active = true
+  else
+    pt, pb = nil, nil
+  end
   local n, w, le = tonumber(f[2]), tonumber(f[3]), tonumber(f[4])
-  if not (n and w and le and le > now) then return nil, till, budget, nil, nil, active end
-  return nil, till, budget, n, w, true
+  if not (n and w and le and le > now) then return nil, till, budget, nil, nil, active, pt, pb end
+  return nil, till, budget, n, w, true, pt, pb
 end
 
 -- spend takes the cost from the budget whose reset hold returned, for a slot

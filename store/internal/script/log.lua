@@ -6,6 +6,8 @@
 --           negative entry is the time -entry, marked: the key has (or had
 --           when it was written) upstream feedback to read; see below.
 -- KEYS[2]   optional: the key's feedback (see hold).
+-- KEYS[3]   the pace key (see pace and tat), read only under a paced limit,
+--           the request's own or a learned one.
 -- ARGV[5]   allowance in microseconds (integer >= 0): how late after its slot
 --           the caller may send. The entries are recorded at the latest time
 --           the request may be sent, not at its slot (see below).
@@ -15,7 +17,8 @@
 --           more keys follow (see noalso and also).
 --
 -- Reply: the prelude's, with entry: the value the cost entries were
--- recorded at (0 when refused); Cancel removes cost entries of this value.
+-- recorded at (0 when refused); Cancel removes cost entries of this value;
+-- then, when allowed under a paced limit, pace's TAT and spacing.
 -- Or the error KEYSTATE when an entry it reads is not a plausible time (the
 -- Go side then repairs the log with the repair script and retries once):
 -- not a number, or later than now + max wait + MaxAllowance (a day) + the
@@ -112,11 +115,14 @@ end
 -- entry is marked: the feedback script marks it when it writes, and each call marks
 -- its own entry while the feedback lasts. A pause and an exhausted budget
 -- hold the slot back to their end, refused at once past the max server
--- wait; a learned limit counts like one more limit of the request.
+-- wait; a learned limit counts like one more limit of the request; a
+-- learned pace is reserved on the key's paced state, as the request's own
+-- paced limit would be, with the larger spacing and the smaller burst when
+-- the request has one.
 local fb, budget, active = KEYS[2], nil, false
 if fb and marked then
-  local refusal, till, n, w
-  refusal, till, budget, n, w, active = hold(fb)
+  local refusal, till, n, w, pt, pb
+  refusal, till, budget, n, w, active, pt, pb = hold(fb)
   if refusal then return refusal end
   if till >= s then s, limit, cause = till, 0, UPSTREAM end
   if n and last and w <= max_w then
@@ -131,6 +137,21 @@ if fb and marked then
       end
     end
     if e and e + w > s then s, limit, cause = e + w, 0, LEARNED end
+  end
+  if pt and (not pace or pt > pace.t or pb < pace.burst) then
+    -- A cost above the burst + 1 goes as one send: its units are not
+    -- spaced from each other (and an expired TAT stays as good as none).
+    pb = math.max(pb, cost - 1)
+    local e, bad
+    if pace then
+      pace = { t = math.max(pace.t, pt), burst = math.min(pace.burst, pb), index = pace.index }
+      if tat then e = tat + (cost - 1 - pace.burst) * pace.t end
+    else
+      pace = { t = pt, burst = pb, index = 0 }
+      tat, e, bad = pace_slot()
+      if bad then return bad end
+    end
+    if e and e > s then s, limit, cause = e, 0, LEARNED end
   end
 end
 -- Without an allowance, never before the last entry: the log stays ordered
@@ -158,7 +179,7 @@ if last and last > rec then rec = last end
 if also then rec = also_record(rec) end -- recorded in every key's log
 if pace then
   tat = pace_record(tat, s + allowance)
-  if not windows then return { 1, wait, s, limit, cause, rec, tat } end
+  if not windows then return { 1, wait, s, limit, cause, rec, tat, pace.t } end
 end
 local entry = rec
 if active then entry = -rec end
@@ -241,5 +262,5 @@ if not last or last - last % period < start then
     end
   end
 end
-if pace then return { 1, wait, s, limit, cause, rec, tat } end
+if pace then return { 1, wait, s, limit, cause, rec, tat, pace.t } end
 return { 1, wait, s, limit, cause, rec }

@@ -16,8 +16,9 @@
 --           written, and a learned limit, which counts log entries, is
 --           ignored).
 --
--- Reply: the log's, with a seventh element when allowed: the TAT the
--- reservation left, which Cancel compares (see cancel_pace).
+-- Reply: the log's, with two more elements when allowed: the TAT the
+-- reservation left, which Cancel compares (see cancel_pace), and the
+-- spacing it was reserved at (a learned pace may widen it: see log).
 --
 -- The rule. A request of cost c at now gets the slot
 --     s = max(now, TAT + (c - 1 - B) * T)          (no TAT: now)
@@ -66,28 +67,3 @@
 
 local first = 9
 local pace = { t = ARGV[6] + 0, burst = ARGV[7] + 0, index = ARGV[8] + 0 }
-
--- pace_slot returns the TAT (nil when none) and the earliest slot the paced
--- limit allows (0 when none), or, third, the error KEYSTATE when the TAT is
--- not a plausible time: not a number, or later than now + max wait +
--- MaxAllowance (a day) + (burst + cost + 1) spacings, past what any
--- reservation of a caller with this max wait could have left (as for the
--- log's entries; see log).
-local function pace_slot()
-  local tat = redis.call('GET', KEYS[3])
-  if not tat then return nil, 0 end
-  tat = tonumber(tat)
-  if not tat or tat > now + max_wait + 86400000000 + (pace.burst + cost + 1) * pace.t then
-    return nil, 0, redis.error_reply('KEYSTATE the pace time is not a plausible time')
-  end
-  return tat, tat + (cost - 1 - pace.burst) * pace.t
-end
-
--- pace_record records cost units from send time r on the TAT and returns it.
-local function pace_record(tat, r)
-  local t = math.max(tat or 0, r) + cost * pace.t
-  local ttl = t - now
-  ttl = (ttl - ttl % 1000) / 1000 + 1
-  redis.call('SET', KEYS[3], string.format('%.0f', t), 'PX', string.format('%.0f', ttl))
-  return t
-end

@@ -13,8 +13,9 @@
 -- ARGV[3]  the horizon of a log, in microseconds from now: an entry (or a
 --          pace time) later than now + horizon is implausible (see log's
 --          and pace's headers).
--- ARGV[4]  MaxFeedback in microseconds: a pause, a learned limit's end or a
---          reset (fields p, le, r) later than now + this is implausible.
+-- ARGV[4]  MaxFeedback in microseconds: a pause, a learned limit's or
+--          pace's end or a reset (fields p, le, pe, r) later than now + this
+--          is implausible.
 --
 -- Reply: { state, feedback[, pace] }, for each key what was done: -1
 -- deleted (it had another type), n >= 0 the number of entries or fields
@@ -44,7 +45,7 @@ local function fix(key, want, horizon)
     local flat = redis.call('HGETALL', key)
     for j = 1, #flat, 2 do
       local v = tonumber(flat[j + 1])
-      local is_time = flat[j] == 'p' or flat[j] == 'le' or flat[j] == 'r'
+      local is_time = flat[j] == 'p' or flat[j] == 'le' or flat[j] == 'r' or flat[j] == 'pe'
       if not v or v % 1 ~= 0 or (horizon and is_time and v > horizon) then
         n = n + redis.call('HDEL', key, flat[j])
       end

@@ -1,0 +1,91 @@
+package throttle
+
+import (
+	"time"
+
+	"github.com/throttle-go/throttle/store"
+)
+
+// This file is the transport's answer to a 429 that came although the fleet
+// kept every configured limit (docs/feedback.md, "A 429 despite
+// compliance"): the upstream counts differently, a GCRA or a token bucket
+// with a small burst, so the key moves fleet-wide to a stricter shape, paced
+// at the rule's own rate without a burst (store.Learned.Pace), instead of
+// pausing for a window after each burst that 429s.
+
+// shapePauseSpacings is how many spacings of the learned pace the first 429
+// that moves a key to it pauses the key, when the upstream stated no wait:
+// the pace is the fix, and a strict-spacing upstream is ready again one
+// spacing after its last refusal.
+const shapePauseSpacings = 2
+
+// shapeFor returns the paced limit a key of r moves to after a 429 despite
+// compliance: no burst, at the spacing of the rule's paced limit if it has
+// one, else of its shortest window (Margin included, as r.eff). False when
+// there is nothing stricter to move to without going below the configured
+// rate: a paced limit without a burst already, or a counting algorithm
+// (which ignores a learned pace).
+func (r *rule) shapeFor() (Limit, bool) {
+	if r.Algorithm != SlidingLog {
+		return Limit{}, false
+	}
+	var w Limit
+	for _, l := range r.eff {
+		if l.Paced {
+			if l.Burst == 0 {
+				return Limit{}, false
+			}
+			return Paced(l.N, l.Per, 0), true
+		}
+		if w.N == 0 || l.Per < w.Per || l.Per == w.Per && l.N < w.N {
+			w = l
+		}
+	}
+	return Paced(w.N, w.Per, 0), true
+}
+
+// shapeTTL is how long a learned pace holds unless a 429 renews it: as a
+// learned limit, long enough not to relearn it every few seconds.
+func shapeTTL(p Limit) time.Duration {
+	return min(max(10*time.Minute, 2*p.Per), 24*time.Hour)
+}
+
+// reshape adds to l, learned from a 429 on a request that the throttle
+// admitted (due: when its slot was due, zero if not measured), the move of
+// skey to r's stricter shape. The first such 429 of this transport for the
+// key (or one to a request sent before that move: the same burst) pauses
+// for a couple of spacings rather than a window when the upstream stated no
+// wait; a stated wait (Retry-After, a budget's reset, X-App-Usage) is kept
+// whole, and a 429 to a request sent under the pace keeps the full pause.
+func (f *feedbackState) reshape(r *rule, skey string, sig signals, due, now time.Time, l *store.Learned) {
+	p, ok := r.shapeFor()
+	if !ok {
+		return
+	}
+	l.Pace, l.PaceTTL = p, shapeTTL(p)
+	stated := sig.hasRetryAfter || sig.hasBudget && sig.remaining == 0 && sig.reset > 0 ||
+		sig.hasUsage && sig.usage >= 100
+	if stated || f.shapedBefore(skey, due, now, l.PaceTTL) {
+		return
+	}
+	spacing := (p.Per + time.Duration(p.N) - 1) / time.Duration(p.N)
+	l.Pause = min(l.Pause, shapePauseSpacings*spacing)
+}
+
+// shapedBefore reports whether this transport moved skey to a learned pace
+// within ttl before a request due at due was sent (due zero: not known, so
+// assumed after). It remembers the first move of each ttl.
+func (f *feedbackState) shapedBefore(skey string, due, now time.Time, ttl time.Duration) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.told == nil || len(f.told) >= maxTold {
+		f.told = make(map[string]told)
+	}
+	old := f.told[skey]
+	if !old.shaped.IsZero() && now.Sub(old.shaped) < ttl {
+		return due.IsZero() || due.After(old.shaped)
+	}
+	old.shaped = now
+	f.told[skey] = old
+	return false
+}

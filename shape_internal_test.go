@@ -1,0 +1,102 @@
+package throttle
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/throttle-go/throttle/store"
+)
+
+// The stricter shape is the rule's own rate without a burst, never slower:
+// the paced limit's spacing, or the shortest window's, Margin included.
+func TestShapeFor(t *testing.T) {
+	t.Parallel()
+	sec := time.Second + DefaultMargin
+	for _, c := range []struct {
+		name string
+		rule Rule
+		want Limit // zero: none
+	}{
+		{"a window: paced at its rate", Rule{Limits: []Limit{PerSecond(100)}}, Paced(100, sec, 0)},
+		{"windows: the shortest", Rule{Limits: []Limit{PerHour(5000), PerSecond(10), Per(5, time.Second)}}, Paced(5, sec, 0)},
+		{"paced with a burst: the burst goes", Rule{Limits: []Limit{PerSecond(100), Paced(50, time.Second, 9)}}, Paced(50, sec, 0)},
+		{"paced without a burst: nothing stricter", Rule{Limits: []Limit{PerSecond(100), Paced(100, time.Second, 0)}}, Limit{}},
+		{"a counting algorithm ignores a pace", Rule{Limits: []Limit{PerSecond(100)}, Algorithm: FixedWindow}, Limit{}},
+		{"NoMargin", Rule{Limits: []Limit{PerSecond(10)}, Margin: NoMargin}, Paced(10, time.Second, 0)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.rule.Host = "h"
+			r, err := compile(c.rule, false)
+			require.NoError(t, err)
+			got, ok := r.shapeFor()
+			assert.Equal(t, c.want.N > 0, ok)
+			assert.Equal(t, c.want, got)
+		})
+	}
+}
+
+// A 429 despite compliance adds the pace; the first one shortens a pause
+// the upstream did not state to two spacings, never a stated one, and a 429
+// to a request sent under the pace keeps the full pause.
+func TestReshape(t *testing.T) {
+	t.Parallel()
+	r, err := compile(Rule{Host: "h", Limits: []Limit{PerSecond(100)}}, false)
+	require.NoError(t, err)
+	sec := time.Second + DefaultMargin
+	pace := Paced(100, sec, 0)
+	twoSpacings := 2 * ((sec + 99) / 100)
+	now := refTime
+	for _, c := range []struct {
+		name  string
+		kv    []string
+		pause time.Duration
+	}{
+		{"no stated wait: two spacings", nil, twoSpacings},
+		{"Retry-After is kept whole", []string{"Retry-After", "1"}, time.Second},
+		{"a budget's reset is kept whole", []string{"X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "4"}, 4 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := http.Header{}
+			for i := 0; i < len(c.kv); i += 2 {
+				h.Set(c.kv[i], c.kv[i+1])
+			}
+			var f feedbackState
+			sig := parseSignals(h, now)
+			l := r.learn(sig, true)
+			f.reshape(r, "k", sig, now.Add(-time.Millisecond), now, &l)
+			assert.Equal(t, pace, l.Pace)
+			assert.Equal(t, 10*time.Minute, l.PaceTTL)
+			assert.Equal(t, c.pause, l.Pause)
+			require.NoError(t, l.Validate("k"))
+		})
+	}
+
+	var f feedbackState
+	sig := parseSignals(http.Header{}, now)
+	first := r.learn(sig, true)
+	f.reshape(r, "k", sig, now.Add(-time.Millisecond), now, &first)
+	assert.Equal(t, twoSpacings, first.Pause)
+	same := r.learn(sig, true)
+	f.reshape(r, "k", sig, now.Add(-time.Millisecond), now.Add(time.Millisecond), &same)
+	assert.Equal(t, twoSpacings, same.Pause, "a 429 of the same burst, sent before the move")
+	later := r.learn(sig, true)
+	f.reshape(r, "k", sig, now.Add(100*time.Millisecond), now.Add(101*time.Millisecond), &later)
+	assert.Equal(t, sec, later.Pause, "sent under the pace: the full pause")
+	assert.Equal(t, pace, later.Pace, "renewed")
+	other := r.learn(sig, true)
+	f.reshape(r, "other", sig, now.Add(100*time.Millisecond), now.Add(101*time.Millisecond), &other)
+	assert.Equal(t, twoSpacings, other.Pause, "per key")
+	expired := r.learn(sig, true)
+	f.reshape(r, "k", sig, now.Add(11*time.Minute), now.Add(11*time.Minute), &expired)
+	assert.Equal(t, twoSpacings, expired.Pause, "a new move once the last one's TTL is over")
+
+	fixed, err := compile(Rule{Host: "h", Limits: []Limit{PerSecond(100)}, Algorithm: FixedWindow}, false)
+	require.NoError(t, err)
+	l := fixed.learn(sig, true)
+	f.reshape(fixed, "f", sig, now, now, &l)
+	assert.Equal(t, store.Learned{Pause: sec}, l, "a counting algorithm: the pause alone")
+}

@@ -22,7 +22,8 @@ import (
 // burst 0, and a token bucket of burst 10 with a paced rule of burst 10, both
 // at the rule's own rate; and, for reference, a sliding-window upstream with
 // a paced rule of burst 0, and the strict spacing with a window rule (which
-// must move to a learned pace: 429s in the first two seconds only). It
+// must move to a learned pace: its 429s in the first two seconds, but for
+// the late ones a pace without a burst may meet). It
 // logs, per run: the 429s (all, and after the first second),
 // the share of the rate used (accepted over what the upstream could have
 // accepted from the first arrival to the end: B + 1 + span/T), the script
@@ -88,7 +89,11 @@ func TestFleetPacing(t *testing.T) {
 		{"sliding log / paced 0", "sliding", throttletest.SlidingLog, 0, false, true, 0.2},
 		// A window rule facing strict spacing: its first bursts meet 429s,
 		// which move the key to a learned pace without a burst (a 429
-		// despite compliance); judged: none after the first two seconds.
+		// despite compliance). After that it meets the late 429s of the
+		// paced row above (a send that reaches the upstream later than
+		// Margin/N allows: one was seen at +3.7s in a CI run), so it is
+		// judged against the loop it replaces, which met 45-46 429s after
+		// the first second of every run: at most maxLate after two seconds.
 		{"gcra burst 0 / log", "gcra0-log", throttletest.GCRA, 0, true, false, 0},
 	} {
 		t.Run(tc.sub, func(t *testing.T) {
@@ -143,9 +148,11 @@ func TestFleetPacing(t *testing.T) {
 				requireSentReceived(t, tot.sent, received, procs*workersPerProc, "payments")
 				require.Zero(t, tot.errors, res.output)
 				if tc.log {
-					// The learned pace ends the 429s; the share is measured.
-					if after2 > 0 {
-						t.Errorf("%d 429s after the first two seconds (%d in all)", after2, st.Rejected)
+					// The learned pace ends the loop of 429s; the share is
+					// measured.
+					const maxLate = 3
+					if after2 > maxLate {
+						t.Errorf("%d 429s after the first two seconds (%d in all): more than the %d late ones a pace without a burst may meet", after2, st.Rejected, maxLate)
 					}
 					continue
 				}

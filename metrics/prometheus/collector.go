@@ -1,6 +1,6 @@
-// Package throttleprom exports the counters of a throttle.Transport to
-// Prometheus: a prometheus.Collector that reads Transport.Stats at each
-// scrape. It lives in a module of its own, so that the throttle module does
+// Package throttleprom exports the counters of a throttle.Transport (or a
+// throttle.Limiter) to Prometheus: a prometheus.Collector that reads their
+// Stats at each scrape. It lives in a module of its own, so that the throttle module does
 // not depend on the Prometheus client.
 //
 // Its labels are rule names and fixed values only, never a rate key: their
@@ -21,18 +21,26 @@ import (
 	"github.com/throttle-go/throttle"
 )
 
-// Collector is a prometheus.Collector over the Stats of one Transport. It
-// is safe for concurrent use.
+// Source is what a Collector reads: a *throttle.Transport or a
+// *throttle.Limiter.
+type Source interface {
+	Stats() throttle.Stats
+}
+
+// Collector is a prometheus.Collector over the Stats of one Transport or
+// Limiter. It is safe for concurrent use.
 type Collector struct {
-	tr                                                                 *throttle.Transport
+	tr                                                                 Source
 	requests, wait, retakes, store, upstream, pauses, tighten, reshape *prometheus.Desc
+	leases, inFlight                                                   *prometheus.Desc
 	bounds                                                             []float64 // the wait buckets, in seconds
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
 
-// NewCollector returns a Collector of tr's metrics. tr must not be nil.
-func NewCollector(tr *throttle.Transport) *Collector {
+// NewCollector returns a Collector of tr's metrics: a *throttle.Transport or
+// a *throttle.Limiter, not nil.
+func NewCollector(tr Source) *Collector {
 	rule := []string{"rule"}
 	c := &Collector{
 		tr: tr,
@@ -54,6 +62,11 @@ func NewCollector(tr *throttle.Transport) *Collector {
 			"Limits and budgets learned from the upstream's headers and recorded.", rule, nil),
 		reshape: prometheus.NewDesc("throttle_upstream_reshapes_total",
 			"Moves to a stricter shape (a pace without a burst) recorded after a 429 that came although the fleet kept its limits.", rule, nil),
+		leases: prometheus.NewDesc("throttle_in_flight_leases",
+			"Leases this process holds under Rule.InFlight: requests whose response body is not yet closed.", rule, nil),
+		inFlight: prometheus.NewDesc("throttle_in_flight_total",
+			"What the cap on requests in flight did: queued (waited for a lease), refused (none within the wait) or lost (a lease found expired when renewed).",
+			[]string{"rule", "event"}, nil),
 	}
 	for _, b := range throttle.WaitBuckets() {
 		c.bounds = append(c.bounds, b.Seconds())
@@ -63,7 +76,7 @@ func NewCollector(tr *throttle.Transport) *Collector {
 
 // Describe sends the descriptions of every metric of c.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.requests, c.wait, c.retakes, c.store, c.upstream, c.pauses, c.tighten, c.reshape} {
+	for _, d := range []*prometheus.Desc{c.requests, c.wait, c.retakes, c.store, c.upstream, c.pauses, c.tighten, c.reshape, c.leases, c.inFlight} {
 		ch <- d
 	}
 }
@@ -100,6 +113,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.pauses, r.Upstream.Pauses, r.Rule)
 		counter(c.tighten, r.Upstream.Tightenings, r.Rule)
 		counter(c.reshape, r.Upstream.Reshapes, r.Rule)
+		ch <- prometheus.MustNewConstMetric(c.leases, prometheus.GaugeValue, float64(r.InFlight.Held), r.Rule)
+		counter(c.inFlight, r.InFlight.Queued, r.Rule, "queued")
+		counter(c.inFlight, r.InFlight.Refused, r.Rule, "refused")
+		counter(c.inFlight, r.InFlight.Lost, r.Rule, "lost")
 	}
 	counter(c.requests, s.Unmatched.Requests[throttle.Unmatched], "", throttle.Unmatched.String())
 	c.upstreamMetrics(ch, s.Unmatched)

@@ -3,6 +3,7 @@ package throttleprom_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -154,6 +155,8 @@ throttle_upstream_responses_total{rule="ff",status="503",transport="main"} 0
 			"throttle_upstream_pauses_total":      dto.MetricType_COUNTER,
 			"throttle_upstream_tightenings_total": dto.MetricType_COUNTER,
 			"throttle_upstream_reshapes_total":    dto.MetricType_COUNTER,
+			"throttle_in_flight_leases":           dto.MetricType_GAUGE,
+			"throttle_in_flight_total":            dto.MetricType_COUNTER,
 		}, types)
 
 		// The waits of rule api (no margin, so no allowance either): one of
@@ -202,4 +205,70 @@ func histogram(t *testing.T, families []*dto.MetricFamily, rule, transport strin
 // TestNilTransport: a collector of nil collects nothing rather than panic.
 func TestNilTransport(t *testing.T) {
 	assert.Equal(t, 0, testutil.CollectAndCount(throttleprom.NewCollector(nil)))
+}
+
+// TestCollectorInFlightAndLimiter: a rule capped at one request in flight,
+// whose response body is still open, holds one lease and refuses the next
+// request; and a Limiter is a source like a Transport.
+func TestCollectorInFlightAndLimiter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, err := store.NewMemory()
+		require.NoError(t, err)
+		withBody := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("ok")), Request: r}, nil
+		})
+		tr, err := throttle.New(withBody, m, throttle.WithRule(throttle.Rule{Name: "capped", Host: "api.example",
+			Limits: []throttle.Limit{throttle.PerSecond(100)}, Mode: throttle.FailFast, InFlight: 1}))
+		require.NoError(t, err)
+		req, err := http.NewRequest(http.MethodGet, "https://api.example/a", nil)
+		require.NoError(t, err)
+		open, err := tr.RoundTrip(req) // its body stays open: the lease is held
+		require.NoError(t, err)
+		require.ErrorIs(t, get(t, tr, "https://api.example/b"), throttle.ErrLimited)
+
+		lim, err := throttle.NewLimiter(m, throttle.Rule{Name: "jobs", Limits: []throttle.Limit{throttle.PerHour(1)}, Mode: throttle.FailFast})
+		require.NoError(t, err)
+		for range 2 {
+			_, err := lim.Allow(context.Background(), "queue", 1)
+			require.NoError(t, err)
+		}
+
+		reg := prometheus.NewPedanticRegistry()
+		prometheus.WrapRegistererWith(prometheus.Labels{"source": "transport"}, reg).MustRegister(throttleprom.NewCollector(tr))
+		prometheus.WrapRegistererWith(prometheus.Labels{"source": "limiter"}, reg).MustRegister(throttleprom.NewCollector(lim))
+		const want = `
+# HELP throttle_in_flight_leases Leases this process holds under Rule.InFlight: requests whose response body is not yet closed.
+# TYPE throttle_in_flight_leases gauge
+throttle_in_flight_leases{rule="capped",source="transport"} 1
+throttle_in_flight_leases{rule="jobs",source="limiter"} 0
+# HELP throttle_in_flight_total What the cap on requests in flight did: queued (waited for a lease), refused (none within the wait) or lost (a lease found expired when renewed).
+# TYPE throttle_in_flight_total counter
+throttle_in_flight_total{event="lost",rule="capped",source="transport"} 0
+throttle_in_flight_total{event="lost",rule="jobs",source="limiter"} 0
+throttle_in_flight_total{event="queued",rule="capped",source="transport"} 0
+throttle_in_flight_total{event="queued",rule="jobs",source="limiter"} 0
+throttle_in_flight_total{event="refused",rule="capped",source="transport"} 1
+throttle_in_flight_total{event="refused",rule="jobs",source="limiter"} 0
+`
+		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "throttle_in_flight_leases", "throttle_in_flight_total"))
+		// The limiter's refused Allow counts as the Transport's refusal does.
+		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP throttle_requests_total Requests by what the transport did with them (one per attempt); outcome is sent, limited, canceled, failed, failed_open or unmatched.
+# TYPE throttle_requests_total counter
+throttle_requests_total{outcome="canceled",rule="capped",source="transport"} 0
+throttle_requests_total{outcome="failed",rule="capped",source="transport"} 0
+throttle_requests_total{outcome="failed_open",rule="capped",source="transport"} 0
+throttle_requests_total{outcome="limited",rule="capped",source="transport"} 1
+throttle_requests_total{outcome="sent",rule="capped",source="transport"} 1
+throttle_requests_total{outcome="unmatched",rule="",source="transport"} 0
+throttle_requests_total{outcome="canceled",rule="jobs",source="limiter"} 0
+throttle_requests_total{outcome="failed",rule="jobs",source="limiter"} 0
+throttle_requests_total{outcome="failed_open",rule="jobs",source="limiter"} 0
+throttle_requests_total{outcome="limited",rule="jobs",source="limiter"} 1
+throttle_requests_total{outcome="sent",rule="jobs",source="limiter"} 1
+throttle_requests_total{outcome="unmatched",rule="",source="limiter"} 0
+`), "throttle_requests_total"))
+		require.NoError(t, open.Body.Close())
+		assert.Zero(t, tr.Stats().Rules[0].InFlight.Held, "the lease goes back with the body")
+	})
 }

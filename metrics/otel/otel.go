@@ -1,6 +1,6 @@
-// Package throttleotel exports the counters of a throttle.Transport as
-// OpenTelemetry metrics: asynchronous instruments on a metric.Meter, observed
-// from Transport.Stats at each collection. It lives in a module of its own,
+// Package throttleotel exports the counters of a throttle.Transport (or a
+// throttle.Limiter) as OpenTelemetry metrics: asynchronous instruments on a
+// metric.Meter, observed from their Stats at each collection. It lives in a module of its own,
 // so that the throttle module does not depend on OpenTelemetry.
 //
 // Its attributes are rule names and fixed values only, never a rate key:
@@ -48,7 +48,16 @@ const (
 	// StatusKey is the HTTP status code of an upstream's response (the
 	// semantic conventions' name).
 	StatusKey = attribute.Key("http.response.status_code")
+	// EventKey is what a cap on requests in flight did: queued, refused or
+	// lost.
+	EventKey = attribute.Key("throttle.in_flight.event")
 )
+
+// Source is what Register observes: a *throttle.Transport or a
+// *throttle.Limiter.
+type Source interface {
+	Stats() throttle.Stats
+}
 
 // Register creates the instruments on m and a callback that observes tr's
 // Stats at each collection, with attrs added to every point:
@@ -62,11 +71,15 @@ const (
 //	throttle.upstream.pauses      {pause}       throttle.rule
 //	throttle.upstream.tightenings {tightening}  throttle.rule
 //	throttle.upstream.reshapes    {reshape}     throttle.rule
+//	throttle.in_flight.leases     {lease}       throttle.rule
+//	throttle.in_flight.events     {request}     throttle.rule, throttle.in_flight.event
 //
-// All are cumulative counters. Unregister the Registration to stop.
-func Register(m metric.Meter, tr *throttle.Transport, attrs ...attribute.KeyValue) (metric.Registration, error) {
+// throttle.in_flight.leases, the leases held now under Rule.InFlight, is a
+// gauge; the others are cumulative counters. Unregister the Registration to
+// stop.
+func Register(m metric.Meter, tr Source, attrs ...attribute.KeyValue) (metric.Registration, error) {
 	if m == nil || tr == nil {
-		return nil, errors.New("throttleotel: nil meter or transport")
+		return nil, errors.New("throttleotel: nil meter or source")
 	}
 	ins := instruments{extra: append([]attribute.KeyValue(nil), attrs...)}
 	var errs []error
@@ -95,6 +108,12 @@ func Register(m metric.Meter, tr *throttle.Transport, attrs ...attribute.KeyValu
 		"Limits and budgets learned from the upstream's headers and recorded.")
 	ins.reshape = counter("throttle.upstream.reshapes", "{reshape}",
 		"Moves to a stricter shape (a pace without a burst) recorded after a 429 that came although the fleet kept its limits.")
+	ins.inFlight = counter("throttle.in_flight.events", "{request}",
+		"What the cap on requests in flight did: queued (waited for a lease), refused (none within the wait) or lost (a lease found expired when renewed).")
+	leases, err := m.Int64ObservableGauge("throttle.in_flight.leases", metric.WithUnit("{lease}"),
+		metric.WithDescription("Leases this process holds under Rule.InFlight: requests whose response body is not yet closed."))
+	errs = append(errs, err)
+	ins.leases = leases
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -105,11 +124,13 @@ func Register(m metric.Meter, tr *throttle.Transport, attrs ...attribute.KeyValu
 	return m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		ins.observe(o, tr.Stats())
 		return nil
-	}, ins.requests, ins.waitTime, ins.waits, ins.retakes, ins.store, ins.upstream, ins.pauses, ins.tighten, ins.reshape)
+	}, ins.requests, ins.waitTime, ins.waits, ins.retakes, ins.store, ins.upstream, ins.pauses, ins.tighten, ins.reshape, ins.inFlight, ins.leases)
 }
 
 type instruments struct {
 	requests, waits, retakes, store, upstream, pauses, tighten, reshape metric.Int64ObservableCounter
+	inFlight                                                            metric.Int64ObservableCounter
+	leases                                                              metric.Int64ObservableGauge
 	waitTime                                                            metric.Float64ObservableCounter
 	bounds                                                              []float64 // of the wait buckets, in seconds, +Inf last
 	extra                                                               []attribute.KeyValue
@@ -148,6 +169,10 @@ func (ins *instruments) observe(o metric.Observer, s throttle.Stats) {
 		o.ObserveInt64(ins.pauses, clamp(r.Upstream.Pauses), ins.with(rule))
 		o.ObserveInt64(ins.tighten, clamp(r.Upstream.Tightenings), ins.with(rule))
 		o.ObserveInt64(ins.reshape, clamp(r.Upstream.Reshapes), ins.with(rule))
+		o.ObserveInt64(ins.leases, r.InFlight.Held, ins.with(rule))
+		o.ObserveInt64(ins.inFlight, clamp(r.InFlight.Queued), ins.with(rule, EventKey.String("queued")))
+		o.ObserveInt64(ins.inFlight, clamp(r.InFlight.Refused), ins.with(rule, EventKey.String("refused")))
+		o.ObserveInt64(ins.inFlight, clamp(r.InFlight.Lost), ins.with(rule, EventKey.String("lost")))
 	}
 	rule := RuleKey.String("")
 	o.ObserveInt64(ins.requests, clamp(s.Unmatched.Requests[throttle.Unmatched]),

@@ -3,6 +3,7 @@ package throttleotel_test
 import (
 	"context"
 	"errors"
+	"io"
 	"math"
 	"net/http"
 	"strings"
@@ -95,6 +96,10 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) collected {
 				for _, p := range d.DataPoints {
 					ins.points[p.Attributes.Encoded(enc)] = p.Value
 				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					ins.points[p.Attributes.Encoded(enc)] = float64(p.Value)
+				}
 			default:
 				t.Fatalf("%s: unexpected %T", m.Name, m.Data)
 			}
@@ -148,6 +153,8 @@ func TestRegister(t *testing.T) {
 			"throttle.upstream.pauses":      "{pause}",
 			"throttle.upstream.tightenings": "{tightening}",
 			"throttle.upstream.reshapes":    "{reshape}",
+			"throttle.in_flight.events":     "{request}",
+			"throttle.in_flight.leases":     "{lease}",
 		}, units)
 
 		req := got["throttle.requests"].points
@@ -187,6 +194,53 @@ func TestRegister(t *testing.T) {
 		for name, ins := range collect(t, reader) {
 			assert.Empty(t, ins.points, name)
 		}
+	})
+}
+
+// TestRegisterInFlightAndLimiter: a rule capped at one request in flight,
+// whose response body is still open, holds one lease and refuses the next
+// request; and a Limiter is a source like a Transport.
+func TestRegisterInFlightAndLimiter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, err := store.NewMemory()
+		require.NoError(t, err)
+		withBody := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("ok")), Request: r}, nil
+		})
+		tr, err := throttle.New(withBody, m, throttle.WithRule(throttle.Rule{Name: "capped", Host: "api.example",
+			Limits: []throttle.Limit{throttle.PerSecond(100)}, Mode: throttle.FailFast, InFlight: 1}))
+		require.NoError(t, err)
+		req, err := http.NewRequest(http.MethodGet, "https://api.example/a", nil)
+		require.NoError(t, err)
+		open, err := tr.RoundTrip(req) // its body stays open: the lease is held
+		require.NoError(t, err)
+		require.ErrorIs(t, get(t, tr, "https://api.example/b"), throttle.ErrLimited)
+		lim, err := throttle.NewLimiter(m, throttle.Rule{Name: "jobs", Limits: []throttle.Limit{throttle.PerHour(1)}, Mode: throttle.FailFast})
+		require.NoError(t, err)
+		for range 2 {
+			_, err := lim.Allow(context.Background(), "queue", 1)
+			require.NoError(t, err)
+		}
+
+		reader := sdkmetric.NewManualReader()
+		meter := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("github.com/throttle-go/throttle")
+		_, err = throttleotel.Register(meter, tr)
+		require.NoError(t, err)
+		_, err = throttleotel.Register(meter, lim, attribute.String("source", "limiter"))
+		require.NoError(t, err)
+		got := collect(t, reader)
+		assert.Equal(t, 1.0, got["throttle.in_flight.leases"].points["throttle.rule=capped"])
+		assert.Equal(t, 0.0, got["throttle.in_flight.leases"].points["source=limiter,throttle.rule=jobs"])
+		ev := got["throttle.in_flight.events"].points
+		assert.Equal(t, 1.0, ev["throttle.in_flight.event=refused,throttle.rule=capped"])
+		assert.Equal(t, 0.0, ev["throttle.in_flight.event=queued,throttle.rule=capped"])
+		assert.Equal(t, 0.0, ev["throttle.in_flight.event=lost,throttle.rule=capped"])
+		reqs := got["throttle.requests"].points
+		assert.Equal(t, 1.0, reqs["source=limiter,throttle.outcome=limited,throttle.rule=jobs"])
+		assert.Equal(t, 1.0, reqs["source=limiter,throttle.outcome=sent,throttle.rule=jobs"])
+
+		require.NoError(t, open.Body.Close())
+		assert.Equal(t, 0.0, collect(t, reader)["throttle.in_flight.leases"].points["throttle.rule=capped"], "the lease goes back with the body")
 	})
 }
 

@@ -84,49 +84,6 @@ local function also_slot(s, limit, cause, allowance)
   return s, limit, cause
 end
 
--- also_trim is log's trim for a part's log of length len (see log).
-local function also_trim(part, len)
-  local key, max_n, max_w, last = part.key, part.max_n, part.max_w, part.last
-  local slack = 8
-  if max_n > 64 then slack = math.ceil(max_n / 8) end
-  if not (last and len > max_n + 1 and len % slack < cost) then return end
-  local horizon = math.min(now, last) - max_w
-  local function at(i)
-    return math.abs(tonumber(redis.call('LINDEX', key, i)) or 0)
-  end
-  local idx = len - max_n - 1
-  if at(idx) <= horizon then
-    redis.call('LTRIM', key, idx + 1, -1)
-  elseif at(0) <= horizon then
-    local lo, hi = 0, idx
-    while hi - lo > 1 do
-      local mid = math.floor((lo + hi) / 2)
-      if at(mid) <= horizon then lo = mid else hi = mid end
-    end
-    redis.call('LTRIM', key, lo + 1, -1)
-  end
-end
-
--- also_expire is log's TTL for a part's log holding a new entry at rec.
-local function also_expire(part, rec)
-  local period = part.max_w / 2
-  if period < 1000 then period = 1000 end
-  period = period - period % 1
-  local start = rec - rec % period
-  local last = part.last
-  if last and last - last % period >= start then return end
-  local ttl = start + period + part.max_w - now
-  ttl = (ttl - ttl % 1000) / 1000 + 1
-  if not last then
-    redis.call('PEXPIRE', part.key, ttl)
-  else
-    local r = redis.pcall('PEXPIRE', part.key, ttl, 'GT')
-    if type(r) == 'table' and r.err then
-      if redis.call('PTTL', part.key) < ttl then redis.call('PEXPIRE', part.key, ttl) end
-    end
-  end
-end
-
 -- also_record records cost units in every part's log at the entry, the
 -- latest of rec (the request's own entry) and every part's last entry, and
 -- returns it for the request's own log.
@@ -139,16 +96,8 @@ local function also_record(rec)
     -- its last entry (see log): it stays on the last entry.
     local entry = rec
     if part.marked then entry = -rec end
-    local len
-    local left = cost
-    while left > 0 do
-      local chunk = {}
-      for j = 1, math.min(left, 1000) do chunk[j] = entry end
-      len = redis.call('RPUSH', part.key, unpack(chunk))
-      left = left - #chunk
-    end
-    also_trim(part, len)
-    also_expire(part, rec)
+    log_trim(part.key, log_push(part.key, entry), part.max_n, part.max_w, part.last)
+    log_expire(part.key, rec, part.max_w, part.last)
   end
   return rec
 end

@@ -34,11 +34,11 @@ var (
 	// reserve is the reserve script of each algorithm, by its short name
 	// (store.Algorithm.String).
 	reserve = map[string]string{
-		"log":   assemble("reserve log", "time", "prelude", "hold", "nopace", "tat", "noalso", "log"),
-		"paced": assemble("reserve paced", "time", "prelude", "hold", "pace", "tat", "noalso", "log"),
+		"log":   assemble("reserve log", "time", "prelude", "hold", "nopace", "tat", "write", "noalso", "log"),
+		"paced": assemble("reserve paced", "time", "prelude", "hold", "pace", "tat", "write", "noalso", "log"),
 		// The log with more keys (store.Request.Also): see also.lua.
-		"log+also":   assemble("reserve log+also", "time", "prelude", "hold", "nopace", "tat", "also", "log"),
-		"paced+also": assemble("reserve paced+also", "time", "prelude", "hold", "pace", "tat", "also", "log"),
+		"log+also":   assemble("reserve log+also", "time", "prelude", "hold", "nopace", "tat", "write", "also", "log"),
+		"paced+also": assemble("reserve paced+also", "time", "prelude", "hold", "pace", "tat", "write", "also", "log"),
 		"fixed":      assemble("reserve fixed", "time", "prelude", "hold", "floor", "counting", "fixed", "counts"),
 		"counter":    assemble("reserve counter", "time", "prelude", "hold", "floor", "counting", "counter", "counts"),
 		"buckets":    assemble("reserve buckets", "time", "prelude", "hold", "floor", "counting", "buckets"),

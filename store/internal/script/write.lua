@@ -1,0 +1,94 @@
+-- write: what every log does when it records: push the entries, trim those
+-- no later call can count, and keep a TTL past the newest. The log body
+-- (log) calls them for the request's own key, and also for each of its
+-- other keys.
+
+-- log_push appends cost entries of value entry to key and returns its new
+-- length. It pushes in chunks: unpack of a large table overflows the Lua
+-- stack.
+local function log_push(key, entry)
+  if cost == 1 then return redis.call('RPUSH', key, entry) end
+  local len
+  local left = cost
+  while left > 0 do
+    local chunk = {}
+    for j = 1, math.min(left, 1000) do chunk[j] = entry end
+    len = redis.call('RPUSH', key, unpack(chunk))
+    left = left - #chunk
+  end
+  return len
+end
+
+-- log_trim trims key, a log of length len just written, whose last entry
+-- before the write was last (nil: the log was new), under limits of at
+-- most max_n units over at most max_w microseconds.
+--
+-- Trim, lazily: entries at or before min(now, last) - max_w lie outside
+-- every window a later call will check, because its slot is at or after its
+-- own now, and (without an allowance) after the last entry. (Against now
+-- alone, a caller with an older now could come next; against last alone, a
+-- Cancel could take the last entry away. A caller with an allowance and an
+-- older now, a clock that stepped back, may find an entry it would have
+-- counted trimmed: its clock was behind when that entry was sent, so the
+-- entry was sent earlier than it reads.) Only the newest max_n entries can set a slot, so the
+-- older ones go once they have left the window, in one LTRIM, each time the
+-- log grows past another multiple of `slack`: most calls pay nothing, and
+-- the log holds at most max_n + slack entries plus those still inside the
+-- window (reservations waiting, entries kept for a Cancel).
+local function log_trim(key, len, max_n, max_w, last)
+  local slack = 8
+  if max_n > 64 then slack = math.ceil(max_n / 8) end
+  if last and len > max_n + 1 and len % slack < cost then
+    local horizon = math.min(now, last) - max_w
+    local function at(i)
+      -- A malformed entry reads as 0, older than any horizon: trimmed.
+      return math.abs(tonumber(redis.call('LINDEX', key, i)) or 0)
+    end
+    local idx = len - max_n - 1 -- the (max_n + 1)-th newest, from the front
+    if at(idx) <= horizon then
+      redis.call('LTRIM', key, idx + 1, -1)
+    elseif at(0) <= horizon then
+      -- Reservations still inside the window: drop the old entries before
+      -- them, found by bisection (entry[lo] <= horizon < entry[hi]).
+      local lo, hi = 0, idx
+      while hi - lo > 1 do
+        local mid = math.floor((lo + hi) / 2)
+        if at(mid) <= horizon then lo = mid else hi = mid end
+      end
+      redis.call('LTRIM', key, lo + 1, -1)
+    end
+  end
+end
+
+-- log_expire keeps key, a log whose newest entry is now rec and was last
+-- before the write, alive until that entry has left the longest window.
+--
+-- Idle keys vanish once their newest entry has left the largest window. Each
+-- TTL covers every slot of the half window ("period") the new entry is in,
+-- so only the first entry of each period pays for a PEXPIRE (an idle log
+-- lives at most 1.5 windows); a TTL is never shortened (GT): another
+-- caller's longer window may need it.
+local function log_expire(key, rec, max_w, last)
+  local period = max_w / 2
+  if period < 1000 then period = 1000 end
+  period = period - period % 1
+  local start = rec - rec % period -- the period's start
+  if not last or last - last % period < start then
+    local ttl = start + period + max_w - now
+    ttl = (ttl - ttl % 1000) / 1000 + 1
+    if not last then
+      -- The log did not exist: no TTL to keep.
+      redis.call('PEXPIRE', key, ttl)
+    else
+      -- Every write of a log sets a TTL, so it has one: PEXPIRE GT (Redis 7.0)
+      -- extends it in one call. An older server answers GT with an error;
+      -- then the TTL is read and compared.
+      local r = redis.pcall('PEXPIRE', key, ttl, 'GT')
+      if type(r) == 'table' and r.err then
+        if redis.call('PTTL', key) < ttl then
+          redis.call('PEXPIRE', key, ttl)
+        end
+      end
+    end
+  end
+end

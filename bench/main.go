@@ -170,20 +170,33 @@ func runMatrix(o matrixOptions, command, out, svgPath, smallPath string) error {
 		}
 	}
 	if svgPath != "" {
-		if err := os.MkdirAll(filepath.Dir(svgPath), 0o755); err != nil {
+		var err error
+		if m.svg, err = writeSVG(out, svgPath, matrixSVG(o, m.cells, m.pictured)); err != nil {
 			return err
-		}
-		if err := os.WriteFile(svgPath, []byte(matrixSVG(o, m.cells, m.pictured)), 0o644); err != nil {
-			return err
-		}
-		m.svg = svgPath
-		if out != "" {
-			if rel, err := filepath.Rel(filepath.Dir(out), svgPath); err == nil {
-				m.svg = rel
-			}
 		}
 	}
-	md := m.markdown()
+	return writeMarkdown(out, m.markdown(), progress)
+}
+
+// writeSVG writes svg to svgPath and returns how the page at out refers to
+// it: relative to out's folder when it can be.
+func writeSVG(out, svgPath, svg string) (string, error) {
+	if err := os.MkdirAll(filepath.Dir(svgPath), 0o755); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(svgPath, []byte(svg), 0o644); err != nil {
+		return "", err
+	}
+	if out != "" {
+		if rel, err := filepath.Rel(filepath.Dir(out), svgPath); err == nil {
+			return rel, nil
+		}
+	}
+	return svgPath, nil
+}
+
+// writeMarkdown writes md to out, or to standard output when out is empty.
+func writeMarkdown(out, md string, progress func(string)) error {
 	if out == "" {
 		fmt.Print(md)
 		return nil
@@ -246,24 +259,9 @@ func run(cfg config, out, svgPath, only string) (err error) {
 	rep.took = time.Since(began)
 	rep.loadEnd = loadAverage()
 	if svgPath != "" && rep.fleet != nil {
-		if err := os.MkdirAll(filepath.Dir(svgPath), 0o755); err != nil {
+		if rep.svg, err = writeSVG(out, svgPath, fleetSVG(rep.fleet)); err != nil {
 			return err
 		}
-		if err := os.WriteFile(svgPath, []byte(fleetSVG(rep.fleet)), 0o644); err != nil {
-			return err
-		}
-		rep.svg = svgPath
-		if out != "" {
-			if rel, err := filepath.Rel(filepath.Dir(out), svgPath); err == nil {
-				rep.svg = rel
-			}
-		}
 	}
-	md := rep.markdown()
-	if out == "" {
-		fmt.Print(md)
-		return nil
-	}
-	progress("wrote " + out)
-	return os.WriteFile(out, []byte(md), 0o644)
+	return writeMarkdown(out, rep.markdown(), progress)
 }

@@ -51,15 +51,39 @@ func (a *admission) end(o Outcome, err error) bool {
 }
 
 // admit reserves a slot for one send under r and waits for it, as the rule's
-// Mode says. The decision says what to do: send (Sent, or FailedOpen when the
-// store failed), or refuse with d.Err. When the request is to be sent and its
-// lateness is measured, due is when its slot was due on this process's clock
-// (an upper bound: the time before the Reserve call plus the delay).
-func (c *core) admit(ctx context.Context, r *rule, k keyed) (d Decision, due time.Time) {
+// Mode says. The decision, a.d, says what to do: send (Sent, or FailedOpen
+// when the store failed), or refuse with a.d.Err. When the request is to be
+// sent and its lateness is measured, a.due is when its slot was due on this
+// process's clock (an upper bound: the time before the Reserve call plus the
+// delay).
+func (c *core) admit(ctx context.Context, r *rule, k keyed) admission {
 	a := newAdmission(r, k, r.maxWait)
 	c.run(ctx, &a)
 	a.lease.drop(&a.d) // a request sent carries its lease to its response
-	return a.d, a.due
+	return a
+}
+
+// rewire gives a's slot back for a new one and waits for it, before the
+// request is written: it got the connection to be written on later than its
+// allowance plus r.retake after its slot (a dial, a TLS handshake, a full
+// pool; lateness.go). The new slot is taken before the old one is given
+// back, so that when none comes (refused, the store failed, the context
+// ended) the request goes on the old one, late as it is, and never
+// unrecorded. Its retakes count in Stats; the Decision was reported before.
+func (c *core) rewire(ctx context.Context, a *admission) {
+	prev := *a
+	a.lease.held, a.d.lease = a.d.lease, nil // the retake renews the lease held
+	a.d.Retaken++
+	c.run(ctx, a)
+	if a.d.Outcome != Sent {
+		*a = prev
+		return
+	}
+	a.lease.drop(&a.d)
+	a.r.stats.retakes.Add(uint64(a.d.Retaken - prev.d.Retaken))
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+	_ = prev.g.from.Cancel(cctx, prev.g.res)
+	cancel()
 }
 
 // run takes a slot for a and waits for it, retaking it if the process woke
@@ -85,7 +109,7 @@ func (c *core) take(ctx context.Context, a *admission) bool {
 	// The log records the request at its slot plus this process's
 	// allowance (lateness.go); only the sliding log takes one.
 	if r.Margin > 0 && r.Algorithm == store.SlidingLog {
-		req.Allowance = c.late.allowance(a.asked)
+		req.Allowance = c.late.allowance(a.asked, r.Margin/2)
 	}
 	a.d.Allowance = req.Allowance
 	a.lease.ask(r, &req, a.d.Queued)

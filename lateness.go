@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptrace"
 	"sync"
@@ -29,9 +30,19 @@ import (
 // under FailLocal is measured from its reply: the failed call to the shared
 // store before it is no lateness.)
 //
-// A process that has measured nothing on the wire yet reserves with
-// initialAllowance: its first requests are the likeliest to dial. The first
-// measurement on the wire, or the end of the first period, ends it.
+// A request that gets its connection later than its allowance plus the
+// rule's retake takes a new slot before it is written (rewire), as one that
+// wakes too late does: no request goes on the wire later than that after the
+// slot it is recorded at, whatever a dial or a full pool cost it. So a
+// Transport (guarded: its wire is watched) needs no guess at its first dial:
+// a process that has measured nothing reserves with half the rule's margin,
+// and its first sample, at a wake-up or on the wire, ends that. A Limiter,
+// whose caller sends after Wait returns, cannot be watched on the wire, nor
+// can a Transport whose base answered a request without reporting its
+// connection (not net/http underneath): it stops being guarded. Unguarded,
+// a process that has measured nothing on the wire yet reserves with
+// initialAllowance, for its first requests are the likeliest to dial, and
+// the first measurement on the wire, or the end of the first period, ends it.
 //
 // The allowance is the largest lateness of the current period and of the
 // last earlier one that had any request: a process that sends rarely keeps
@@ -57,6 +68,10 @@ type lateness struct {
 	// first period; zero after.
 	prior    time.Duration
 	hasPrior atomic.Bool // prior > 0, for observe's lock-free path
+	// guarded: every request is measured on the wire and retaken there
+	// when late (a Transport, until its base answers a request without
+	// reporting the connection).
+	guarded atomic.Bool
 
 	cur   atomic.Int64 // the largest sample of the current period (ns); written under mu
 	value atomic.Int64 // the allowance, as of the last change (ns); written under mu
@@ -71,16 +86,21 @@ const latenessPeriod = time.Second
 const maxAllowance = time.Minute
 
 // initialAllowance is the allowance of a process that has measured nothing
-// yet: its first requests may dial a connection (and shake hands over TLS)
-// after their slots, which no wake-up measures. It ends with the first
-// measurement on the wire, or after the first period.
+// yet and whose wire is not guarded: its first requests may dial a
+// connection (and shake hands over TLS) after their slots, which no wake-up
+// measures. It ends with the first measurement on the wire, or after the
+// first period.
 const initialAllowance = 100 * time.Millisecond
 
-// allowance returns the allowance for a reservation made at now.
-func (l *lateness) allowance(now time.Time) time.Duration {
+// allowance returns the allowance for a reservation made at now; cold is
+// that of a guarded process that has measured nothing yet.
+func (l *lateness) allowance(now time.Time, cold time.Duration) time.Duration {
 	e := l.ends.Load()
-	if e == 0 {
-		return initialAllowance // nothing measured yet
+	if e == 0 { // nothing measured yet
+		if l.guarded.Load() {
+			return cold
+		}
+		return initialAllowance
 	}
 	if now.UnixNano() < e {
 		return time.Duration(l.value.Load())
@@ -116,6 +136,8 @@ func (l *lateness) observe(now time.Time, late, a time.Duration, wire bool) {
 // rotate starts a new period when the current one is over; l.mu is held.
 func (l *lateness) rotate(now time.Time) {
 	switch {
+	case l.start.IsZero() && l.guarded.Load():
+		l.start = now // the first sample, of any kind, ends the cold start
 	case l.start.IsZero():
 		l.start, l.prior = now, initialAllowance
 		l.hasPrior.Store(true)
@@ -138,16 +160,53 @@ func (l *lateness) publish() {
 	l.ends.Store(l.start.Add(latenessPeriod).UnixNano())
 }
 
+// wire is a request's admission while the base transport has it: the slot
+// it is sent on, which a retake on the wire may change.
+type wire struct {
+	mu  sync.Mutex
+	a   admission
+	got bool // the base reported the connection
+}
+
 // onWire returns req with a trace that measures its lateness when the base
 // transport has the connection to write it on (a dial, a TLS handshake or a
-// wait for a full pool count): the part of the lateness no wake-up sees. A
-// base transport that is not a net/http one may never call it; then the
-// wake-ups alone are measured. req itself is not modified. (The trace cannot
-// be pooled: net/http reads it until the response's body is closed.)
-func (t *Transport) onWire(req *http.Request, due time.Time, a time.Duration) *http.Request {
+// wait for a full pool count): the part of the lateness no wake-up sees.
+// When the request is later than its allowance plus the rule's retake, and
+// the wire is guarded, it takes a new slot before it is written (rewire).
+// The returned wire holds a's admission as it went; it is nil when a is not
+// measured (then req is returned as it is). req itself is not modified.
+// (The trace cannot be pooled: net/http reads it until the response's body
+// is closed.)
+func (t *Transport) onWire(ctx context.Context, req *http.Request, a admission) (*http.Request, *wire) {
+	if a.due.IsZero() {
+		return req, nil
+	}
+	w := &wire{a: a}
 	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.got = true
 		now := t.now()
-		t.late.observe(now, now.Sub(due), a, true)
+		late := now.Sub(w.a.due)
+		t.late.observe(now, late, w.a.d.Allowance, true)
+		if t.late.guarded.Load() && late > w.a.d.Allowance+w.a.r.retake && w.a.d.Retaken < maxRetakes {
+			t.rewire(ctx, &w.a)
+		}
 	}}
-	return req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
+	return req.WithContext(httptrace.WithClientTrace(req.Context(), trace)), w
+}
+
+// sent returns the admission a request went with: a's, or the one a retake
+// on the wire left. A base that answered (ok) without reporting the
+// connection cannot be watched on the wire: l is no longer guarded.
+func (w *wire) sent(a admission, ok bool, l *lateness) admission {
+	if w == nil {
+		return a
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ok && !w.got && l.guarded.Load() {
+		l.guarded.Store(false)
+	}
+	return w.a
 }

@@ -16,31 +16,43 @@ import (
 	"github.com/throttle-go/throttle/store"
 )
 
+func TestLatenessGuardedColdStart(t *testing.T) {
+	t.Parallel()
+	var l lateness
+	l.guarded.Store(true)
+	t0 := time.Unix(1_700_000_000, 0)
+	assert.Equal(t, 2*time.Millisecond, l.allowance(t0, 2*time.Millisecond), "no sample yet: the cold allowance")
+	l.observe(t0, 300*time.Microsecond, 2*time.Millisecond, false)
+	assert.Equal(t, 300*time.Microsecond, l.allowance(t0, 2*time.Millisecond), "a wake-up ends it when the wire is guarded")
+	l.observe(t0.Add(time.Millisecond), 4*time.Millisecond, 300*time.Microsecond, true)
+	assert.Equal(t, 4*time.Millisecond, l.allowance(t0.Add(2*time.Millisecond), 2*time.Millisecond), "the wire, dial included")
+}
+
 func TestLatenessPeriods(t *testing.T) {
 	t.Parallel()
 	var l lateness
 	t0 := time.Unix(1_700_000_000, 0)
-	assert.Equal(t, initialAllowance, l.allowance(t0), "no sample yet: cautious")
+	assert.Equal(t, initialAllowance, l.allowance(t0, time.Millisecond), "no sample yet: cautious")
 	l.observe(t0, 3*time.Millisecond, time.Hour, false)
-	assert.Equal(t, initialAllowance, l.allowance(t0), "a wake-up does not measure the wire")
+	assert.Equal(t, initialAllowance, l.allowance(t0, time.Millisecond), "a wake-up does not measure the wire")
 	l.observe(t0.Add(time.Millisecond), 2*time.Millisecond, time.Hour, true)
-	assert.Equal(t, 3*time.Millisecond, l.allowance(t0.Add(2*time.Millisecond)), "measured on the wire: the largest sample")
+	assert.Equal(t, 3*time.Millisecond, l.allowance(t0.Add(2*time.Millisecond), time.Millisecond), "measured on the wire: the largest sample")
 	l.observe(t0.Add(1500*time.Millisecond), time.Millisecond, time.Hour, false)
-	assert.Equal(t, 3*time.Millisecond, l.allowance(t0.Add(1600*time.Millisecond)), "the previous period still counts")
-	assert.Equal(t, time.Millisecond, l.allowance(t0.Add(2600*time.Millisecond)), "a period on, only the newer one")
-	assert.Equal(t, time.Millisecond, l.allowance(t0.Add(time.Hour)), "an idle process remembers its last period with samples")
+	assert.Equal(t, 3*time.Millisecond, l.allowance(t0.Add(1600*time.Millisecond), time.Millisecond), "the previous period still counts")
+	assert.Equal(t, time.Millisecond, l.allowance(t0.Add(2600*time.Millisecond), time.Millisecond), "a period on, only the newer one")
+	assert.Equal(t, time.Millisecond, l.allowance(t0.Add(time.Hour), time.Millisecond), "an idle process remembers its last period with samples")
 	l.observe(t0.Add(time.Hour), 500*time.Microsecond, time.Hour, false)
-	assert.Equal(t, time.Millisecond, l.allowance(t0.Add(time.Hour)))
-	assert.Equal(t, 500*time.Microsecond, l.allowance(t0.Add(time.Hour+time.Second)), "until a newer period has its own")
+	assert.Equal(t, time.Millisecond, l.allowance(t0.Add(time.Hour), time.Millisecond))
+	assert.Equal(t, 500*time.Microsecond, l.allowance(t0.Add(time.Hour+time.Second), time.Millisecond), "until a newer period has its own")
 	l.observe(t0.Add(2*time.Hour), time.Minute, 2*time.Millisecond, false)
-	assert.Equal(t, 28*time.Millisecond, l.allowance(t0.Add(2*time.Hour)), "one stall raises it to at most 4 (allowance + DefaultMargin)")
+	assert.Equal(t, 28*time.Millisecond, l.allowance(t0.Add(2*time.Hour), time.Millisecond), "one stall raises it to at most 4 (allowance + DefaultMargin)")
 	l.observe(t0.Add(2*time.Hour), time.Hour, time.Hour, false)
-	assert.Equal(t, maxAllowance, l.allowance(t0.Add(2*time.Hour)), "bounded")
+	assert.Equal(t, maxAllowance, l.allowance(t0.Add(2*time.Hour), time.Millisecond), "bounded")
 
 	var idle lateness
 	idle.observe(t0, time.Millisecond, time.Hour, false)
-	assert.Equal(t, initialAllowance, idle.allowance(t0.Add(500*time.Millisecond)), "no measurement on the wire yet")
-	assert.Equal(t, time.Millisecond, idle.allowance(t0.Add(1500*time.Millisecond)), "the caution lasts one period at most")
+	assert.Equal(t, initialAllowance, idle.allowance(t0.Add(500*time.Millisecond), time.Millisecond), "no measurement on the wire yet")
+	assert.Equal(t, time.Millisecond, idle.allowance(t0.Add(1500*time.Millisecond), time.Millisecond), "the caution lasts one period at most")
 }
 
 // TestAllowanceFollowsALateProcess: a process that sends one request in four
@@ -153,10 +165,10 @@ func TestMixedProcessesShareALog(t *testing.T) {
 }
 
 // TestFirstCallIsNotLockedOut: a process that has measured nothing reserves
-// with the cautious initial allowance, so the store does not hold its slot
-// back to the log's last entry, which another process's allowance put in the
-// future: a FailFast request gets the free slot. (With no allowance it would
-// be refused.)
+// with a cautious allowance (half the margin, its wire being guarded), so the
+// store does not hold its slot back to the log's last entry, which another
+// process's allowance put in the future: a FailFast request gets the free
+// slot. (With no allowance it would be refused.)
 func TestFirstCallIsNotLockedOut(t *testing.T) {
 	t.Parallel()
 	st, err := store.NewMemory()
@@ -175,28 +187,48 @@ func TestFirstCallIsNotLockedOut(t *testing.T) {
 	req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
 	require.NoError(t, err)
 	resp, err := tr.RoundTrip(req)
-	require.NoError(t, err, "the initial allowance takes the free slot")
+	require.NoError(t, err, "the cautious allowance takes the free slot")
 	resp.Body.Close()
 	require.Len(t, decisions, 1)
-	assert.Equal(t, initialAllowance, decisions[0].Allowance)
+	assert.Equal(t, DefaultMargin/2, decisions[0].Allowance)
 }
 
-// TestColdStartOnTheWire: a process's first requests reserve with the
-// cautious initial allowance; a measurement on the wire (the base transport
-// got its connection) ends it, and later reservations carry what was
-// measured, dial included.
+// wireBase is a base transport that reports the connection of each request
+// (as net/http does, through httptrace) after dial[i] for the i-th request
+// (none past the list's end), and records when each request went on the
+// wire.
+type wireBase struct {
+	dial []time.Duration
+	n    int
+	sent []time.Time
+}
+
+func (b *wireBase) RoundTrip(req *http.Request) (*http.Response, error) {
+	if b.n < len(b.dial) {
+		time.Sleep(b.dial[b.n])
+	}
+	b.n++
+	if trace := httptrace.ContextClientTrace(req.Context()); trace != nil && trace.GotConn != nil {
+		trace.GotConn(httptrace.GotConnInfo{})
+	}
+	b.sent = append(b.sent, time.Now())
+	return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
+}
+
+// TestColdStartOnTheWire: a process's first requests reserve with a cautious
+// allowance, half the margin, since a request that gets its connection late
+// is retaken on the wire; its first sample ends it, and a measurement on the
+// wire, dial included, raises the allowance of later reservations. Nothing
+// guessed is charged to the reservations after the first sample: a fleet
+// that starts with many requests at once does not push a paced schedule
+// back by a guess per request.
 func TestColdStartOnTheWire(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		const dial = 3 * time.Millisecond
 		var decisions []Decision
-		tr, err := New(roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-			time.Sleep(dial) // a new connection, as net/http reports it
-			if trace := httptrace.ContextClientTrace(req.Context()); trace != nil && trace.GotConn != nil {
-				trace.GotConn(httptrace.GotConnInfo{})
-			}
-			return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
-		}), newMemoryStore(t), WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerSecond(100)}}),
+		base := &wireBase{dial: []time.Duration{dial, dial, dial}}
+		tr, err := New(base, newMemoryStore(t), WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerSecond(100)}}),
 			WithOnDecision(func(d Decision) { decisions = append(decisions, d) }))
 		require.NoError(t, err)
 		for range 3 {
@@ -207,9 +239,83 @@ func TestColdStartOnTheWire(t *testing.T) {
 			resp.Body.Close()
 		}
 		require.Len(t, decisions, 3)
-		assert.Equal(t, initialAllowance, decisions[0].Allowance, "nothing measured yet")
+		assert.Equal(t, DefaultMargin/2, decisions[0].Allowance, "nothing measured yet")
 		assert.Equal(t, dial, decisions[1].Allowance, "measured on the wire, the dial included")
 		assert.Equal(t, dial, decisions[2].Allowance)
+		assert.Zero(t, tr.Stats().Rules[0].Retakes, "each dial within the allowance plus half the margin")
+		assert.True(t, tr.late.guarded.Load())
+	})
+}
+
+// TestRetakeOnTheWire: a request that gets its connection later than its
+// allowance plus half the margin after its slot (a slow dial) takes a new
+// slot before it is written, waits for it, and gives the old one back, so
+// that it goes on the wire within that bound of the slot it is recorded at.
+func TestRetakeOnTheWire(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const dial = 50 * time.Millisecond
+		base := &wireBase{dial: []time.Duration{0, dial}}
+		tr, err := New(base, newMemoryStore(t), WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerSecond(2)}}))
+		require.NoError(t, err)
+		start := time.Now()
+		for range 2 {
+			req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
+			require.NoError(t, err)
+			resp, err := tr.RoundTrip(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+		}
+		require.Len(t, base.sent, 2)
+		// The second slot was free at once, but the request reached the wire
+		// 50ms after it: it took the next free slot, a window after the
+		// first send (the old slot still counted while it reserved), and
+		// gave the old one back.
+		assert.GreaterOrEqual(t, base.sent[1].Sub(start), time.Second+DefaultMargin)
+		assert.Equal(t, uint64(1), tr.Stats().Rules[0].Retakes)
+		u, err := tr.Usage(context.Background(), "pg.example", "pg1")
+		require.NoError(t, err)
+		assert.Equal(t, 2, u.Entries, "the old slot given back")
+	})
+}
+
+// TestRetakeOnTheWireRefused: when no new slot comes (a FailFast rule, the
+// window full), a request late on the wire goes on its old slot, recorded,
+// as it would have without the check: it is never sent unrecorded.
+func TestRetakeOnTheWireRefused(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		base := &wireBase{dial: []time.Duration{50 * time.Millisecond}}
+		tr, err := New(base, newMemoryStore(t), WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerSecond(1)}, Mode: FailFast}))
+		require.NoError(t, err)
+		req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
+		require.NoError(t, err)
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Len(t, base.sent, 1)
+		assert.Zero(t, tr.Stats().Rules[0].Retakes)
+		u, err := tr.Usage(context.Background(), "pg.example", "pg1")
+		require.NoError(t, err)
+		assert.Equal(t, 1, u.Entries, "sent on its old slot, still recorded")
+		_, err = tr.RoundTrip(req.Clone(context.Background()))
+		require.ErrorIs(t, err, ErrLimited, "the window is full")
+	})
+}
+
+// TestUnreportedWireIsNotGuarded: a base that answers without reporting the
+// connection (not net/http underneath) cannot be watched on the wire, so the
+// transport stops counting on it, and a fresh process of it starts with the
+// cautious initial allowance until it measures the wire.
+func TestUnreportedWireIsNotGuarded(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		r := newRecorder(t, PerSecond(10)) // its base reports no connection
+		assert.True(t, r.tr.late.guarded.Load())
+		r.send()
+		assert.False(t, r.tr.late.guarded.Load())
+		var fresh lateness
+		assert.Equal(t, initialAllowance, fresh.allowance(time.Now(), DefaultMargin/2))
 	})
 }
 

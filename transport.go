@@ -77,6 +77,7 @@ func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, er
 	if err != nil {
 		return nil, err
 	}
+	k.late.guarded.Store(true) // until the base proves it is not net/http (lateness.go)
 	t := &Transport{core: k, base: base, rules: c.rules, def: c.def, unmatched: c.unmatched}
 	t.stats = bindStats(c.rules, c.def)
 	return t, nil
@@ -112,23 +113,22 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // attempt admits one send of req under r, sends it and listens to the
 // response. Attempt n > 0 is the n-th retry.
 func (t *Transport) attempt(ctx context.Context, r *rule, k keyed, n int, req *http.Request) (*http.Response, heard, error) {
-	d, due := t.admit(ctx, r, k) // admit.go
-	d.Attempt = n
-	t.observe(ctx, r.stats, d)
-	if d.Outcome != Sent && d.Outcome != FailedOpen {
+	a := t.admit(ctx, r, k) // admit.go
+	a.d.Attempt = n
+	t.observe(ctx, r.stats, a.d)
+	if a.d.Outcome != Sent && a.d.Outcome != FailedOpen {
 		closeBody(req)
-		return nil, heard{}, d.Err
+		return nil, heard{}, a.d.Err
 	}
-	if !due.IsZero() {
-		req = t.onWire(req, due, d.Allowance) // lateness.go
-	}
+	req, w := t.onWire(ctx, req, a) // lateness.go: measured, and retaken if late, on the wire
 	resp, err := t.base.RoundTrip(req)
+	a = w.sent(a, err == nil && resp != nil, &t.late)
 	if err != nil || resp == nil {
-		d.lease.release() // lease.go
+		a.d.lease.release() // lease.go
 		return resp, heard{}, err
 	}
-	d.lease.bind(resp)
-	return resp, t.listen(ctx, r, k, resp, d.Outcome == Sent, due), nil // feedback.go
+	a.d.lease.bind(resp)
+	return resp, t.listen(ctx, r, k, resp, a.d.Outcome == Sent, a.due), nil // feedback.go
 }
 
 // keyed is a request's rate key under its rule: as reported (key), as stored

@@ -102,7 +102,7 @@ func (c *core) take(ctx context.Context, a *admission) bool {
 	}
 	r := a.r
 	a.asked = c.now()
-	req := store.Request{Limits: r.eff, Cost: a.k.cost, MaxServerWait: r.maxServerWait, Algorithm: r.Algorithm, Also: a.k.also}
+	req := store.Request{Limits: r.limitsFor(a.k.cost), Cost: a.k.cost, MaxServerWait: r.maxServerWait, Algorithm: r.Algorithm, Also: a.k.also}
 	if a.maxWait > 0 {
 		req.MaxWait = maxWait(ctx, a.asked, a.maxWait)
 	}

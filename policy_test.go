@@ -342,7 +342,7 @@ func TestLocalShares(t *testing.T) {
 	}{
 		{300, 1.0 / 3, 100}, {200, 0.25, 50}, {10, 0.01, 1}, {7, 0.5, 3}, {5, 1, 5},
 	} {
-		tr, err := New(nil, fakestore.New(), WithRule(Rule{Host: "a.example", Limits: []Limit{Per(tc.n, time.Second)}, Margin: NoMargin}),
+		tr, err := New(nil, fakestore.New(), WithRule(Rule{Host: "a.example", Limits: []Limit{Per(tc.n, time.Second)}, Margin: NoMargin, Bursts: true}),
 			WithStoreFailure(FailLocal), WithLocalShare(tc.share))
 		require.NoError(t, err)
 		assert.Equal(t, []Limit{Per(tc.want, time.Second)}, tr.policy.shares[tr.rules[0].scope].limits, "%d × %v", tc.n, tc.share)

@@ -104,6 +104,14 @@ type Rule struct {
 	// Idempotency-Key header) whose body, if any, can be replayed through
 	// GetBody. At most MaxRetries; Wait mode only. Zero: no retry.
 	Retries int
+	// Bursts sends each window's N as soon as the window limits allow, in
+	// bursts, for an upstream known to count exact rolling windows or fixed
+	// ones (Instagram's rolling hour, GitHub's hourly window). Unset, a
+	// SlidingLog rule without a paced limit of its own also paces its
+	// slowest limit with a burst of DefaultBurst: the shape every common
+	// server-side limiter accepts at close to its full rate. See
+	// docs/pacing.md, "The default shape".
+	Bursts bool
 	// Algorithm is how the rule counts: SlidingLog (the zero value, exact),
 	// FixedWindow, SlidingCounter or Buckets (approximate, with memory that
 	// does not grow with N); see store.Algorithm and the README's table.
@@ -135,6 +143,7 @@ type rule struct {
 	maxWait       time.Duration // 0 in FailFast mode
 	maxServerWait time.Duration
 	minN          int // the largest cost: the least N, or a paced burst + 1
+	auto          int // the index in eff of the default pace (shape.go), -1 if none
 	// retake is how much later than its allowance a request may wake and
 	// still send: half the margin, or half a paced limit's slack in its
 	// spacing, Margin/N, which is all a strict-spacing upstream leaves.
@@ -218,6 +227,12 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 			c.minN = l.Burst + 1
 		}
 		c.eff = append(c.eff, Limit{N: l.N, Per: l.Per + r.Margin, Precision: l.Precision, Paced: l.Paced, Burst: l.Burst})
+	}
+	c.auto = -1
+	if p, ok := defaultPace(r); ok { // shape.go
+		c.auto = len(r.Limits)
+		r.Limits = append(r.Limits, p)
+		c.eff = append(c.eff, Limit{N: p.N, Per: p.Per + r.Margin, Paced: true, Burst: p.Burst})
 	}
 	c.retake = r.Margin / 2
 	for _, l := range r.Limits {

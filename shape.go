@@ -1,17 +1,78 @@
 package throttle
 
 import (
+	"slices"
 	"time"
 
 	"github.com/throttle-go/throttle/store"
 )
 
-// This file is the transport's answer to a 429 that came although the fleet
+// This file is the shape of a rule's sends: the pace it keeps by default,
+// for an upstream whose way of counting it does not know, and the
+// transport's answer to a 429 that came although the fleet
 // kept every configured limit (docs/feedback.md, "A 429 despite
 // compliance"): the upstream counts differently, a GCRA or a token bucket
 // with a small burst, so the key moves fleet-wide to a stricter shape, paced
 // at the rule's own rate without a burst (store.Learned.Pace), instead of
 // pausing for a window after each burst that 429s.
+
+// DefaultBurst is the burst of the pace a rule keeps by default (see
+// Rule.Bursts): ten requests at once after an idle spell, as many as a token
+// bucket of ten accepts, then evenly spaced.
+const DefaultBurst = 9
+
+// defaultPace returns the paced limit a rule keeps beside its window limits
+// when it states no shape (SlidingLog, no paced limit, Bursts unset): at the
+// rate of its slowest limit, which every upstream of those limits sustains,
+// with a burst of DefaultBurst. Evenly spaced sends are accepted by sliding
+// logs, fixed windows, sliding counters, token buckets and GCRA alike; the
+// window limits still hold every window to N. A limit of N <= DefaultBurst+1
+// takes a burst of N instead: its window alone holds a burst to N, which a
+// bucket of N or more accepts, and the pace's extra unit leaves room for the
+// allowance (each reservation's allowance takes A/T units off a pace's
+// burst: pace.lua). A limit of 1 needs no pace: its window spaces it.
+func defaultPace(r Rule) (Limit, bool) {
+	if r.Bursts || r.Algorithm != SlidingLog {
+		return Limit{}, false
+	}
+	var slow Limit
+	for _, l := range r.Limits {
+		if l.Paced {
+			return Limit{}, false
+		}
+		// l's rate N/Per below slow's (floats: N x Per overflows int64)
+		if slow.N == 0 || float64(l.N)*float64(slow.Per) < float64(slow.N)*float64(l.Per) {
+			slow = l
+		}
+	}
+	switch {
+	case slow.N < 2:
+		return Limit{}, false
+	case slow.N <= DefaultBurst+1:
+		return Paced(slow.N, slow.Per, slow.N), true
+	}
+	return Paced(slow.N, slow.Per, DefaultBurst), true
+}
+
+// limitsFor returns the limits a request of cost reserves: the rule's, with
+// the default pace's burst raised to cost-1 for a request that costs more
+// than the burst + 1 (it goes as one send, as under a learned pace).
+func (r *rule) limitsFor(cost int) []Limit {
+	if r.auto < 0 || cost <= r.eff[r.auto].Burst+1 {
+		return r.eff
+	}
+	l := slices.Clone(r.eff)
+	l[r.auto].Burst = cost - 1
+	return l
+}
+
+// windows returns the rule's limits without its default pace.
+func (r *rule) windows() []Limit {
+	if r.auto < 0 {
+		return r.eff
+	}
+	return r.eff[:r.auto:r.auto]
+}
 
 // shapePauseSpacings is how many spacings of the learned pace the first 429
 // that moves a key to it pauses the key, when the upstream stated no wait:

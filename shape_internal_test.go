@@ -12,7 +12,8 @@ import (
 )
 
 // The stricter shape is the rule's own rate without a burst, never slower:
-// the paced limit's spacing, or the shortest window's, Margin included.
+// the paced limit's spacing (the default pace's too), or the shortest
+// window's, Margin included.
 func TestShapeFor(t *testing.T) {
 	t.Parallel()
 	sec := time.Second + DefaultMargin
@@ -22,7 +23,8 @@ func TestShapeFor(t *testing.T) {
 		want Limit // zero: none
 	}{
 		{"a window: paced at its rate", Rule{Limits: []Limit{PerSecond(100)}}, Paced(100, sec, 0)},
-		{"windows: the shortest", Rule{Limits: []Limit{PerHour(5000), PerSecond(10), Per(5, time.Second)}}, Paced(5, sec, 0)},
+		{"windows in bursts: the shortest", Rule{Limits: []Limit{PerHour(5000), PerSecond(10), Per(5, time.Second)}, Bursts: true}, Paced(5, sec, 0)},
+		{"the default pace, of the slowest limit: its burst goes", Rule{Limits: []Limit{PerHour(5000), PerSecond(10)}}, Paced(5000, time.Hour+DefaultMargin, 0)},
 		{"paced with a burst: the burst goes", Rule{Limits: []Limit{PerSecond(100), Paced(50, time.Second, 9)}}, Paced(50, sec, 0)},
 		{"paced without a burst: nothing stricter", Rule{Limits: []Limit{PerSecond(100), Paced(100, time.Second, 0)}}, Limit{}},
 		{"a counting algorithm ignores a pace", Rule{Limits: []Limit{PerSecond(100)}, Algorithm: FixedWindow}, Limit{}},
@@ -99,4 +101,57 @@ func TestReshape(t *testing.T) {
 	l := fixed.learn(sig, true)
 	f.reshape(fixed, "f", sig, now, now, &l)
 	assert.Equal(t, store.Learned{Pause: sec}, l, "a counting algorithm: the pause alone")
+}
+
+// A rule that states no shape keeps a pace beside its windows: at its
+// slowest limit's rate, with a burst of DefaultBurst, or of N where its
+// window alone holds a burst to N; none where it states one.
+func TestDefaultPace(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		rule Rule
+		want Limit // zero: none
+	}{
+		{"a window", Rule{Limits: []Limit{PerSecond(100)}}, Paced(100, time.Second, DefaultBurst)},
+		{"the slowest of several", Rule{Limits: []Limit{PerSecond(10), PerHour(5000)}}, Paced(5000, time.Hour, DefaultBurst)},
+		{"the slowest of equal windows", Rule{Limits: []Limit{Per(50, time.Second), Per(20, time.Second)}}, Paced(20, time.Second, DefaultBurst)},
+		{"N of 10: the window holds the burst", Rule{Limits: []Limit{PerSecond(10)}}, Paced(10, time.Second, 10)},
+		{"N of 2", Rule{Limits: []Limit{PerMinute(2)}}, Paced(2, time.Minute, 2)},
+		{"N of 1: the window spaces it", Rule{Limits: []Limit{PerSecond(1)}}, Limit{}},
+		{"Bursts", Rule{Limits: []Limit{PerSecond(100)}, Bursts: true}, Limit{}},
+		{"a paced limit of its own", Rule{Limits: []Limit{PerSecond(100), Paced(100, time.Second, 0)}}, Limit{}},
+		{"a counting algorithm", Rule{Limits: []Limit{PerSecond(100)}, Algorithm: FixedWindow}, Limit{}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.rule.Host = "h"
+			r, err := compile(c.rule, false)
+			require.NoError(t, err)
+			if c.want.N == 0 {
+				assert.Equal(t, -1, r.auto)
+				assert.Len(t, r.eff, len(c.rule.Limits))
+				return
+			}
+			require.Equal(t, len(c.rule.Limits), r.auto, "after the rule's own limits")
+			want := c.want
+			want.Per += DefaultMargin
+			assert.Equal(t, want, r.eff[r.auto])
+			assert.Equal(t, r.eff[:r.auto], r.windows())
+			assert.Equal(t, DefaultMargin/time.Duration(2*c.want.N), r.retake, "a pace's retake")
+		})
+	}
+}
+
+// A request that costs more than the default pace's burst + 1 goes as one
+// send: its units are not spaced from each other (as under a learned pace).
+func TestDefaultPaceCost(t *testing.T) {
+	t.Parallel()
+	r, err := compile(Rule{Host: "h", Limits: []Limit{PerSecond(100)}}, false)
+	require.NoError(t, err)
+	assert.Equal(t, 100, r.minN, "the pace does not bound the cost")
+	assert.Same(t, &r.eff[0], &r.limitsFor(DefaultBurst + 1)[0], "within the burst: the rule's limits")
+	got := r.limitsFor(40)
+	assert.Equal(t, 39, got[r.auto].Burst)
+	assert.Equal(t, DefaultBurst, r.eff[r.auto].Burst, "the rule's limits unchanged")
+	require.NoError(t, (&store.Request{Limits: got, Cost: 40}).Validate("t"))
 }

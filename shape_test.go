@@ -88,3 +88,62 @@ func TestShapeChangeKeepsStatedWaits(t *testing.T) {
 		assert.Zero(t, tr.FeedbackStats().Reshapes)
 	})
 }
+
+// TestDefaultShape: a rule that states no shape sends a burst of
+// DefaultBurst + 1 at once, then one every (Per + Margin)/N, on every
+// transport that shares the store: a GCRA every common server-side limiter
+// accepts, within the window limit. With Bursts, the window's N go at once.
+func TestDefaultShape(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		bursts bool
+		atOnce int
+	}{
+		{"default: paced after a burst of ten", false, throttle.DefaultBurst + 1},
+		{"Bursts: the whole window at once", true, 100},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := newMemory(t)
+				r := throttle.Rule{Host: "api.example.com", Key: throttle.Fixed("k"), Limits: []throttle.Limit{throttle.PerSecond(100)}, Bursts: c.bursts}
+				var sa, sb sendLog
+				a := newTransport(t, sa.base(), st, throttle.WithRule(r))
+				b := newTransport(t, sb.base(), st, throttle.WithRule(r))
+				start := time.Now()
+				var at []time.Duration
+				for i := range 120 {
+					tr := a
+					if i%2 == 1 {
+						tr = b
+					}
+					_, err := do(t, tr, context.Background())
+					require.NoError(t, err)
+					at = append(at, time.Since(start))
+				}
+				for i := range c.atOnce {
+					assert.Zero(t, at[i], "request %d", i)
+				}
+				assert.NotZero(t, at[c.atOnce], "request %d", c.atOnce)
+				for i := 100; i < len(at); i++ {
+					assert.GreaterOrEqual(t, at[i]-at[i-100], time.Second+throttle.DefaultMargin, "the window, at request %d", i)
+				}
+				if c.bursts {
+					return
+				}
+				// A GCRA of the window's spacing and a burst of DefaultBurst:
+				// any two requests i < j are at least j-i-DefaultBurst
+				// spacings apart (a burst comes again only after the window
+				// limit held requests back while the pace's credit grew).
+				spacing := (time.Second + throttle.DefaultMargin) / 100
+				for j := range at {
+					for i := range j {
+						if k := j - i - throttle.DefaultBurst; k > 0 {
+							require.GreaterOrEqual(t, at[j]-at[i], time.Duration(k)*spacing, "requests %d and %d", i, j)
+						}
+					}
+				}
+			})
+		})
+	}
+}

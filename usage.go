@@ -76,7 +76,7 @@ func (t *Transport) Usage(ctx context.Context, rule, rateKey string) (store.Usag
 		return store.Usage{}, fmt.Errorf("%w (%T)", ErrNoUsage, t.policy.shared)
 	}
 	r := t.ruleNamed(rule)
-	return in.Usage(ctx, key, store.Request{Limits: r.eff, Cost: 1, Algorithm: r.Algorithm})
+	return in.Usage(ctx, key, store.Request{Limits: r.windows(), Cost: 1, Algorithm: r.Algorithm})
 }
 
 // CredentialKey returns the rate key that a built-in KeyFunc derives from a

@@ -38,6 +38,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle"
 	"github.com/throttle-go/throttle/internal/redistest"
 	"github.com/throttle-go/throttle/throttletest"
 )
@@ -335,6 +336,12 @@ func optimum(n int, w time.Duration, first, end time.Time) int {
 	return n * int(math.Ceil(float64(end.Sub(first))/float64(w)))
 }
 
+// pacedOptimum is the most a fleet paced at n per w with a burst can have
+// sent from first to end: the burst + 1 at once, then one every w/n.
+func pacedOptimum(n int, w time.Duration, burst int, first, end time.Time) int {
+	return burst + 1 + int(float64(end.Sub(first))*float64(n)/float64(w))
+}
+
 // steadyShare estimates the steady-state rate as a share of n/w: an exact
 // limiter at full rate has each accepted arrival exactly w after the one n
 // before it, so the share is w over the mean of those gaps.
@@ -430,7 +437,8 @@ func TestFleet(t *testing.T) {
 		tot := logSummaries(t, res)
 		st := res.stats.Total
 		received := st.Accepted + st.Rejected
-		opt := optimum(rate, time.Second, st.FirstAccepted, res.end)
+		// The example's rule states no shape, so it paces (Rule.Bursts).
+		opt := pacedOptimum(rate, time.Second, throttle.DefaultBurst, st.FirstAccepted, res.end)
 		share := float64(st.Accepted) / float64(opt)
 		perReq := float64(res.calls) / float64(received)
 		t.Logf("upstream: accepted=%d 429=%d; optimum=%d share=%.2f%% steady=%.2f%% of N/W min gap=%s; script calls=%d per request=%.3f",

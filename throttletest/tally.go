@@ -136,10 +136,13 @@ func (t *Tally) count(ctx context.Context, resp *http.Response, err error) time.
 		t.failed(fmt.Errorf("unexpected status %d", resp.StatusCode))
 	case errors.As(err, &limited):
 		if limited.BeyondDeadline && beyondEnd(ctx, limited.RetryAfter) {
-			t.counts.Cut++ // its slot lay beyond the end of the load
-		} else {
-			t.counts.Limited++
+			// Its slot lay beyond the end of the load: the worker rests
+			// until the end, not for RetryAfter, whose timer may fire a
+			// moment before the load's own deadline and send once more.
+			t.counts.Cut++
+			return time.Until(deadline(ctx)) + time.Second
 		}
+		t.counts.Limited++
 		return max(limited.RetryAfter, time.Millisecond)
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		t.counts.Cut++ // the load is over: the request was cut short
@@ -152,6 +155,12 @@ func (t *Tally) count(ctx context.Context, resp *http.Response, err error) time.
 
 // beyondEnd reports whether a slot d from now lies at or beyond the deadline
 // of ctx, the load's end.
+// deadline is ctx's deadline (beyondEnd found one).
+func deadline(ctx context.Context) time.Time {
+	end, _ := ctx.Deadline()
+	return end
+}
+
 func beyondEnd(ctx context.Context, d time.Duration) bool {
 	end, ok := ctx.Deadline()
 	return ok && !time.Now().Add(d).Before(end)

@@ -76,6 +76,7 @@ type workerConfig struct {
 	// Limits, if set, are throttle's default rule (WithDefault) instead of
 	// a rule of Per(N, Per) for the host: the matrix's configurations.
 	Limits []throttle.Limit
+	Bursts bool // Rule.Bursts of the matrix's rule
 	// SteadyFrom and SteadyTo, if SteadyTo is set, bound the steady
 	// state in which calls per request are counted again.
 	SteadyFrom, SteadyTo time.Duration
@@ -136,7 +137,9 @@ func runWorker(arg string) {
 			res.Err = err.Error()
 			return
 		}
-		rule := throttle.Rule{Host: "127.0.0.1", Limits: []throttle.Limit{throttle.Per(cfg.N, cfg.Per)}, Key: throttle.Fixed("fleet")}
+		// The suite's upstream keeps an exact sliding log: the window's
+		// requests go in bursts (Bursts), as for the peers.
+		rule := throttle.Rule{Host: "127.0.0.1", Limits: []throttle.Limit{throttle.Per(cfg.N, cfg.Per)}, Key: throttle.Fixed("fleet"), Bursts: true}
 		if cfg.Margin > 0 {
 			rule.Margin = cfg.Margin
 		}
@@ -155,7 +158,7 @@ func runWorker(arg string) {
 		})
 		ruleOpt := throttle.WithRule(rule)
 		if len(cfg.Limits) > 0 {
-			ruleOpt = throttle.WithDefault(throttle.Rule{Limits: cfg.Limits, Key: throttle.Fixed("gateway")})
+			ruleOpt = throttle.WithDefault(throttle.Rule{Limits: cfg.Limits, Key: throttle.Fixed("gateway"), Bursts: cfg.Bursts})
 		}
 		tr, err := throttle.New(base, st, ruleOpt, onDecision)
 		if err != nil {

@@ -53,11 +53,10 @@ func main() {
 	mTime := flag.Duration("matrix-time", 5*time.Second, "-matrix: the length of a run")
 	mUps := flag.String("matrix-upstreams", "all", "-matrix: the upstreams, comma-separated: all or some of "+strings.Join(gatewayIDs(), ","))
 	mShapes := flag.String("matrix-shapes", "all", "-matrix: the fleet shapes (processes x workers), comma-separated: all or some such as 1x1,4x1,2x16,3x4")
-	mConfigs := flag.String("matrix-configs", "all", "-matrix: throttle's configurations, comma-separated: all or some of naive,matching,candidate")
-	flag.IntVar(&candidateBurst, "matrix-candidate-burst", candidateBurst, "-matrix: the burst of the candidate configuration's paced limit")
+	mConfigs := flag.String("matrix-configs", "all", "-matrix: throttle's configurations, comma-separated: all or some of bursts,matching,default")
 	mOut := flag.String("matrix-out", "", "-matrix: write the matrix's page to this file (default: standard output)")
 	mSVG := flag.String("matrix-svg", "", "-matrix: write the matrix's figure (SVG) to this file")
-	mSmall := flag.String("matrix-small-svg", "", "-matrix: write a small figure (a few upstreams, naive beside candidate) to this file, for the README")
+	mSmall := flag.String("matrix-small-svg", "", "-matrix: write a small figure (a few upstreams, bursts beside default) to this file, for the README")
 	flag.Parse()
 	if *worker != "" {
 		runWorker(*worker)

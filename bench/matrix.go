@@ -43,32 +43,30 @@ func parseShape(s string) (shape, error) {
 type matrixConfig struct {
 	id, about string
 	limits    func(g gatewayKind) []throttle.Limit
+	bursts    func(g gatewayKind) bool // Rule.Bursts
 	// target says what throttle aims for with this configuration (empty: none,
 	// a reference).
 	target string
 }
 
-// candidateBurst is the burst of the candidate default's paced limit: a
-// token bucket of capacity 10 or more accepts B + 1 = 10 at once. (A
-// variable, so that -matrix-candidate-burst can try others.)
-var candidateBurst = 9
+func always(gatewayKind) bool { return true }
+func never(gatewayKind) bool  { return false }
 
 var matrixConfigs = []matrixConfig{
-	{id: "naive", about: "`PerSecond(100)`: what a user writes today, the sliding log of the default algorithm",
-		limits: func(gatewayKind) []throttle.Limit { return []throttle.Limit{throttle.PerSecond(gatewayN)} }},
-	{id: "matching", about: "the algorithm that matches the upstream: `PerSecond(100)` (the log) against the sliding log and the fixed window; `Paced(100, time.Second, b)` with the bucket's burst (capacity − 1) against buckets and GCRA, and burst 0 against the sliding-window counter (docs/pacing.md)",
+	{id: "bursts", about: "`PerSecond(100)` with `Bursts: true`: the window limit alone, each window's requests sent as early as it allows (the sliding log)",
+		limits: func(gatewayKind) []throttle.Limit { return []throttle.Limit{throttle.PerSecond(gatewayN)} }, bursts: always},
+	{id: "matching", about: "the algorithm that matches the upstream: `PerSecond(100)` with `Bursts: true` (the log alone) against the sliding log and the fixed window; `Paced(100, time.Second, b)` with the bucket's burst (capacity − 1) against buckets and GCRA, and burst 0 against the sliding-window counter (docs/pacing.md)",
 		target: "matching",
 		limits: func(g gatewayKind) []throttle.Limit {
 			if g.log {
 				return []throttle.Limit{throttle.PerSecond(gatewayN)}
 			}
 			return []throttle.Limit{throttle.Paced(gatewayN, gatewayPer, g.burst)}
-		}},
-	{id: "candidate", about: "a candidate default for an upstream of unknown shape: `PerSecond(100)` and `Paced(100, time.Second, b)` on one rule, b = -matrix-candidate-burst",
+		},
+		bursts: func(g gatewayKind) bool { return g.log }},
+	{id: "default", about: "`PerSecond(100)`: the default shape for an upstream of unknown shape, the window limit and a pace of its rate with a burst of `DefaultBurst` (9) on one rule",
 		target: "default",
-		limits: func(gatewayKind) []throttle.Limit {
-			return []throttle.Limit{throttle.PerSecond(gatewayN), throttle.Paced(gatewayN, gatewayPer, candidateBurst)}
-		}},
+		limits: func(gatewayKind) []throttle.Limit { return []throttle.Limit{throttle.PerSecond(gatewayN)} }, bursts: never},
 }
 
 // matrixRun is one cold run of one cell.
@@ -244,7 +242,7 @@ func selectMatrix(runs int, dur time.Duration, ups, shapes, configs string) (mat
 	for _, id := range strings.Split(configs, ",") {
 		i := slices.IndexFunc(matrixConfigs, func(c matrixConfig) bool { return c.id == id || id == "all" })
 		if i < 0 {
-			return o, fmt.Errorf("unknown configuration %q (want all or some of naive,matching,candidate)", id)
+			return o, fmt.Errorf("unknown configuration %q (want all or some of bursts,matching,default)", id)
 		}
 		if id == "all" {
 			o.configs = matrixConfigs
@@ -306,7 +304,7 @@ func (e *env) matrixRun(ctx context.Context, self string, up gatewayKind, sh sha
 	defer stop()
 	start := time.Now().Add(time.Second) // time for the workers to start and connect
 	cfg := workerConfig{Kind: kThrottle, Redis: e.srv.addr, URL: url, N: gatewayN, Per: gatewayPer,
-		Workers: sh.workers, Start: start, Duration: dur, Limits: conf.limits(up),
+		Workers: sh.workers, Start: start, Duration: dur, Limits: conf.limits(up), Bursts: conf.bursts(up),
 		SteadyFrom: time.Second, SteadyTo: dur - steadyEnd}
 	outs, err := runWorkers(self, sh.procs, cfg)
 	if err != nil {

@@ -48,13 +48,9 @@ func (m *matrixReport) markdown() string {
 	}
 	p("\n**Configurations of throttle** (one default rule, `Key: throttle.Fixed(\"gateway\")`, everything else at its default: margin, lateness allowance, feedback from the upstream's answers and headers).\n\n")
 	for _, c := range m.opts.configs {
-		about := c.about
-		if c.id == "candidate" {
-			about += fmt.Sprintf(" (%d in this run)", candidateBurst)
-		}
-		p("- **%s**: %s.\n", c.id, about)
+		p("- **%s**: %s.\n", c.id, c.about)
 	}
-	p("\n*Runs with a 429*: of the cell's runs, those in which the upstream answered 429 at least once. *429s after 2 s*: those that arrived 2 s or more after the fleet's start. *Share*: the requests the upstream accepted from 1 s after the start to the end, over what it sustains in that time (100 per second), per run: the median and the least. *Steady rate*: the long-run rate from 1 s on, whatever the bursts' phase: 1 s over the mean time between an accepted arrival and the 100th after it, as a share of 100 per second (the median of the runs). *Redis calls per sent request*: the workers' round trips to Redis (a go-redis hook, connection set-up excluded) over the requests they sent, in the steady state: from 1 s after the start to %s before its end (the last reservations of a run are refused, their slot being past its end, a call each that a fleet that keeps running does not pay). *Target*: what throttle aims for with the configuration (the matching one: no 429 and ≥ 99 %%; the default: no 429, or against strict spacing none after 2 s, and ≥ 95 %%; both ≤ 1.03 calls per request); the naive configuration is the reference.\n\n", steadyEnd)
+	p("\n*Runs with a 429*: of the cell's runs, those in which the upstream answered 429 at least once. *429s after 2 s*: those that arrived 2 s or more after the fleet's start. *Share*: the requests the upstream accepted from 1 s after the start to the end, over what it sustains in that time (100 per second), per run: the median and the least. *Steady rate*: the long-run rate from 1 s on, whatever the bursts' phase: 1 s over the mean time between an accepted arrival and the 100th after it, as a share of 100 per second (the median of the runs). *Redis calls per sent request*: the workers' round trips to Redis (a go-redis hook, connection set-up excluded) over the requests they sent, in the steady state: from 1 s after the start to %s before its end (the last reservations of a run are refused, their slot being past its end, a call each that a fleet that keeps running does not pay). *Target*: what throttle aims for with the configuration (the matching one: no 429 and ≥ 99 %%; the default: no 429, or against strict spacing none after 2 s, and ≥ 95 %%; both ≤ 1.03 calls per request); the bursts configuration is the reference.\n\n", steadyEnd)
 
 	if len(m.cells) > 0 {
 		pass, all := map[string]int{}, map[string]int{}
@@ -193,7 +189,8 @@ func matrixSVG(o matrixOptions, cells []matrixCell, sh shape) string {
 }
 
 // smallFigure keeps, of o, the upstreams and configurations of the small
-// figure: one of each kind of counting, the naive rule beside the candidate.
+// figure: one of each kind of counting, the window limit alone beside the
+// default shape.
 func smallFigure(o matrixOptions) matrixOptions {
 	keep := func(id string, ids ...string) bool { return slices.Contains(ids, id) }
 	small := o
@@ -204,7 +201,7 @@ func smallFigure(o matrixOptions) matrixOptions {
 		}
 	}
 	for _, c := range o.configs {
-		if keep(c.id, "naive", "candidate") {
+		if keep(c.id, "bursts", "default") {
 			small.configs = append(small.configs, c)
 		}
 	}

@@ -76,10 +76,10 @@ func TestCellStatsAndVerdict(t *testing.T) {
 	if _, ok := c.verdict(); ok {
 		t.Error("98 % passed the matching configuration's target of 99 %")
 	}
-	// The naive configuration is judged by nothing.
+	// The bursts configuration is judged by nothing.
 	c.conf = matrixConfigs[0]
 	if what, _ := c.verdict(); what != "" {
-		t.Errorf("naive verdict %q, want none", what)
+		t.Errorf("bursts verdict %q, want none", what)
 	}
 }
 
@@ -104,11 +104,11 @@ func TestBinCountsAndAccepts(t *testing.T) {
 }
 
 func TestSelectMatrix(t *testing.T) {
-	o, err := selectMatrix(2, 3*time.Second, "all", "1x1,3×4", "naive,candidate")
+	o, err := selectMatrix(2, 3*time.Second, "all", "1x1,3×4", "bursts,default")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(o.upstreams) != len(gatewayKinds) || !slices.Equal(o.shapes, []shape{{1, 1}, {3, 4}}) || len(o.configs) != 2 || o.configs[1].id != "candidate" {
+	if len(o.upstreams) != len(gatewayKinds) || !slices.Equal(o.shapes, []shape{{1, 1}, {3, 4}}) || len(o.configs) != 2 || o.configs[1].id != "default" {
 		t.Fatalf("selectMatrix = %+v", o)
 	}
 	for _, bad := range [][3]string{{"nope", "all", "all"}, {"all", "3x", "all"}, {"all", "0x4", "all"}, {"all", "all", "clever"}} {
@@ -130,7 +130,7 @@ func TestMatrixReportSaysMiss(t *testing.T) {
 	if !strings.Contains(md, "| exact sliding log | matching | 3×4 | 1 / 1 | 1 | 1 | 0.0 % / 0.0 % | 0.0 % | 1.000 / 1.000 | **MISS**") {
 		t.Fatalf("a missed target is not reported as MISS:\n%s", md)
 	}
-	if small := smallFigure(o); len(small.upstreams) != 1 || len(small.configs) != 2 || small.configs[1].id != "candidate" {
+	if small := smallFigure(o); len(small.upstreams) != 1 || len(small.configs) != 2 || small.configs[1].id != "default" {
 		t.Errorf("smallFigure = %+v", small)
 	}
 	if svg := matrixSVG(o, []matrixCell{cell}, shape{3, 4}); !strings.Contains(svg, "exact sliding log: 1 × 429, 0 %") || !strings.HasSuffix(svg, "</svg>\n") {

@@ -161,8 +161,13 @@ func (l *lateness) publish() {
 }
 
 // wire is a request's admission while the base transport has it: the slot
-// it is sent on, which a retake on the wire may change.
+// it is sent on, which a retake on the wire may change, and the trace that
+// watches it (one allocation for both).
 type wire struct {
+	t     *Transport
+	ctx   context.Context
+	trace httptrace.ClientTrace
+
 	mu  sync.Mutex
 	a   admission
 	got bool // the base reported the connection
@@ -181,19 +186,23 @@ func (t *Transport) onWire(ctx context.Context, req *http.Request, a admission) 
 	if a.due.IsZero() {
 		return req, nil
 	}
-	w := &wire{a: a}
-	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		w.got = true
-		now := t.now()
-		late := now.Sub(w.a.due)
-		t.late.observe(now, late, w.a.d.Allowance, true)
-		if t.late.guarded.Load() && late > w.a.d.Allowance+w.a.r.retake && w.a.d.Retaken < maxRetakes {
-			t.rewire(ctx, &w.a)
-		}
-	}}
-	return req.WithContext(httptrace.WithClientTrace(req.Context(), trace)), w
+	w := &wire{t: t, ctx: ctx, a: a}
+	w.trace.GotConn = w.gotConn
+	return req.WithContext(httptrace.WithClientTrace(req.Context(), &w.trace)), w
+}
+
+// gotConn is the trace's GotConn: measure, and retake when late.
+func (w *wire) gotConn(httptrace.GotConnInfo) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.got = true
+	t := w.t
+	now := t.now()
+	late := now.Sub(w.a.due)
+	t.late.observe(now, late, w.a.d.Allowance, true)
+	if t.late.guarded.Load() && late > w.a.d.Allowance+w.a.r.retake && w.a.d.Retaken < maxRetakes {
+		t.rewire(w.ctx, &w.a)
+	}
 }
 
 // sent returns the admission a request went with: a's, or the one a retake

@@ -108,7 +108,7 @@ type Rule struct {
 	// bursts, for an upstream known to count exact rolling windows or fixed
 	// ones (Instagram's rolling hour, GitHub's hourly window). Unset, a
 	// SlidingLog rule without a paced limit of its own also paces its
-	// slowest limit with a burst of DefaultBurst: the shape every common
+	// slowest limit with a burst of at least DefaultBurst: the shape every common
 	// server-side limiter accepts at close to its full rate. See
 	// docs/pacing.md, "The default shape".
 	Bursts bool

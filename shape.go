@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -16,15 +17,24 @@ import (
 // at the rule's own rate without a burst (store.Learned.Pace), instead of
 // pausing for a window after each burst that 429s.
 
-// DefaultBurst is the burst of the pace a rule keeps by default (see
+// DefaultBurst is the least burst of the pace a rule keeps by default (see
 // Rule.Bursts): ten requests at once after an idle spell, as many as a token
 // bucket of ten accepts, then evenly spaced.
 const DefaultBurst = 9
 
+// defaultBurstSpan is how much time the default pace's burst covers at the
+// least: a process's allowance A takes A/T units off a pace's burst B (each
+// reservation counts from the latest time it may be sent, pace.lua), and
+// while A > B×T every request pays T + A − B×T, so a fast limit with a burst
+// of 9 (0.9ms at 10,000 per second) would send one request per allowance.
+// 50ms is several times the largest allowance measured under load.
+const defaultBurstSpan = 50 * time.Millisecond
+
 // defaultPace returns the paced limit a rule keeps beside its window limits
 // when it states no shape (SlidingLog, no paced limit, Bursts unset): at the
 // rate of its slowest limit, which every upstream of those limits sustains,
-// with a burst of DefaultBurst. Evenly spaced sends are accepted by sliding
+// with a burst of DefaultBurst, or of the sends of defaultBurstSpan when
+// they are more (at most N). Evenly spaced sends are accepted by sliding
 // logs, fixed windows, sliding counters, token buckets and GCRA alike; the
 // window limits still hold every window to N. A limit of N <= DefaultBurst+1
 // takes a burst of N instead: its window alone holds a burst to N, which a
@@ -51,7 +61,8 @@ func defaultPace(r Rule) (Limit, bool) {
 	case slow.N <= DefaultBurst+1:
 		return Paced(slow.N, slow.Per, slow.N), true
 	}
-	return Paced(slow.N, slow.Per, DefaultBurst), true
+	span := math.Ceil(float64(defaultBurstSpan) * float64(slow.N) / float64(slow.Per))
+	return Paced(slow.N, slow.Per, int(min(float64(slow.N), max(DefaultBurst, span)))), true
 }
 
 // limitsFor returns the limits a request of cost reserves: the rule's, with

@@ -1,8 +1,10 @@
 package throttle
 
 import (
+	"context"
 	"net/http"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -117,6 +119,8 @@ func TestDefaultPace(t *testing.T) {
 		{"the slowest of several", Rule{Limits: []Limit{PerSecond(10), PerHour(5000)}}, Paced(5000, time.Hour, DefaultBurst)},
 		{"the slowest of equal windows", Rule{Limits: []Limit{Per(50, time.Second), Per(20, time.Second)}}, Paced(20, time.Second, DefaultBurst)},
 		{"N of 10: the window holds the burst", Rule{Limits: []Limit{PerSecond(10)}}, Paced(10, time.Second, 10)},
+		{"a fast limit: 50ms of sends", Rule{Limits: []Limit{PerSecond(10000)}}, Paced(10000, time.Second, 500)},
+		{"faster than the span: the window's N", Rule{Limits: []Limit{Per(1<<30, 10*time.Millisecond)}}, Paced(1<<30, 10*time.Millisecond, 1<<30)},
 		{"N of 2", Rule{Limits: []Limit{PerMinute(2)}}, Paced(2, time.Minute, 2)},
 		{"N of 1: the window spaces it", Rule{Limits: []Limit{PerSecond(1)}}, Limit{}},
 		{"Bursts", Rule{Limits: []Limit{PerSecond(100)}, Bursts: true}, Limit{}},
@@ -154,4 +158,23 @@ func TestDefaultPaceCost(t *testing.T) {
 	assert.Equal(t, 39, got[r.auto].Burst)
 	assert.Equal(t, DefaultBurst, r.eff[r.auto].Burst, "the rule's limits unchanged")
 	require.NoError(t, (&store.Request{Limits: got, Cost: 40}).Validate("t"))
+}
+
+// The default pace's burst absorbs an allowance: a fast limit's requests at
+// once, reserved with a 2ms allowance, are not held back one allowance each
+// (with a burst of 9 at 10,000 per second, the second would wait 1.2ms).
+func TestDefaultPaceAbsorbsTheAllowance(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		r, err := compile(Rule{Host: "h", Limits: []Limit{PerSecond(10000)}}, false)
+		require.NoError(t, err)
+		m, err := store.NewMemory()
+		require.NoError(t, err)
+		for i := range 400 {
+			res, err := m.Reserve(context.Background(), "k", store.Request{Limits: r.limitsFor(1), Cost: 1, Allowance: 2 * time.Millisecond})
+			require.NoError(t, err)
+			require.True(t, res.Allowed, "request %d", i)
+			require.Zero(t, res.Delay, "request %d", i)
+		}
+	})
 }

@@ -140,7 +140,8 @@ func (t *Tally) count(ctx context.Context, resp *http.Response, err error) time.
 			// until the end, not for RetryAfter, whose timer may fire a
 			// moment before the load's own deadline and send once more.
 			t.counts.Cut++
-			return time.Until(deadline(ctx)) + time.Second
+			end, _ := ctx.Deadline()
+			return time.Until(end) + time.Second
 		}
 		t.counts.Limited++
 		return max(limited.RetryAfter, time.Millisecond)
@@ -155,12 +156,6 @@ func (t *Tally) count(ctx context.Context, resp *http.Response, err error) time.
 
 // beyondEnd reports whether a slot d from now lies at or beyond the deadline
 // of ctx, the load's end.
-// deadline is ctx's deadline (beyondEnd found one).
-func deadline(ctx context.Context) time.Time {
-	end, _ := ctx.Deadline()
-	return end
-}
-
 func beyondEnd(ctx context.Context, d time.Duration) bool {
 	end, ok := ctx.Deadline()
 	return ok && !time.Now().Add(d).Before(end)

@@ -217,23 +217,6 @@ func (c *core) sent(a *admission) bool {
 	return a.end(Sent, a.d.Err)
 }
 
-// sleep blocks for d, or until ctx ends, whichever is first, and returns
-// ctx.Err() in the second case. (x/time/rate's wait takes a timer factory for
-// its tests; testing/synctest's fake clock makes one unnecessary here.)
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // beyondDeadline reports whether a refusal came from the context's deadline
 // alone: the slot, retryAfter away, lay within limit, what the caller lets a
 // request wait under r, but beyond the deadline that cut it to asked.

@@ -437,6 +437,28 @@ func TestServerClock(t *testing.T) {
 	}
 }
 
+// TestDecided checks that an allowed reservation tells the store's clock at
+// its decision: between the call and its reply (every server here runs on
+// this machine's clock), not the slot, which lies Delay after it.
+func TestDecided(t *testing.T) {
+	for _, im := range impls(t) {
+		t.Run(im.name, func(t *testing.T) {
+			s, key := im.open(t, nil), uniqueKey(t)
+			r := req(1, 2*time.Hour, lim(1, time.Hour))
+			for range 2 {
+				asked := time.Now()
+				res := reserve(t, s, key, r)
+				replied := time.Now()
+				require.True(t, res.Allowed)
+				assert.GreaterOrEqual(t, res.Decided(), asked.Add(-time.Second).UnixMicro())
+				assert.LessOrEqual(t, res.Decided(), replied.Add(time.Second).UnixMicro())
+			}
+			refused := reserve(t, s, key, req(1, 0, lim(1, time.Hour)))
+			assert.Zero(t, refused.Decided(), "nothing decided for a refusal")
+		})
+	}
+}
+
 // TestProperty is the guarantee itself: many goroutines reserve with random
 // costs against random limits, some cancel, and the slots that stay recorded
 // never put more than N units in any window (t-W, t] of any limit.

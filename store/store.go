@@ -297,6 +297,18 @@ type Reservation struct {
 	also []string
 }
 
+// Decided is the store's clock when it decided an allowed reservation, in
+// microseconds on the store's own scale (Redis: its TIME): the slot less
+// Delay. A caller that timed its call maps the store's clock onto its own
+// with it (throttle wakes at the slot to within its fastest round trip).
+// Zero when not Allowed, or from a store that does not say.
+func (r Reservation) Decided() int64 {
+	if !r.Allowed || r.slot == 0 {
+		return 0
+	}
+	return r.slot - r.Delay.Microseconds()
+}
+
 // Store is the state shared by every transport that limits the same keys.
 // Implementations are safe for concurrent use.
 //

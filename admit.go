@@ -32,7 +32,16 @@ type admission struct {
 	d       Decision
 	g       grant     // the slot held, and the store that holds it
 	asked   time.Time // before the store call that gave the slot
-	at      time.Time // when the slot is due: the reply plus its delay (zero: at once)
+	// slot and latest are the earliest and the latest the slot may be on
+	// this process's clock (clock.go); at is when to wake: latest, or zero
+	// for at once.
+	slot, latest, at time.Time
+	// storeSlot is the slot on the shared store's clock (microseconds),
+	// placed again at the wake-up and on the wire; 0 if not known.
+	storeSlot int64
+	// spread is the part of the allowance that covers the clocks' bounds
+	// (clock.go); -1 when there were none yet.
+	spread time.Duration
 	// due is when the slot was due as the wire measures it (lateness.go):
 	// an upper bound, from before the store call; zero when not measured.
 	due   time.Time
@@ -41,6 +50,20 @@ type admission struct {
 
 func newAdmission(r *rule, k keyed, maxWait time.Duration) admission {
 	return admission{r: r, k: k, maxWait: maxWait, d: Decision{Rule: r.Name, Key: k.key, Cost: k.cost}}
+}
+
+// own is the part of late, a's lateness at now, that the process's
+// allowance learns (clock.go): all of it but what the spread covered, or,
+// when the reservation was made before any bounds, from the latest its slot
+// may be; all of it when the slot was not placed on the store's clock.
+func (a *admission) own(now time.Time, late time.Duration) time.Duration {
+	if a.storeSlot == 0 {
+		return late
+	}
+	if a.spread < 0 {
+		return max(now.Sub(a.latest), 0)
+	}
+	return late - min(a.latest.Sub(a.slot), a.spread)
 }
 
 // end decides a: it sets the outcome and the error of a.d. It returns false,
@@ -53,9 +76,8 @@ func (a *admission) end(o Outcome, err error) bool {
 // admit reserves a slot for one send under r and waits for it, as the rule's
 // Mode says. The decision, a.d, says what to do: send (Sent, or FailedOpen
 // when the store failed), or refuse with a.d.Err. When the request is to be
-// sent and its lateness is measured, a.due is when its slot was due on this
-// process's clock (an upper bound: the time before the Reserve call plus the
-// delay).
+// sent and its lateness is measured, a.due is the earliest its slot may have
+// been on this process's clock (clock.go).
 func (c *core) admit(ctx context.Context, r *rule, k keyed) admission {
 	a := newAdmission(r, k, r.maxWait)
 	c.run(ctx, &a)
@@ -109,7 +131,11 @@ func (c *core) take(ctx context.Context, a *admission) bool {
 	// The log records the request at its slot plus this process's
 	// allowance (lateness.go); only the sliding log takes one.
 	if r.Margin > 0 && r.Algorithm == store.SlidingLog {
-		req.Allowance = c.late.allowance(a.asked, r.Margin/2)
+		sp, ok := c.clock.spread(a.k.skey, a.asked) // clock.go
+		req.Allowance = c.late.allowance(a.asked, r.Margin/2) + sp
+		if a.spread = -1; ok {
+			a.spread = sp
+		}
 	}
 	a.d.Allowance = req.Allowance
 	a.lease.ask(r, &req, a.d.Queued)
@@ -152,9 +178,17 @@ func (c *core) take(ctx context.Context, a *admission) bool {
 	a.lease.take(c, r, g.from, res)
 	a.g = g
 	a.d.Delay += res.Delay
+	replied := c.now()
+	a.slot, a.latest, a.storeSlot = a.asked.Add(res.Delay), replied.Add(res.Delay), 0
+	if !g.local { // the in-process limiter's clock is not the shared store's
+		a.slot, a.latest = c.clock.place(a.k.skey, res, a.asked, replied) // clock.go
+		if d := res.Decided(); d != 0 {
+			a.storeSlot = d + res.Delay.Microseconds()
+		}
+	}
 	a.at = time.Time{}
 	if res.Delay > 0 {
-		a.at = c.now().Add(res.Delay)
+		a.at = a.latest
 	}
 	return true
 }
@@ -164,11 +198,7 @@ func (c *core) take(ctx context.Context, a *admission) bool {
 // Canceled when ctx ended first (the slot given back).
 func (c *core) await(ctx context.Context, a *admission) (retake bool) {
 	r, res := a.r, a.g.res
-	var wait time.Duration
-	if !a.at.IsZero() {
-		wait = a.at.Sub(c.now())
-	}
-	if err := c.sleep(ctx, wait); err != nil {
+	if err := c.sleepTo(ctx, a); err != nil {
 		// The slot will not be used: give it back so that others may.
 		// The caller must not wait for the store, so Cancel runs on
 		// its own goroutine with a detached context; it is best effort
@@ -184,19 +214,20 @@ func (c *core) await(ctx context.Context, a *admission) (retake bool) {
 	if r.Margin == 0 {
 		return c.sent(a)
 	}
+	woke := c.now()
+	c.clock.replace(a, woke)
 	if r.Algorithm == store.SlidingLog {
-		a.due = a.asked.Add(res.Delay) // only the log takes an allowance: measure on the wire
+		a.due = a.slot // only the log takes an allowance: measure on the wire
 	}
 	// A request that wakes later than its allowance plus r.retake
 	// (half the margin; less for a paced limit) after its slot (a
 	// stalled or starved process) would send into the headroom the
 	// margin keeps for the upstream: it gives the slot back and takes
-	// the next free one instead. Its lateness (an upper bound: from
-	// before the Reserve call, so it includes the store's round trip)
-	// feeds the allowance of later reservations.
-	woke := c.now()
-	late := woke.Sub(a.asked) - res.Delay
-	c.late.observe(woke, late, a.d.Allowance, false)
+	// the next free one instead. Its lateness is an upper bound, from
+	// the earliest its slot may be; its own part (from the latest,
+	// clock.go) feeds the allowance of later reservations.
+	late := woke.Sub(a.slot)
+	c.late.observe(woke, a.own(woke, late), a.d.Allowance, false)
 	if late <= a.d.Allowance+r.retake || a.d.Retaken == maxRetakes {
 		return c.sent(a)
 	}
@@ -207,6 +238,27 @@ func (c *core) await(ctx context.Context, a *admission) (retake bool) {
 	cancel()
 	a.d.Retaken++
 	return true
+}
+
+// sleepTo sleeps until a's slot: the latest it may be on this process's
+// clock (zero: at once). A longer wait on a store in another process wakes
+// first a little before, places the slot again by the clocks' bounds as
+// they are then, narrowed by the replies that came meanwhile (clock.go),
+// and sleeps the rest.
+func (c *core) sleepTo(ctx context.Context, a *admission) error {
+	if a.at.IsZero() {
+		return c.sleep(ctx, 0)
+	}
+	wait := a.at.Sub(c.now())
+	if a.storeSlot != 0 && c.clock.drift > 0 && wait > 2*wakeLead {
+		if err := timerSleep(ctx, wait-wakeLead); err != nil {
+			return err
+		}
+		c.clock.replace(a, c.now())
+		a.at = a.latest
+		wait = a.at.Sub(c.now())
+	}
+	return c.sleep(ctx, wait)
 }
 
 // sent decides a: Sent.

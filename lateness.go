@@ -1,9 +1,11 @@
 package throttle
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"net/http/httptrace"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,14 +23,17 @@ import (
 // The Margin covers what no process can measure: the network and the
 // upstream.
 //
-// A request's lateness is measured from before its Reserve call to when it
-// woke (or got its slot at once), and again to when the base transport had
-// the connection to write it on (httptrace's GotConn: a dial, a TLS
-// handshake, a full pool), minus the delay the store gave. The store read
-// its clock between the ask and the reply, so both are upper bounds, which
-// include the round trip to the store. (A decision of the in-process limiter
-// under FailLocal is measured from its reply: the failed call to the shared
-// store before it is no lateness.)
+// A request's lateness is measured when it woke (or got its slot at once),
+// and again when the base transport had the connection to write it on
+// (httptrace's GotConn: a dial, a TLS handshake, a full pool), from the
+// earliest its slot may be on this process's clock: an upper bound, for the
+// store's clock is known only to within the fastest recent round trip
+// (clock.go). Of it, the part from the latest the slot may be is this
+// process's own, and only that is learned here: a reservation adds the
+// clocks' width as it is then (storeClock.spread). (Without the store's
+// clock, the whole round trip of the call is in the sample; a decision of
+// the in-process limiter under FailLocal is measured from its reply: the
+// failed call to the shared store before it is no lateness.)
 //
 // A request that gets its connection later than its allowance plus the
 // rule's retake takes a new slot before it is written (rewire), as one that
@@ -44,25 +49,29 @@ import (
 // initialAllowance, for its first requests are the likeliest to dial, and
 // the first measurement on the wire, or the end of the first period, ends it.
 //
-// The allowance is the largest lateness of the current period and of the
-// last earlier one that had any request: a process that sends rarely keeps
-// what it learned (with a fresh start at each request, a late one would
-// retake its slot and still send late). A request later than its allowance
-// plus half the Margin retakes its slot (admit.go), so no single request
-// relies on the estimate; and a sample enters it capped at
-// 4 × (allowance + DefaultMargin), so that one stall (a paused VM) does not
-// hold every reservation back for long, while lateness that lasts raises the
-// allowance at least fourfold per sample until it is covered.
+// The allowance covers all but the latest tailShare-th of the samples of the
+// current period and of the last earlier one that had any (the largest of
+// them while they are fewer than tailShare: a process that sends rarely
+// keeps what it learned; with a fresh start at each request, a late one
+// would retake its slot and still send late). A request later than its
+// allowance plus its rule's retake takes a new slot (admit.go), so the rare
+// request of the tail costs a retake rather than a 429, and a single stall
+// (a paused VM, a slow round trip) does not set every slot of the next two
+// periods: under a pace without a burst each slot pays the allowance. A
+// sample enters capped at 4 × (allowance + DefaultMargin), so that one stall
+// does not hold every reservation back for long while fewer samples come,
+// while lateness that lasts raises the allowance at least fourfold per
+// sample until it is covered.
 //
-// Reading it costs two atomic loads: the lock is taken only by a sample
-// above the period's largest so far, or when a period ends. (A sample that
-// races with the end of a period may be lost: there are many, and each
-// request is covered by its retake anyway.)
+// Reading it costs two atomic loads, a sample one atomic add: the lock is
+// taken only by a sample among the period's tailKeep largest so far, every
+// tailShare-th sample, or when a period ends. (A sample that races with the
+// end of a period may be lost: there are many, and each request is covered
+// by its retake anyway.)
 type lateness struct {
-	mu    sync.Mutex
-	start time.Time     // the current period's start; zero before any sample
-	prev  time.Duration // the largest sample of the last earlier period that had one
-	seen  bool          // the current period has a sample
+	mu        sync.Mutex
+	start     time.Time // the current period's start; zero before any sample
+	cur, prev tail      // the current period's largest samples, and those of the last earlier one that had any
 	// prior is initialAllowance while nothing was measured on the wire
 	// (from the slot to the connection the request is written on), in the
 	// first period; zero after.
@@ -73,9 +82,37 @@ type lateness struct {
 	// reporting the connection).
 	guarded atomic.Bool
 
-	cur   atomic.Int64 // the largest sample of the current period (ns); written under mu
+	n     atomic.Int64 // the samples of the current period
+	floor atomic.Int64 // the least of cur's samples once it keeps tailKeep (ns), else 0; written under mu
 	value atomic.Int64 // the allowance, as of the last change (ns); written under mu
 	ends  atomic.Int64 // when the current period ends (UnixNano); 0 before any sample
+}
+
+// tailShare: the allowance leaves out the latest 1 in tailShare samples.
+// Each left out costs a retake (two calls to the store) when it recurs, so
+// that a process pays about 2/tailShare calls per request for it.
+const tailShare = 200
+
+// tailKeep is how many of a period's largest samples are kept: the allowance
+// leaves out at most tailKeep−1 of two periods' samples.
+const tailKeep = 8
+
+// tail is one period's sample count and largest samples, largest first.
+type tail struct {
+	n   int64
+	top []time.Duration // at most tailKeep
+}
+
+// add keeps d if it is among t's tailKeep largest.
+func (t *tail) add(d time.Duration) {
+	i, _ := slices.BinarySearchFunc(t.top, d, func(a, b time.Duration) int { return cmp.Compare(b, a) })
+	if i >= tailKeep {
+		return
+	}
+	if len(t.top) == tailKeep {
+		t.top = t.top[:tailKeep-1]
+	}
+	t.top = slices.Insert(t.top, i, d)
 }
 
 // latenessPeriod is how long a sample counts for sure: while requests come,
@@ -116,8 +153,9 @@ func (l *lateness) allowance(now time.Time, cold time.Duration) time.Duration {
 // it is written on was obtained), which ends the initial allowance.
 func (l *lateness) observe(now time.Time, late, a time.Duration, wire bool) {
 	late = min(late, 4*(a+DefaultMargin))
-	if c := l.cur.Load(); c > 0 && int64(late) <= c && now.UnixNano() < l.ends.Load() && !(wire && l.hasPrior.Load()) {
-		return // not above this period's largest: nothing changes
+	n := l.n.Add(1)
+	if f := l.floor.Load(); f > 0 && int64(late) <= f && n%tailShare != 0 && now.UnixNano() < l.ends.Load() && !(wire && l.hasPrior.Load()) {
+		return // not among this period's largest: nothing changes
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -126,10 +164,7 @@ func (l *lateness) observe(now time.Time, late, a time.Duration, wire bool) {
 		l.prior = 0
 		l.hasPrior.Store(false)
 	}
-	l.seen = true
-	if int64(late) > l.cur.Load() {
-		l.cur.Store(int64(late))
-	}
+	l.cur.add(late)
 	l.publish()
 }
 
@@ -142,22 +177,35 @@ func (l *lateness) rotate(now time.Time) {
 		l.start, l.prior = now, initialAllowance
 		l.hasPrior.Store(true)
 	case now.Sub(l.start) >= latenessPeriod:
-		if l.seen {
-			l.prev = time.Duration(l.cur.Load())
+		if len(l.cur.top) > 0 {
+			l.cur.n = l.n.Load()
+			l.prev, l.cur = l.cur, tail{top: l.prev.top[:0]}
 		}
-		l.start, l.seen, l.prior = now, false, 0
+		l.start, l.prior = now, 0
 		l.hasPrior.Store(false)
-		l.cur.Store(0)
+		l.n.Store(0)
 	default:
 		return
 	}
 	l.publish()
 }
 
-// publish updates what allowance reads; l.mu is held.
+// publish updates what allowance and observe read; l.mu is held.
 func (l *lateness) publish() {
-	l.value.Store(int64(min(max(time.Duration(l.cur.Load()), l.prev, l.prior), maxAllowance)))
+	var top [2 * tailKeep]time.Duration
+	all := append(append(top[:0], l.cur.top...), l.prev.top...)
+	slices.SortFunc(all, func(a, b time.Duration) int { return cmp.Compare(b, a) })
+	v := l.prior
+	if len(all) > 0 {
+		skip := min((l.n.Load()+l.prev.n)/tailShare, tailKeep-1, int64(len(all)-1))
+		v = max(v, all[skip])
+	}
+	l.value.Store(int64(min(v, maxAllowance)))
 	l.ends.Store(l.start.Add(latenessPeriod).UnixNano())
+	l.floor.Store(0)
+	if len(l.cur.top) == tailKeep {
+		l.floor.Store(int64(l.cur.top[tailKeep-1]))
+	}
 }
 
 // wire is a request's admission while the base transport has it: the slot
@@ -198,8 +246,10 @@ func (w *wire) gotConn(httptrace.GotConnInfo) {
 	w.got = true
 	t := w.t
 	now := t.now()
+	t.clock.replace(&w.a, now)
+	w.a.due = w.a.slot
 	late := now.Sub(w.a.due)
-	t.late.observe(now, late, w.a.d.Allowance, true)
+	t.late.observe(now, w.a.own(now, late), w.a.d.Allowance, true)
 	if t.late.guarded.Load() && late > w.a.d.Allowance+w.a.r.retake && w.a.d.Retaken < maxRetakes {
 		t.rewire(w.ctx, &w.a)
 	}

@@ -31,8 +31,9 @@ type Limiter struct {
 // one rule: the store and its failure policy, how late this process sends,
 // the hooks, the logs, the key secret and the time seam (admit.go).
 type core struct {
-	policy     *policy  // the store and what to do when it fails (policy.go)
-	late       lateness // the allowance of this process's reservations (lateness.go)
+	policy     *policy     // the store and what to do when it fails (policy.go)
+	late       lateness    // the allowance of this process's reservations (lateness.go)
+	clock      *storeClock // the shared store's clock on this process's (clock.go)
 	logs       logLimiter
 	onDecision func(Decision)
 	onFeedback func(Feedback)
@@ -47,7 +48,7 @@ type core struct {
 // newCore builds the core of c's rules on st.
 func newCore(st store.Store, c config) (*core, error) {
 	k := &core{onDecision: c.onDecision, onFeedback: c.onFeedback, logger: c.logger, keySecret: c.keySecret,
-		now: time.Now, sleep: sleep}
+		now: time.Now, sleep: sleep, clock: newStoreClock(st)}
 	p, err := newPolicy(st, c, func() time.Time { return k.now() })
 	if err != nil {
 		return nil, err

@@ -1,0 +1,177 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/throttle-go/throttle/internal/fakestore"
+	"github.com/throttle-go/throttle/store"
+)
+
+// fakeServer is a store whose clock the test sets before each call: a
+// Memory store under a paced limit, so that its slots come with delays.
+type fakeServer struct {
+	t     *testing.T
+	clock time.Time // the store's clock at the next decision
+	st    *store.Memory
+}
+
+func newFakeServer(t *testing.T) *fakeServer {
+	f := &fakeServer{t: t}
+	st, err := store.NewMemory(store.WithClock(func() time.Time { return f.clock }))
+	require.NoError(t, err)
+	f.st = st
+	return f
+}
+
+// reserve decides a reservation at the store's clock at, and returns it
+// with its slot on the store's clock.
+func (f *fakeServer) reserve(key string, at time.Time) (store.Reservation, time.Time) {
+	f.t.Helper()
+	f.clock = at
+	res, err := f.st.Reserve(context.Background(), key, store.Request{Limits: []store.Limit{{N: 100, Per: time.Second, Paced: true}}, Cost: 1, MaxWait: time.Hour})
+	require.NoError(f.t, err)
+	require.True(f.t, res.Allowed)
+	return res, time.UnixMicro(res.Decided()).Add(res.Delay)
+}
+
+// TestStoreClockBoundsHoldTheSlot: a store whose clock runs at an offset
+// that drifts (up to the drift assumed) and answers over round trips of
+// random, lopsided lengths: every slot placed falls within [due, at] on the
+// process's clock (to within the drift over its wait), and the bounds
+// narrow to about the fastest round trip rather than the one that gave the
+// slot.
+func TestStoreClockBoundsHoldTheSlot(t *testing.T) {
+	t.Parallel()
+	for _, drift := range []float64{0, 400e-6, -900e-6} {
+		srv := newFakeServer(t)
+		rng := rand.New(rand.NewPCG(7, uint64(drift*1e9)))
+		base := time.Unix(1_700_000_000, 0)
+		c := &storeClock{drift: clockDrift, base: base}
+		theta := func(local time.Time) time.Duration { // store − local
+			return 3*time.Hour + time.Duration(drift*float64(local.Sub(base)))
+		}
+		now := base
+		wide := 0
+		for i := range 2000 {
+			now = now.Add(time.Duration(rng.IntN(20_000_000))) // 10ms between calls on average: some wait
+			fwd := time.Duration(50_000 + rng.ExpFloat64()*300_000)
+			back := time.Duration(50_000 + rng.ExpFloat64()*300_000)
+			if i%50 == 0 {
+				fwd += 5 * time.Millisecond // a slow call now and then
+			}
+			decided := now.Add(fwd)
+			res, slot := srv.reserve("k", decided.Add(theta(decided)))
+			replied := decided.Add(back)
+			due, at := c.place("k", res, now, replied)
+			// The slot on this process's clock: slot − θ there.
+			local := slot.Add(-theta(decided))
+			local = slot.Add(-theta(local))
+			// As the store's Delay, the bounds take the clocks to run at
+			// one rate until the slot: off by the drift over the wait.
+			tol := time.Microsecond + time.Duration(math.Abs(drift)*float64(res.Delay))
+			require.False(t, local.Before(due.Add(-tol)), "drift %v, call %d: due %v after the slot", drift, i, due.Sub(local))
+			require.False(t, local.After(at.Add(tol)), "drift %v, call %d: at %v before the slot", drift, i, local.Sub(at))
+			if i >= 100 && at.Sub(due) > time.Millisecond {
+				wide++
+			}
+			now = replied
+		}
+		assert.Less(t, wide, 40, "drift %v: bounds wider than 1ms (besides the drift over the wait) once samples came (one call in 50 is 5ms slow)", drift)
+	}
+}
+
+// TestStoreClockStartsAnewOnAStep: a sample that misses the bounds (the
+// store's clock stepped) replaces them, so the next slots fall within them
+// again.
+func TestStoreClockStartsAnewOnAStep(t *testing.T) {
+	t.Parallel()
+	srv := newFakeServer(t)
+	base := time.Unix(1_700_000_000, 0)
+	c := &storeClock{drift: clockDrift, base: base}
+	now := base
+	place := func(theta time.Duration) {
+		t.Helper()
+		now = now.Add(10 * time.Millisecond)
+		decided := now.Add(100 * time.Microsecond)
+		res, slot := srv.reserve("k", decided.Add(theta))
+		replied := decided.Add(100 * time.Microsecond)
+		due, at := c.place("k", res, now, replied)
+		local := slot.Add(-theta)
+		assert.True(t, !local.Before(due) && !local.After(at), "θ %v: due %v at %v slot %v", theta, due, at, local)
+		now = replied
+	}
+	for range 5 {
+		place(time.Hour)
+	}
+	place(time.Hour - 30*time.Millisecond) // the store's clock went back
+	place(time.Hour - 30*time.Millisecond)
+	place(time.Hour + time.Second) // and forth
+}
+
+// TestStoreClockPerKey: a sharded store's keys live on servers of their own
+// clocks, and their bounds do not mix.
+func TestStoreClockPerKey(t *testing.T) {
+	t.Parallel()
+	srv := newFakeServer(t)
+	base := time.Unix(1_700_000_000, 0)
+	c := &storeClock{perKey: true, drift: clockDrift, base: base}
+	now := base.Add(time.Second)
+	for i, theta := range []time.Duration{time.Hour, time.Hour + 40*time.Millisecond} {
+		res, slot := srv.reserve(fmt.Sprint(i), now.Add(theta))
+		due, at := c.place([]string{"a", "b"}[i], res, now, now)
+		assert.Equal(t, slot.Add(-theta), due)
+		assert.Equal(t, due, at)
+	}
+	now = now.Add(time.Millisecond)
+	res, slot := srv.reserve("2", now.Add(time.Hour))
+	due, at := c.place("a", res, now.Add(-50*time.Microsecond), now.Add(50*time.Microsecond))
+	assert.WithinDuration(t, slot.Add(-time.Hour), due, 2*time.Microsecond, "a's bounds (aged 1ms), not b's")
+	assert.WithinDuration(t, slot.Add(-time.Hour), at, 2*time.Microsecond)
+}
+
+// TestWideSampleIsNotLearned: a slow first call to the store leaves a wide
+// first sample: its request's lateness is bounded by the whole round trip,
+// and it retakes its slot. That is not this process's own lateness, so once
+// a fast call has narrowed the bounds the next reservations carry no
+// allowance for it (before, the largest sample of the period, the slow
+// call's round trip, held every reservation back for a second or two).
+func TestWideSampleIsNotLearned(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		fs := fakestore.Wrap(newMemoryStore(t))
+		calls := 0
+		fs.OnReserve(func(context.Context) {
+			if calls++; calls == 1 {
+				time.Sleep(5 * time.Millisecond) // the first call waits in a busy pool
+			}
+		})
+		var decisions []Decision
+		tr, err := New(&wireBase{}, fs, WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{Paced(100, time.Second, 0)}}),
+			WithOnDecision(func(d Decision) { decisions = append(decisions, d) }))
+		require.NoError(t, err)
+		for range 20 {
+			req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
+			require.NoError(t, err)
+			resp, err := tr.RoundTrip(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+		}
+		require.Len(t, decisions, 20)
+		assert.Equal(t, 1, decisions[0].Retaken, "its lateness is bounded by the slow call: above half the margin")
+		assert.Equal(t, 5*time.Millisecond, decisions[0].Allowance, "the retake's: the bounds are the slow call's")
+		for i, d := range decisions[1:] {
+			assert.Less(t, d.Allowance, 100*time.Microsecond, "narrowed by the retake's fast call")
+			assert.Zero(t, d.Retaken, i+1)
+		}
+	})
+}

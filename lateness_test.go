@@ -55,6 +55,38 @@ func TestLatenessPeriods(t *testing.T) {
 	assert.Equal(t, time.Millisecond, idle.allowance(t0.Add(1500*time.Millisecond), time.Millisecond), "the caution lasts one period at most")
 }
 
+// TestLatenessLeavesOutTheTail: the allowance covers all but the latest 1
+// in tailShare samples of the current and the previous period: one stall
+// among a few hundred samples is left to its retake, while among fewer it
+// is covered, and lateness that recurs more often is covered too.
+func TestLatenessLeavesOutTheTail(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(1_700_000_000, 0)
+	feed := func(l *lateness, at time.Time, n int, late time.Duration) {
+		for i := range n {
+			l.observe(at.Add(time.Duration(i)*time.Microsecond), late, time.Hour, true)
+		}
+	}
+	var few, many, often lateness
+	for _, l := range []*lateness{&few, &many, &often} {
+		l.guarded.Store(true)
+	}
+	feed(&few, t0, 1, 5*time.Millisecond)
+	feed(&few, t0, 150, 100*time.Microsecond)
+	assert.Equal(t, 5*time.Millisecond, few.allowance(t0.Add(time.Millisecond), 0), "151 samples: the largest")
+
+	feed(&many, t0, 1, 5*time.Millisecond)
+	feed(&many, t0, 399, 100*time.Microsecond)
+	assert.Equal(t, 100*time.Microsecond, many.allowance(t0.Add(time.Millisecond), 0), "400 samples: the 3rd largest")
+	feed(&many, t0.Add(1500*time.Millisecond), 10, 200*time.Microsecond)
+	assert.Equal(t, 200*time.Microsecond, many.allowance(t0.Add(1600*time.Millisecond), 0), "the previous period's count still counts")
+	assert.Equal(t, 200*time.Microsecond, many.allowance(t0.Add(2600*time.Millisecond), 0), "a period on, only the newer one's largest")
+
+	feed(&often, t0, 10, 5*time.Millisecond)
+	feed(&often, t0, 390, 100*time.Microsecond)
+	assert.Equal(t, 5*time.Millisecond, often.allowance(t0.Add(time.Millisecond), 0), "10 in 400 are late: covered")
+}
+
 // TestAllowanceFollowsALateProcess: a process that sends one request in four
 // 8ms after its slot (the others on time) retakes its first late slots, then
 // reserves with an allowance of 8ms, so that the upstream still sees a full

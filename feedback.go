@@ -84,6 +84,7 @@ type told struct {
 	at     time.Time // when the limit was last recorded
 	reset  int64     // the budget's reset last recorded, in Unix seconds
 	shaped time.Time // when the key last moved to a learned pace (shape.go)
+	slowed int       // how often its pace was slowed since that pace began
 }
 
 // maxTold bounds the keys remembered; past it the memory starts afresh (which

@@ -85,35 +85,44 @@ func (r *rule) windows() []Limit {
 	return r.eff[:r.auto:r.auto]
 }
 
-// shapePauseSpacings is how many spacings of the learned pace the first 429
-// that moves a key to it pauses the key, when the upstream stated no wait:
-// the pace is the fix, and a strict-spacing upstream is ready again one
-// spacing after its last refusal.
+// shapePauseSpacings is how many spacings of the learned pace a 429 that
+// moves a key to it, or slows it, pauses the key when the upstream stated no
+// wait: the pace is the fix, and a strict-spacing upstream is ready again
+// one spacing after its last refusal.
 const shapePauseSpacings = 2
+
+// maxSlowed bounds how often a key's pace is slowed: each time by twice the
+// share of the last, from 1 % to 64 %.
+const maxSlowed = 7
 
 // shapeFor returns the paced limit a key of r moves to after a 429 despite
 // compliance: no burst, at the spacing of the rule's paced limit if it has
-// one, else of its shortest window (Margin included, as r.eff). False when
-// there is nothing stricter to move to without going below the configured
-// rate: a paced limit without a burst already, or a counting algorithm
-// (which ignores a learned pace).
-func (r *rule) shapeFor() (Limit, bool) {
+// one, else of its shortest window (Margin included, as r.eff). Own says
+// the rule keeps that pace already (a paced limit without a burst), so that
+// a 429 under it slows it. False for a counting algorithm, which ignores a
+// learned pace.
+func (r *rule) shapeFor() (p Limit, own, ok bool) {
 	if r.Algorithm != SlidingLog {
-		return Limit{}, false
+		return Limit{}, false, false
 	}
 	var w Limit
 	for _, l := range r.eff {
 		if l.Paced {
-			if l.Burst == 0 {
-				return Limit{}, false
-			}
-			return Paced(l.N, l.Per, 0), true
+			return Paced(l.N, l.Per, 0), l.Burst == 0, true
 		}
 		if w.N == 0 || l.Per < w.Per || l.Per == w.Per && l.N < w.N {
 			w = l
 		}
 	}
-	return Paced(w.N, w.Per, 0), true
+	return Paced(w.N, w.Per, 0), false, true
+}
+
+// slowed returns p with its spacing longer by 2^(n-1) % (none for n = 0).
+func slowed(p Limit, n int) Limit {
+	if n > 0 {
+		p.Per += p.Per / 100 << (n - 1)
+	}
+	return p
 }
 
 // shapeTTL is how long a learned pace holds unless a 429 renews it: as a
@@ -124,40 +133,50 @@ func shapeTTL(p Limit) time.Duration {
 
 // reshape adds to l, learned from a 429 on a request that the throttle
 // admitted (due: when its slot was due, zero if not measured), the move of
-// skey to r's stricter shape. The first such 429 of this transport for the
-// key (or one to a request sent before that move: the same burst) pauses
-// for a couple of spacings rather than a window when the upstream stated no
-// wait; a stated wait (Retry-After, a budget's reset, X-App-Usage) is kept
-// whole, and a 429 to a request sent under the pace keeps the full pause.
+// skey to r's stricter shape. A 429 to a request sent under that pace (the
+// upstream spaces strictly and the sends' transit varied more than the
+// pace's margin, or the upstream counts other clients' requests too) slows
+// the pace, fleet-wide, by twice as much as the last time (slowed): a few
+// 429s find the spacing the upstream accepts, and each costs its request and
+// a pause of a couple of spacings, not a window. A stated wait (Retry-After,
+// a budget's reset, X-App-Usage) is kept whole.
 func (f *feedbackState) reshape(r *rule, skey string, sig signals, due, now time.Time, l *store.Learned) {
-	p, ok := r.shapeFor()
+	p, own, ok := r.shapeFor()
 	if !ok {
 		return
 	}
+	n := f.slowings(skey, due, now, shapeTTL(p))
+	if own {
+		n++ // already paced so: slow it from the first 429
+	}
+	p = slowed(p, min(n, maxSlowed))
 	l.Pace, l.PaceTTL = p, shapeTTL(p)
 	stated := sig.hasRetryAfter || sig.hasBudget && sig.remaining == 0 && sig.reset > 0 ||
 		sig.hasUsage && sig.usage >= 100
-	if stated || f.shapedBefore(skey, due, now, l.PaceTTL) {
-		return
+	if !stated {
+		spacing := (p.Per + time.Duration(p.N) - 1) / time.Duration(p.N)
+		l.Pause = min(l.Pause, shapePauseSpacings*spacing)
 	}
-	spacing := (p.Per + time.Duration(p.N) - 1) / time.Duration(p.N)
-	l.Pause = min(l.Pause, shapePauseSpacings*spacing)
 }
 
-// shapedBefore reports whether this transport moved skey to a learned pace
-// within ttl before a request due at due was sent (due zero: not known, so
-// assumed after). It remembers the first move of each ttl.
-func (f *feedbackState) shapedBefore(skey string, due, now time.Time, ttl time.Duration) bool {
+// slowings returns how often this transport has slowed skey's learned pace
+// since it moved the key to it (0 at the move), counting this 429: one to a
+// request due after the last move or slowing (due zero: not known, so
+// assumed after) slows it once more; one to a request sent before (the same
+// burst, or in flight) does not. A move lasts ttl.
+func (f *feedbackState) slowings(skey string, due, now time.Time, ttl time.Duration) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.told == nil || len(f.told) >= maxTold {
 		f.told = make(map[string]told)
 	}
 	old := f.told[skey]
-	if !old.shaped.IsZero() && now.Sub(old.shaped) < ttl {
-		return due.IsZero() || due.After(old.shaped)
+	switch {
+	case old.shaped.IsZero() || now.Sub(old.shaped) >= ttl:
+		old.shaped, old.slowed = now, 0
+	case due.IsZero() || due.After(old.shaped):
+		old.shaped, old.slowed = now, old.slowed+1
 	}
-	old.shaped = now
 	f.told[skey] = old
-	return false
+	return old.slowed
 }

@@ -23,43 +23,46 @@ func TestShapeFor(t *testing.T) {
 		name string
 		rule Rule
 		want Limit // zero: none
+		own  bool
 	}{
-		{"a window: paced at its rate", Rule{Limits: []Limit{PerSecond(100)}}, Paced(100, sec, 0)},
-		{"windows in bursts: the shortest", Rule{Limits: []Limit{PerHour(5000), PerSecond(10), Per(5, time.Second)}, Bursts: true}, Paced(5, sec, 0)},
-		{"the default pace, of the slowest limit: its burst goes", Rule{Limits: []Limit{PerHour(5000), PerSecond(10)}}, Paced(5000, time.Hour+DefaultMargin, 0)},
-		{"paced with a burst: the burst goes", Rule{Limits: []Limit{PerSecond(100), Paced(50, time.Second, 9)}}, Paced(50, sec, 0)},
-		{"paced without a burst: nothing stricter", Rule{Limits: []Limit{PerSecond(100), Paced(100, time.Second, 0)}}, Limit{}},
-		{"a counting algorithm ignores a pace", Rule{Limits: []Limit{PerSecond(100)}, Algorithm: FixedWindow}, Limit{}},
-		{"NoMargin", Rule{Limits: []Limit{PerSecond(10)}, Margin: NoMargin}, Paced(10, time.Second, 0)},
+		{"a window: paced at its rate", Rule{Limits: []Limit{PerSecond(100)}}, Paced(100, sec, 0), false},
+		{"windows in bursts: the shortest", Rule{Limits: []Limit{PerHour(5000), PerSecond(10), Per(5, time.Second)}, Bursts: true}, Paced(5, sec, 0), false},
+		{"the default pace, of the slowest limit: its burst goes", Rule{Limits: []Limit{PerHour(5000), PerSecond(10)}}, Paced(5000, time.Hour+DefaultMargin, 0), false},
+		{"paced with a burst: the burst goes", Rule{Limits: []Limit{PerSecond(100), Paced(50, time.Second, 9)}}, Paced(50, sec, 0), false},
+		{"paced without a burst: its own", Rule{Limits: []Limit{PerSecond(100), Paced(100, time.Second, 0)}}, Paced(100, sec, 0), true},
+		{"a counting algorithm ignores a pace", Rule{Limits: []Limit{PerSecond(100)}, Algorithm: FixedWindow}, Limit{}, false},
+		{"NoMargin", Rule{Limits: []Limit{PerSecond(10)}, Margin: NoMargin}, Paced(10, time.Second, 0), false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.rule.Host = "h"
 			r, err := compile(c.rule, false)
 			require.NoError(t, err)
-			got, ok := r.shapeFor()
+			got, own, ok := r.shapeFor()
 			assert.Equal(t, c.want.N > 0, ok)
 			assert.Equal(t, c.want, got)
+			assert.Equal(t, c.own, own)
 		})
 	}
 }
 
-// A 429 despite compliance adds the pace; the first one shortens a pause
-// the upstream did not state to two spacings, never a stated one, and a 429
-// to a request sent under the pace keeps the full pause.
+// A 429 despite compliance adds the pace; a pause the upstream did not
+// state shortens to two spacings, a stated one is kept. A 429 to a request
+// sent under the pace slows it by twice the last share, from 1 % to 64 %;
+// one sent before the move (the same burst) does not.
 func TestReshape(t *testing.T) {
 	t.Parallel()
 	r, err := compile(Rule{Host: "h", Limits: []Limit{PerSecond(100)}}, false)
 	require.NoError(t, err)
 	sec := time.Second + DefaultMargin
 	pace := Paced(100, sec, 0)
-	twoSpacings := 2 * ((sec + 99) / 100)
+	spacings := func(p Limit) time.Duration { return 2 * ((p.Per + 99) / 100) }
 	now := refTime
 	for _, c := range []struct {
 		name  string
 		kv    []string
 		pause time.Duration
 	}{
-		{"no stated wait: two spacings", nil, twoSpacings},
+		{"no stated wait: two spacings", nil, spacings(pace)},
 		{"Retry-After is kept whole", []string{"Retry-After", "1"}, time.Second},
 		{"a budget's reset is kept whole", []string{"X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "4"}, 4 * time.Second},
 	} {
@@ -83,24 +86,35 @@ func TestReshape(t *testing.T) {
 	sig := parseSignals(http.Header{}, now)
 	first := r.learn(sig, true)
 	f.reshape(r, "k", sig, now.Add(-time.Millisecond), now, &first)
-	assert.Equal(t, twoSpacings, first.Pause)
+	assert.Equal(t, spacings(pace), first.Pause)
 	same := r.learn(sig, true)
 	f.reshape(r, "k", sig, now.Add(-time.Millisecond), now.Add(time.Millisecond), &same)
-	assert.Equal(t, twoSpacings, same.Pause, "a 429 of the same burst, sent before the move")
-	later := r.learn(sig, true)
-	f.reshape(r, "k", sig, now.Add(100*time.Millisecond), now.Add(101*time.Millisecond), &later)
-	assert.Equal(t, sec, later.Pause, "sent under the pace: the full pause")
-	assert.Equal(t, pace, later.Pace, "renewed")
+	assert.Equal(t, pace, same.Pace, "a 429 of the same burst, sent before the move")
+	at := now
+	for i, share := range []time.Duration{1, 2, 4, 8, 16, 32, 64, 64} {
+		at = at.Add(100 * time.Millisecond)
+		later := r.learn(sig, true)
+		f.reshape(r, "k", sig, at.Add(-time.Millisecond), at, &later)
+		want := Paced(100, sec+sec/100*share, 0)
+		assert.Equal(t, want, later.Pace, "the %d-th 429 sent under the pace", i+1)
+		assert.Equal(t, spacings(want), later.Pause)
+	}
 	other := r.learn(sig, true)
 	f.reshape(r, "other", sig, now.Add(100*time.Millisecond), now.Add(101*time.Millisecond), &other)
-	assert.Equal(t, twoSpacings, other.Pause, "per key")
+	assert.Equal(t, pace, other.Pace, "per key")
 	expired := r.learn(sig, true)
 	f.reshape(r, "k", sig, now.Add(11*time.Minute), now.Add(11*time.Minute), &expired)
-	assert.Equal(t, twoSpacings, expired.Pause, "a new move once the last one's TTL is over")
+	assert.Equal(t, pace, expired.Pace, "a new move once the last one's TTL is over")
+
+	own, err := compile(Rule{Host: "h", Limits: []Limit{Paced(100, time.Second, 0)}}, false)
+	require.NoError(t, err)
+	l := own.learn(sig, true)
+	f.reshape(own, "o", sig, now, now, &l)
+	assert.Equal(t, Paced(100, sec+sec/100, 0), l.Pace, "paced so already: slowed at the first 429")
 
 	fixed, err := compile(Rule{Host: "h", Limits: []Limit{PerSecond(100)}, Algorithm: FixedWindow}, false)
 	require.NoError(t, err)
-	l := fixed.learn(sig, true)
+	l = fixed.learn(sig, true)
 	f.reshape(fixed, "f", sig, now, now, &l)
 	assert.Equal(t, store.Learned{Pause: sec}, l, "a counting algorithm: the pause alone")
 }

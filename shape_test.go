@@ -17,7 +17,8 @@ import (
 // moves the key, fleet-wide, to a pace at the rule's rate without a burst:
 // after a pause of two spacings (the upstream stated none), requests are
 // spaced, on this transport and on another sharing the store. A later 429
-// to a request sent under the pace pauses for the full window.
+// to a request sent under the pace slows it by 1 %, after two of its
+// spacings.
 func TestShapeChange(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -49,9 +50,10 @@ func TestShapeChange(t *testing.T) {
 		assert.Equal(t, 100*ms, send(a), "paced; answered 429")
 		got = fbs.all()
 		require.Len(t, got, 2)
-		assert.Equal(t, time.Second, got[1].Pause, "sent under the pace: the full window")
-		assert.Equal(t, throttle.Paced(10, time.Second, 0), got[1].Paced, "renewed")
-		assert.Equal(t, time.Second, send(a))
+		assert.Equal(t, throttle.Paced(10, 1010*ms, 0), got[1].Paced, "sent under the pace: slowed by 1 %")
+		assert.Equal(t, 202*ms, got[1].Pause, "two of its spacings, not a window")
+		assert.Equal(t, 202*ms, send(a))
+		assert.Equal(t, 101*ms, send(b), "the slower pace, fleet-wide")
 		fs := a.FeedbackStats()
 		assert.Equal(t, uint64(2), fs.Reshapes)
 		assert.Equal(t, uint64(2), fs.Pauses)
@@ -60,7 +62,7 @@ func TestShapeChange(t *testing.T) {
 }
 
 // A 429 with a stated wait keeps it whole; a rule already paced without a
-// burst learns no pace (nothing stricter at its rate).
+// burst is slowed by 1 % at its first 429.
 func TestShapeChangeKeepsStatedWaits(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -83,9 +85,9 @@ func TestShapeChangeKeepsStatedWaits(t *testing.T) {
 		require.NoError(t, err)
 		got = fbs.all()
 		require.Len(t, got, 1)
-		assert.Zero(t, got[0].Paced)
-		assert.Equal(t, time.Second, got[0].Pause)
-		assert.Zero(t, tr.FeedbackStats().Reshapes)
+		assert.Equal(t, throttle.Paced(10, 1010*time.Millisecond, 0), got[0].Paced, "slowed by 1 %")
+		assert.Equal(t, 202*time.Millisecond, got[0].Pause)
+		assert.Equal(t, uint64(1), tr.FeedbackStats().Reshapes)
 	})
 }
 

@@ -42,8 +42,9 @@ type Learned struct {
 	// applied to the key's SlidingLog reservations for PaceTTL: a
 	// request's own paced limit, if any, takes the larger spacing and the
 	// smaller burst of the two, and a request without one is paced as if
-	// it had this one (a cost above Burst+1 is still one send). The latest
-	// learned pace replaces an earlier one. The counting algorithms
+	// it had this one (a cost above Burst+1 is still one send). A pace
+	// learned while an earlier one holds keeps the longer spacing and the
+	// smaller burst of the two, and the later end. The counting algorithms
 	// (FixedWindow, SlidingCounter, Buckets) ignore it.
 	Pace    Limit
 	PaceTTL time.Duration

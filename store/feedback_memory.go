@@ -51,7 +51,11 @@ func (m *Memory) Learn(ctx context.Context, key string, l Learned) error {
 		f.n, f.w, f.until = int64(l.Limit.N), micros(l.Limit.Per), now+micros(l.LimitTTL)
 	}
 	if l.Pace.N > 0 {
-		f.pt, f.pb, f.pe = l.Pace.interval(), int64(l.Pace.Burst), now+micros(l.PaceTTL)
+		pt, pb := l.Pace.interval(), int64(l.Pace.Burst)
+		if f.pe > now { // a pace that holds is slowed, never hurried
+			pt, pb = max(pt, f.pt), min(pb, f.pb)
+		}
+		f.pt, f.pb, f.pe = pt, pb, now+micros(l.PaceTTL)
 	}
 	if l.Reset > 0 {
 		at := now + micros(l.Reset)

@@ -231,6 +231,18 @@ var feedbackCases = []feedbackCase{
 		learn(t, fb, key+"d", store.Learned{Pace: paced(5, time.Second, 0), PaceTTL: time.Minute})
 		assert.Equal(t, []time.Duration{0, 200 * ms, 400 * ms}, delays(t, s, key+"d", alone, 3), "a paced limit alone")
 	}},
+	{"a pace learned while one holds slows it, never hurries it", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+		r := req(1, time.Hour, lim(100, time.Second))
+		learn(t, fb, key, store.Learned{Pace: paced(5, time.Second, 0), PaceTTL: time.Minute})
+		learn(t, fb, key, store.Learned{Pace: paced(10, time.Second, 3), PaceTTL: time.Minute})
+		assert.Equal(t, []time.Duration{0, 200 * ms, 400 * ms}, delays(t, s, key, r, 3), "the slower spacing, burst 0")
+		learn(t, fb, key+"b", store.Learned{Pace: paced(10, time.Second, 0), PaceTTL: time.Minute})
+		learn(t, fb, key+"b", store.Learned{Pace: paced(5, time.Second, 0), PaceTTL: time.Minute})
+		assert.Equal(t, []time.Duration{0, 200 * ms}, delays(t, s, key+"b", r, 2), "slowed")
+		clock.Advance(2 * time.Minute)
+		learn(t, fb, key, store.Learned{Pace: paced(10, time.Second, 0), PaceTTL: time.Minute})
+		assert.Equal(t, []time.Duration{0, 100 * ms}, delays(t, s, key, r, 2), "once the old one ended, the new one alone")
+	}},
 	{"a learned pace is ignored by the counting algorithms", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
 		learn(t, fb, key, store.Learned{Pace: paced(1, time.Second, 0), PaceTTL: time.Minute})
 		for _, alg := range []store.Algorithm{store.FixedWindow, store.SlidingCounter} {

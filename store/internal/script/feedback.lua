@@ -22,16 +22,17 @@
 -- Reply: the pause end in microseconds from now after the merge (0 if none).
 --
 -- Merges never loosen what is already there: a pause ends at the latest end
--- ever given; within one window the smaller budget wins. A learned limit or
--- pace is replaced by the latest (the caller never learns one looser than its
--- own limits).
+-- ever given; within one window the smaller budget wins; a pace that holds
+-- keeps the longer spacing and the smaller burst. A learned limit is
+-- replaced by the latest (the caller never learns one looser than its own
+-- limits).
 
 local fb = KEYS[1]
 local now = clock(ARGV[1])
 local pause, n, w, ttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local remaining, reset, slack = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local pt, pb, pttl = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
-local f = redis.call('HMGET', fb, 'p', 'le', 'b', 'r', 'pe')
+local f = redis.call('HMGET', fb, 'p', 'le', 'b', 'r', 'pe', 'pt', 'pb')
 local p, le, b, r = tonumber(f[1]) or 0, tonumber(f[2]) or 0, tonumber(f[3]), tonumber(f[4]) or 0
 local pe = tonumber(f[5]) or 0
 
@@ -44,6 +45,10 @@ if n > 0 then
   redis.call('HSET', fb, 'n', n, 'w', string.format('%.0f', w), 'le', string.format('%.0f', le))
 end
 if pt > 0 then
+  if pe > now then
+    -- A pace that holds is slowed, never hurried.
+    pt, pb = math.max(pt, tonumber(f[6]) or 0), math.min(pb, tonumber(f[7]) or pb)
+  end
   pe = now + pttl
   redis.call('HSET', fb, 'pt', string.format('%.0f', pt), 'pb', pb, 'pe', string.format('%.0f', pe))
 end

@@ -99,10 +99,13 @@ func (s *storeClock) get(key string, t int64) (offset, bool) {
 }
 
 // spread is how much of a reservation's lateness, made for key at now, the
-// clocks' bounds will leave unknown: their width (ok), or, without fresh
-// ones, the last sample's own round trip.
+// clocks' bounds will leave unknown: their width, aged to now as the
+// reply's sample will find them (ok), or, without fresh ones, the last
+// sample's own round trip.
 func (s *storeClock) spread(key string, now time.Time) (d time.Duration, ok bool) {
-	if o, ok := s.get(key, s.ns(now)); ok {
+	t := s.ns(now)
+	if o, ok := s.get(key, t); ok {
+		o = o.aged(t, s.drift)
 		return time.Duration(o.hi - o.lo), true
 	}
 	return time.Duration(s.width.Load()), false

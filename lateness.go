@@ -50,10 +50,11 @@ import (
 // the first measurement on the wire, or the end of the first period, ends it.
 //
 // The allowance covers all but the latest tailShare-th of the samples of the
-// current period and of the last earlier one that had any (the largest of
-// them while they are fewer than tailShare: a process that sends rarely
-// keeps what it learned; with a fresh start at each request, a late one
-// would retake its slot and still send late). A request later than its
+// current period, the last earlier one that had any, and as many earlier
+// ones with samples as it takes to hold tailShare (up to latenessPeriods in
+// all; the largest of them while they hold fewer: a process that sends
+// rarely keeps what it learned; with a fresh start at each request, a late
+// one would retake its slot and still send late). A request later than its
 // allowance plus its rule's retake takes a new slot (admit.go), so the rare
 // request of the tail costs a retake rather than a 429, and a single stall
 // (a paused VM, a slow round trip) does not set every slot of the next two
@@ -69,9 +70,10 @@ import (
 // end of a period may be lost: there are many, and each request is covered
 // by its retake anyway.)
 type lateness struct {
-	mu        sync.Mutex
-	start     time.Time // the current period's start; zero before any sample
-	cur, prev tail      // the current period's largest samples, and those of the last earlier one that had any
+	mu    sync.Mutex
+	start time.Time                 // the current period's start; zero before any sample
+	cur   tail                      // the current period's largest samples
+	past  [latenessPeriods - 1]tail // those of the last earlier periods that had any, newest first
 	// prior is initialAllowance while nothing was measured on the wire
 	// (from the slot to the connection the request is written on), in the
 	// first period; zero after.
@@ -94,8 +96,14 @@ type lateness struct {
 const tailShare = 200
 
 // tailKeep is how many of a period's largest samples are kept: the allowance
-// leaves out at most tailKeep−1 of two periods' samples.
+// leaves out at most tailKeep−1 samples.
 const tailKeep = 8
+
+// latenessPeriods is how many periods with samples the allowance looks back
+// over while the newer ones hold fewer than tailShare samples: a process
+// that sends a few requests a second keeps enough to leave out its rare
+// latest one, which otherwise each new largest sample would retake.
+const latenessPeriods = 8
 
 // tail is one period's sample count and largest samples, largest first.
 type tail struct {
@@ -144,7 +152,7 @@ func (l *lateness) allowance(now time.Time, cold time.Duration) time.Duration {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.rotate(now)
+	l.rotate(now, 0)
 	return time.Duration(l.value.Load())
 }
 
@@ -159,7 +167,7 @@ func (l *lateness) observe(now time.Time, late, a time.Duration, wire bool) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.rotate(now)
+	l.rotate(now, 1) // this sample, counted, is the new period's
 	if wire {
 		l.prior = 0
 		l.hasPrior.Store(false)
@@ -168,8 +176,9 @@ func (l *lateness) observe(now time.Time, late, a time.Duration, wire bool) {
 	l.publish()
 }
 
-// rotate starts a new period when the current one is over; l.mu is held.
-func (l *lateness) rotate(now time.Time) {
+// rotate starts a new period when the current one is over, with the last
+// pending samples counted; l.mu is held.
+func (l *lateness) rotate(now time.Time, pending int64) {
 	switch {
 	case l.start.IsZero() && l.guarded.Load():
 		l.start = now // the first sample, of any kind, ends the cold start
@@ -178,12 +187,14 @@ func (l *lateness) rotate(now time.Time) {
 		l.hasPrior.Store(true)
 	case now.Sub(l.start) >= latenessPeriod:
 		if len(l.cur.top) > 0 {
-			l.cur.n = l.n.Load()
-			l.prev, l.cur = l.cur, tail{top: l.prev.top[:0]}
+			l.cur.n = l.n.Load() - pending
+			last := l.past[len(l.past)-1].top[:0]
+			copy(l.past[1:], l.past[:len(l.past)-1])
+			l.past[0], l.cur = l.cur, tail{top: last}
 		}
 		l.start, l.prior = now, 0
 		l.hasPrior.Store(false)
-		l.n.Store(0)
+		l.n.Store(pending)
 	default:
 		return
 	}
@@ -192,13 +203,18 @@ func (l *lateness) rotate(now time.Time) {
 
 // publish updates what allowance and observe read; l.mu is held.
 func (l *lateness) publish() {
-	var top [2 * tailKeep]time.Duration
-	all := append(append(top[:0], l.cur.top...), l.prev.top...)
+	var top [latenessPeriods * tailKeep]time.Duration
+	all, n := append(top[:0], l.cur.top...), l.n.Load()
+	for i, p := range l.past {
+		if i > 0 && n >= tailShare {
+			break
+		}
+		all, n = append(all, p.top...), n+p.n
+	}
 	slices.SortFunc(all, func(a, b time.Duration) int { return cmp.Compare(b, a) })
 	v := l.prior
 	if len(all) > 0 {
-		skip := min((l.n.Load()+l.prev.n)/tailShare, tailKeep-1, int64(len(all)-1))
-		v = max(v, all[skip])
+		v = max(v, all[min(n/tailShare, tailKeep-1, int64(len(all)-1))])
 	}
 	l.value.Store(int64(min(v, maxAllowance)))
 	l.ends.Store(l.start.Add(latenessPeriod).UnixNano())

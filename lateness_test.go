@@ -39,15 +39,26 @@ func TestLatenessPeriods(t *testing.T) {
 	assert.Equal(t, 3*time.Millisecond, l.allowance(t0.Add(2*time.Millisecond), time.Millisecond), "measured on the wire: the largest sample")
 	l.observe(t0.Add(1500*time.Millisecond), time.Millisecond, time.Hour, false)
 	assert.Equal(t, 3*time.Millisecond, l.allowance(t0.Add(1600*time.Millisecond), time.Millisecond), "the previous period still counts")
-	assert.Equal(t, time.Millisecond, l.allowance(t0.Add(2600*time.Millisecond), time.Millisecond), "a period on, only the newer one")
-	assert.Equal(t, time.Millisecond, l.allowance(t0.Add(time.Hour), time.Millisecond), "an idle process remembers its last period with samples")
-	l.observe(t0.Add(time.Hour), 500*time.Microsecond, time.Hour, false)
-	assert.Equal(t, time.Millisecond, l.allowance(t0.Add(time.Hour), time.Millisecond))
-	assert.Equal(t, 500*time.Microsecond, l.allowance(t0.Add(time.Hour+time.Second), time.Millisecond), "until a newer period has its own")
-	l.observe(t0.Add(2*time.Hour), time.Minute, 2*time.Millisecond, false)
-	assert.Equal(t, 28*time.Millisecond, l.allowance(t0.Add(2*time.Hour), time.Millisecond), "one stall raises it to at most 4 (allowance + DefaultMargin)")
-	l.observe(t0.Add(2*time.Hour), time.Hour, time.Hour, false)
-	assert.Equal(t, maxAllowance, l.allowance(t0.Add(2*time.Hour), time.Millisecond), "bounded")
+	assert.Equal(t, 3*time.Millisecond, l.allowance(t0.Add(2600*time.Millisecond), time.Millisecond), "and earlier ones, while they hold fewer than tailShare samples")
+	assert.Equal(t, 3*time.Millisecond, l.allowance(t0.Add(time.Hour), time.Millisecond), "an idle process remembers its last periods with samples")
+	for i := range latenessPeriods - 1 {
+		l.observe(t0.Add(time.Hour+time.Duration(i)*time.Second), 500*time.Microsecond, time.Hour, false)
+	}
+	assert.Equal(t, 500*time.Microsecond, l.allowance(t0.Add(time.Hour+latenessPeriods*time.Second), time.Millisecond), "until latenessPeriods newer periods have their own")
+	for i := range tailShare {
+		l.observe(t0.Add(2*time.Hour+time.Duration(i)*time.Millisecond), 100*time.Microsecond, time.Hour, false)
+	}
+	assert.Equal(t, 100*time.Microsecond, l.allowance(t0.Add(2*time.Hour+500*time.Millisecond), time.Millisecond), "with the previous period's, 201 samples: its 500µs is the 1 in 200 left out")
+	l.observe(t0.Add(2*time.Hour+500*time.Millisecond), 300*time.Microsecond, time.Hour, false)
+	assert.Equal(t, 300*time.Microsecond, l.allowance(t0.Add(2*time.Hour+500*time.Millisecond), time.Millisecond), "two in 202: covered")
+	assert.Equal(t, 100*time.Microsecond, l.allowance(t0.Add(2*time.Hour+1500*time.Millisecond), time.Millisecond), "a period on, that period alone holds tailShare: the older ones no longer count, and its 300µs is left out")
+
+	var stall lateness
+	stall.observe(t0, time.Millisecond, time.Hour, true)
+	stall.observe(t0, time.Minute, 2*time.Millisecond, false)
+	assert.Equal(t, 28*time.Millisecond, stall.allowance(t0, time.Millisecond), "one stall raises it to at most 4 (allowance + DefaultMargin)")
+	stall.observe(t0, time.Hour, time.Hour, false)
+	assert.Equal(t, maxAllowance, stall.allowance(t0, time.Millisecond), "bounded")
 
 	var idle lateness
 	idle.observe(t0, time.Millisecond, time.Hour, false)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net/http"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -159,13 +158,7 @@ func TestWideSampleIsNotLearned(t *testing.T) {
 		tr, err := New(&wireBase{}, fs, WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{Paced(100, time.Second, 0)}}),
 			WithOnDecision(func(d Decision) { decisions = append(decisions, d) }))
 		require.NoError(t, err)
-		for range 20 {
-			req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
-			require.NoError(t, err)
-			resp, err := tr.RoundTrip(req)
-			require.NoError(t, err)
-			resp.Body.Close()
-		}
+		sendPG(t, tr, 20)
 		require.Len(t, decisions, 20)
 		assert.Equal(t, 1, decisions[0].Retaken, "its lateness is bounded by the slow call: above half the margin")
 		assert.Equal(t, 5*time.Millisecond, decisions[0].Allowance, "the retake's: the bounds are the slow call's")

@@ -274,13 +274,7 @@ func TestColdStartOnTheWire(t *testing.T) {
 		tr, err := New(base, newMemoryStore(t), WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerSecond(100)}, Bursts: true}),
 			WithOnDecision(func(d Decision) { decisions = append(decisions, d) }))
 		require.NoError(t, err)
-		for range 3 {
-			req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
-			require.NoError(t, err)
-			resp, err := tr.RoundTrip(req)
-			require.NoError(t, err)
-			resp.Body.Close()
-		}
+		sendPG(t, tr, 3)
 		require.Len(t, decisions, 3)
 		assert.Equal(t, DefaultMargin/2, decisions[0].Allowance, "nothing measured yet")
 		assert.Equal(t, dial, decisions[1].Allowance, "measured on the wire, the dial included")
@@ -302,13 +296,7 @@ func TestRetakeOnTheWire(t *testing.T) {
 		tr, err := New(base, newMemoryStore(t), WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerSecond(2)}}))
 		require.NoError(t, err)
 		start := time.Now()
-		for range 2 {
-			req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
-			require.NoError(t, err)
-			resp, err := tr.RoundTrip(req)
-			require.NoError(t, err)
-			resp.Body.Close()
-		}
+		sendPG(t, tr, 2)
 		require.Len(t, base.sent, 2)
 		// The second slot was free at once, but the request reached the wire
 		// 50ms after it: it took the next free slot, a window after the
@@ -331,17 +319,15 @@ func TestRetakeOnTheWireRefused(t *testing.T) {
 		base := &wireBase{dial: []time.Duration{50 * time.Millisecond}}
 		tr, err := New(base, newMemoryStore(t), WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerSecond(1)}, Mode: FailFast}))
 		require.NoError(t, err)
-		req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
-		require.NoError(t, err)
-		resp, err := tr.RoundTrip(req)
-		require.NoError(t, err)
-		resp.Body.Close()
+		sendPG(t, tr, 1)
 		require.Len(t, base.sent, 1)
 		assert.Zero(t, tr.Stats().Rules[0].Retakes)
 		u, err := tr.Usage(context.Background(), "pg.example", "pg1")
 		require.NoError(t, err)
 		assert.Equal(t, 1, u.Entries, "sent on its old slot, still recorded")
-		_, err = tr.RoundTrip(req.Clone(context.Background()))
+		req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
+		require.NoError(t, err)
+		_, err = tr.RoundTrip(req)
 		require.ErrorIs(t, err, ErrLimited, "the window is full")
 	})
 }
@@ -437,12 +423,19 @@ func newRecorder(t *testing.T, limits ...Limit) *recorder {
 }
 
 // send sends one request and requires a response.
-func (r *recorder) send() {
-	req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
-	require.NoError(r.t, err)
-	resp, err := r.tr.RoundTrip(req)
-	require.NoError(r.t, err)
-	resp.Body.Close()
+func (r *recorder) send() { sendPG(r.t, r.tr, 1) }
+
+// sendPG sends n requests to pg.example through tr, one after another, and
+// requires a response to each.
+func sendPG(t *testing.T, tr *Transport, n int) {
+	t.Helper()
+	for range n {
+		req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
+		require.NoError(t, err)
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)

@@ -3,7 +3,6 @@ package throttle
 import (
 	"context"
 	"runtime"
-	"sync/atomic"
 	"time"
 )
 
@@ -17,7 +16,8 @@ import (
 // own (nanosleep, which the kernel's high-resolution timers end within tens
 // of microseconds). At most finishers such sleeps run at once, fewer than
 // GOMAXPROCS, since each holds its thread and, for a while, its P; the
-// others, or with one P, the timer takes the whole wait.
+// others, or with one P, the timer takes the whole wait. (On a fake clock,
+// testing/synctest's, a nanosleep moves nothing: the timer sleeps the rest.)
 
 // wakeLead is how long before its end a wait leaves the timer: more than a
 // timer's late wake-up, so that the last stretch is slept precisely.
@@ -26,18 +26,12 @@ const wakeLead = 2 * time.Millisecond
 // finishers bounds the precise sleeps running at once.
 var finishers = make(chan struct{}, max(runtime.GOMAXPROCS(0)-1, 0))
 
-// precise turns the precise last stretch on (tests on a fake clock turn it
-// off: a nanosleep does not move that clock).
-var precise atomic.Bool
-
-func init() { precise.Store(true) }
-
 // sleep blocks for d, or until ctx ends, whichever is first, and returns
 // ctx.Err() in the second case. It does not return before d has passed
 // unless ctx ended. (x/time/rate's wait takes a timer factory for its tests;
 // testing/synctest's fake clock makes one unnecessary here.)
 func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 || preciseTimers || !precise.Load() || cap(finishers) == 0 {
+	if d <= 0 || preciseTimers || cap(finishers) == 0 {
 		return timerSleep(ctx, d)
 	}
 	end := time.Now().Add(d)

@@ -13,6 +13,7 @@ type memFeedback struct {
 	budget      int64 // units left before reset, when reset > 0
 	reset       int64
 	pt, pb, pe  int64 // learned pace: spacing pt, burst pb, valid until pe
+	pm          int64 // when the key last moved to a stricter pace
 }
 
 func (f *memFeedback) expires() int64 { return max(f.pause, f.until, f.reset, f.pe) }
@@ -52,8 +53,13 @@ func (m *Memory) Learn(ctx context.Context, key string, l Learned) error {
 	}
 	if l.Pace.N > 0 {
 		pt, pb := l.Pace.interval(), int64(l.Pace.Burst)
-		if f.pe > now { // a pace that holds is slowed, never hurried
+		moved := f.pe <= now
+		if !moved { // a pace that holds is slowed, never hurried
 			pt, pb = max(pt, f.pt), min(pb, f.pb)
+			moved = pb < f.pb
+		}
+		if moved {
+			f.pm = now
 		}
 		f.pt, f.pb, f.pe = pt, pb, now+micros(l.PaceTTL)
 	}

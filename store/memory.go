@@ -167,13 +167,17 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 	s, limit, cause := now, 0, CauseNone
 	// As log.lua and pace.lua: the paced limit's slot is its theoretical
 	// arrival time, less its tolerance, plus the spacing of all but one unit.
-	var pace, burst, tat int64 // the paced limit's spacing (0: none), burst and state
+	var pace, burst, tat, keep int64 // the paced limit's spacing (0: none), burst, state and keep (pace.lua)
 	var ps *memPace
+	pidx := 0
 	if paced {
 		ps, tat = m.paceState(key, now)
 		for i, l := range req.Limits {
 			if l.Paced {
-				pace, burst = l.interval(), int64(l.Burst)
+				pace, burst, keep, pidx = l.interval(), int64(l.Burst), l.keep(), i
+				if keep > 0 && tat+keep <= now {
+					tat = 0 // as tat.lua: a limit that starts slowly counts it as none
+				}
 				if t := tat + (int64(req.Cost)-1-burst)*pace; tat > 0 && t > s {
 					s, limit, cause = t, i, CauseLimit
 				}
@@ -192,7 +196,7 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 		}
 	}
 	res.key, res.cost = key, int32(req.Cost)
-	var budgetReset int64
+	var budgetReset, held, moved int64
 	if f := m.liveFeedback(key, now); f != nil {
 		h := f.hold(now, int64(req.Cost), microsDown(req.serverWait()))
 		if h.refuse {
@@ -201,8 +205,11 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 		}
 		// As log.lua: the hold first (it wins a tie), then the
 		// learned limit, which counts like one more limit.
-		if h.until > now && h.until >= s {
-			s, limit, cause = h.until, 0, CauseUpstream
+		if h.until > now {
+			held = h.until
+			if h.until >= s {
+				s, limit, cause = h.until, 0, CauseUpstream
+			}
 		}
 		budgetReset = h.budgetReset
 		if n, w, ok := f.learned(now, maxW); ok {
@@ -214,7 +221,11 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 		}
 		// As log.lua: a learned pace, on the key's paced state, the
 		// stricter of it and the request's own.
-		if pt, pb, ok := f.pace(now); ok && (pace == 0 || pt > pace || pb < burst) {
+		pt, pb, ok := f.pace(now)
+		if ok {
+			moved = f.pm
+		}
+		if ok && (pace == 0 || pt > pace || pb < burst) {
 			pb = max(pb, int64(req.Cost)-1) // as log.lua: a cost above it is one send
 			if pace == 0 {
 				ps, tat = m.paceState(key, now)
@@ -224,6 +235,20 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 			}
 			if t := tat + (int64(req.Cost)-1-burst)*pace; tat > 0 && t > s {
 				s, limit, cause = t, 0, CauseLearned
+			}
+		}
+	}
+	// As log.lua: a pace that starts slowly has earned no burst with no
+	// TAT yet, nor at the end of a pause that holds it back.
+	if keep > 0 {
+		from := held
+		if tat == 0 {
+			from = max(from, now)
+		}
+		if from > 0 && (tat == 0 || from+burst*pace > tat) {
+			tat = from + burst*pace
+			if t := tat + (int64(req.Cost)-1-burst)*pace; t > s {
+				s, limit, cause = t, pidx, CauseLimit
 			}
 		}
 	}
@@ -256,8 +281,8 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 	if pace > 0 {
 		// Recorded from the latest time the units may be sent (pace.lua).
 		ps.tat = max(tat, s+allowance) + int64(req.Cost)*pace
-		ps.expires = ps.tat + 1000
-		res.tat, res.spacing = ps.tat, pace
+		ps.expires = ps.tat + keep + 1000
+		res.tat, res.spacing, res.moved = ps.tat, pace, moved
 	}
 	if !paced || maxW > 0 {
 		for range req.Cost {

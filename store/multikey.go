@@ -44,7 +44,7 @@ func (r *Request) validAlso(key string) bool {
 		}
 		for k := range p.Limits {
 			l := &p.Limits[k]
-			if l.N < 1 || l.Per < time.Microsecond || r.Cost > l.N || l.Paced || l.Burst != 0 || l.Precision != 0 {
+			if l.N < 1 || l.Per < time.Microsecond || r.Cost > l.N || l.Paced || l.Burst != 0 || l.SlowStart || l.Precision != 0 {
 				return false
 			}
 		}
@@ -83,8 +83,8 @@ func (r Request) invalidAlso(key string) error {
 				return fmt.Errorf("%w: Also[%d]: limit %s: N must be >= 1 and Per >= 1µs", ErrInvalidRequest, i, l)
 			case r.Cost > l.N:
 				return fmt.Errorf("%w: Also[%d]: cost %d exceeds limit %s", ErrInvalidRequest, i, r.Cost, l)
-			case l.Paced || l.Burst != 0 || l.Precision != 0:
-				return fmt.Errorf("%w: Also[%d]: limit %s: only window limits (no Paced, Burst or Precision)", ErrInvalidRequest, i, l)
+			case l.Paced || l.Burst != 0 || l.SlowStart || l.Precision != 0:
+				return fmt.Errorf("%w: Also[%d]: limit %s: only window limits (no Paced, Burst, SlowStart or Precision)", ErrInvalidRequest, i, l)
 			}
 		}
 	}

@@ -138,16 +138,72 @@ var pacingCases = []conformanceCase{
 		expect(t, s, key, r, allowed{300 * ms, store.CauseUpstream, 0}, "paused")
 		expect(t, s, key, r, allowed{400 * ms, store.CauseLimit, 0}, "then spaced")
 	}},
+	{"paced, slow start: a new key goes evenly spaced, earns its burst idling, and starts again after a window", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		l := paced(10, time.Second, 2)
+		l.SlowStart = true
+		r := req(1, time.Hour, l)
+		assert.Equal(t, []time.Duration{0, 100 * ms, 200 * ms}, delays(t, s, key, r, 3), "no burst to start with")
+		clock.Advance(500 * ms) // at the TAT: the whole burst earned
+		assert.Equal(t, []time.Duration{0, 0, 0, 100 * ms}, delays(t, s, key, r, 4))
+		clock.Advance(1300 * ms) // 900ms past the TAT, within a window of it: the burst is kept
+		assert.Equal(t, []time.Duration{0, 0, 0, 100 * ms}, delays(t, s, key, r, 4))
+		clock.Advance(2100 * ms) // a window (1s) past the TAT: a new start
+		assert.Equal(t, []time.Duration{0, 100 * ms, 200 * ms}, delays(t, s, key, r, 3))
+		l.SlowStart = false
+		assert.Equal(t, []time.Duration{0, 0, 0, 100 * ms}, delays(t, s, key+"b", req(1, time.Hour, l), 4), "without it, the burst at once")
+	}},
+	{"paced, slow start: what a pause held back goes evenly spaced from its end", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		l := paced(10, time.Second, 2)
+		l.SlowStart = true
+		r := req(1, time.Hour, l)
+		clock.Advance(3 * time.Second)
+		require.NoError(t, s.(store.Feedback).Pause(ctx, key, 300*ms))
+		expect(t, s, key, r, allowed{300 * ms, store.CauseUpstream, 0}, "held to the pause's end")
+		expect(t, s, key, r, allowed{400 * ms, store.CauseLimit, 0}, "then one spacing later")
+		expect(t, s, key, r, allowed{500 * ms, store.CauseLimit, 0}, "and the next")
+		l.SlowStart = false
+		r = req(1, time.Hour, l)
+		require.NoError(t, s.(store.Feedback).Pause(ctx, key+"b", 300*ms))
+		assert.Equal(t, []time.Duration{300 * ms, 300 * ms, 300 * ms, 400 * ms}, delays(t, s, key+"b", r, 4), "without it, the burst at the end")
+	}},
+	{"paced, slow start beside a learned pace: the smaller burst, earned", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		l := paced(10, time.Second, 3)
+		l.SlowStart = true
+		require.NoError(t, s.(store.Feedback).Learn(ctx, key, store.Learned{Pace: paced(10, time.Second, 1), PaceTTL: time.Minute}))
+		assert.Equal(t, []time.Duration{0, 100 * ms, 200 * ms}, delays(t, s, key, req(1, time.Hour, l), 3))
+		clock.Advance(time.Second)
+		assert.Equal(t, []time.Duration{0, 0, 100 * ms}, delays(t, s, key, req(1, time.Hour, l), 3), "the learned burst of 1, earned")
+	}},
+	{"paced: a reservation says when the key last moved to a stricter learned pace", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		fb := s.(store.Feedback)
+		r := req(1, time.Hour, lim(1000, time.Second))
+		assert.Zero(t, reserve(t, s, key, r).Reshaped(), "no learned pace")
+		require.NoError(t, fb.Learn(ctx, key, store.Learned{Pace: paced(10, time.Second, 2), PaceTTL: time.Minute}))
+		first := reserve(t, s, key, r)
+		require.True(t, first.Allowed)
+		moved := first.Reshaped()
+		assert.Equal(t, first.Decided(), moved, "moved when learned (the clock did not advance)")
+		clock.Advance(50 * ms)
+		require.NoError(t, fb.Learn(ctx, key, store.Learned{Pace: paced(10, 2*time.Second, 2), PaceTTL: time.Minute}))
+		assert.Equal(t, moved, reserve(t, s, key, r).Reshaped(), "slowed: not a move")
+		clock.Advance(50 * ms)
+		require.NoError(t, fb.Learn(ctx, key, store.Learned{Pace: paced(10, time.Second, 0), PaceTTL: time.Minute}))
+		res := reserve(t, s, key, r)
+		assert.Equal(t, moved+100_000, res.Reshaped(), "a smaller burst is a move")
+		clock.Advance(2 * time.Minute)
+		assert.Zero(t, reserve(t, s, key, r).Reshaped(), "the pace expired")
+	}},
 	{"paced: invalid requests", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		for name, r := range map[string]store.Request{
-			"paced under fixed":   algReq(store.FixedWindow, 1, 0, paced(10, time.Second, 0)),
-			"paced under buckets": algReq(store.Buckets, 1, 0, paced(10, time.Second, 0)),
-			"two paced":           req(1, 0, paced(10, time.Second, 0), paced(100, time.Minute, 0)),
-			"burst above N":       req(1, 0, paced(10, time.Second, 11)),
-			"negative burst":      req(1, 0, paced(10, time.Second, -1)),
-			"cost above burst+1":  req(2, 0, paced(10, time.Second, 0)),
-			"burst on a window":   req(1, 0, store.Limit{N: 10, Per: time.Second, Burst: 2}),
-			"precision on paced":  req(1, 0, store.Limit{N: 10, Per: time.Second, Paced: true, Precision: ms}),
+			"paced under fixed":      algReq(store.FixedWindow, 1, 0, paced(10, time.Second, 0)),
+			"paced under buckets":    algReq(store.Buckets, 1, 0, paced(10, time.Second, 0)),
+			"two paced":              req(1, 0, paced(10, time.Second, 0), paced(100, time.Minute, 0)),
+			"burst above N":          req(1, 0, paced(10, time.Second, 11)),
+			"negative burst":         req(1, 0, paced(10, time.Second, -1)),
+			"cost above burst+1":     req(2, 0, paced(10, time.Second, 0)),
+			"burst on a window":      req(1, 0, store.Limit{N: 10, Per: time.Second, Burst: 2}),
+			"precision on paced":     req(1, 0, store.Limit{N: 10, Per: time.Second, Paced: true, Precision: ms}),
+			"slow start on a window": req(1, 0, store.Limit{N: 10, Per: time.Second, SlowStart: true}),
 		} {
 			_, err := s.Reserve(ctx, key, r)
 			assert.ErrorIs(t, err, store.ErrInvalidRequest, name)
@@ -159,6 +215,7 @@ var pacingCases = []conformanceCase{
 func randomPaced(rng *rand.Rand) []store.Limit {
 	n := 3 + rng.IntN(40)
 	limits := []store.Limit{paced(n, time.Duration(10+rng.IntN(1000))*ms, rng.IntN(min(n, 6)))}
+	limits[0].SlowStart = rng.IntN(2) == 0
 	for range rng.IntN(3) {
 		limits = append(limits, lim(3+rng.IntN(18), time.Duration(10+rng.IntN(2000))*ms))
 	}
@@ -200,9 +257,12 @@ func TestPacingDifferential(t *testing.T) {
 			for op := range 400 {
 				if rng.IntN(24) == 0 {
 					var l store.Learned
-					switch rng.IntN(3) {
+					switch rng.IntN(4) {
 					case 0:
 						l.Pause = time.Duration(rng.IntN(300)) * ms
+					case 3:
+						l.Pace = paced(2+rng.IntN(30), time.Duration(10+rng.IntN(1000))*ms, rng.IntN(3))
+						l.PaceTTL = time.Duration(100+rng.IntN(1000)) * ms
 					case 1:
 						l.Limit = lim(2+rng.IntN(8), time.Duration(10+rng.IntN(1000))*ms)
 						l.LimitTTL = time.Duration(500+rng.IntN(2500)) * ms
@@ -237,8 +297,8 @@ func TestPacingDifferential(t *testing.T) {
 				for j := 1; j < len(got); j++ {
 					a, b := got[0], got[j]
 					require.Equal(t,
-						[]any{a.Allowed, a.Delay, a.RetryAfter, a.Slot(), a.Entry(), a.Limit, a.Cause},
-						[]any{b.Allowed, b.Delay, b.RetryAfter, b.Slot(), b.Entry(), b.Limit, b.Cause},
+						[]any{a.Allowed, a.Delay, a.RetryAfter, a.Slot(), a.Entry(), a.Limit, a.Cause, a.Reshaped()},
+						[]any{b.Allowed, b.Delay, b.RetryAfter, b.Slot(), b.Entry(), b.Limit, b.Cause, b.Reshaped()},
 						"op %d, %s vs %s, limits %v", op, ims[0].name, ims[j].name, limits)
 				}
 				if got[0].Allowed {

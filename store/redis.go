@@ -235,7 +235,7 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 	p := req.paced()
 	if p >= 0 {
 		l := req.Limits[p]
-		args = append(args, l.interval(), l.Burst, p+1)
+		args = append(args, l.interval(), l.Burst, p+1, l.keep())
 	}
 	for i, l := range req.Limits {
 		switch {
@@ -301,13 +301,13 @@ func (r *Redis) parseReserve(key string, req Request, reply []any) (Reservation,
 	if err != nil {
 		return Reservation{}, fmt.Errorf("store: redis reserve: %w", err)
 	}
-	allowed, wait, slot, limit, cause, entry, tat, spacing := v[0], v[1], v[2], v[3], Cause(v[4]), v[5], v[6], v[7]
+	allowed, wait, slot, limit, cause, entry, tat, spacing, moved := v[0], v[1], v[2], v[3], Cause(v[4]), v[5], v[6], v[7], v[8]
 	paced := req.paced() >= 0
 	// A paced reply (the request's own paced limit, or a learned pace)
 	// carries the TAT it left and its spacing.
 	if allowed != 0 && allowed != 1 || wait < 0 || allowed == 1 && (slot <= 0 || entry < slot) ||
 		allowed == 1 && paced && tat == 0 || tat != 0 && (allowed != 1 || tat <= slot || spacing <= 0) ||
-		tat == 0 && spacing != 0 ||
+		tat == 0 && spacing != 0 || moved < 0 || moved != 0 && tat == 0 ||
 		v[4] < 0 || v[4] > int64(CauseLearned) ||
 		cause == CauseLimit && !req.limitNumber(limit) || cause != CauseLimit && limit != 0 {
 		return Reservation{}, fmt.Errorf("store: redis reserve: unexpected reply %v", v)
@@ -322,7 +322,7 @@ func (r *Redis) parseReserve(key string, req Request, reply []any) (Reservation,
 			res.alg, res.limits = req.Algorithm, req.Limits // for Cancel
 		}
 		if tat != 0 {
-			res.tat, res.spacing = tat, spacing // for Cancel
+			res.tat, res.spacing, res.moved = tat, spacing, moved // for Cancel; moved for Reshaped
 		}
 		if req.Also != nil {
 			res.also = req.alsoNames() // for Cancel
@@ -454,7 +454,7 @@ func (r *Redis) failed(err error) {
 // reply of five (a refusal, or a counting algorithm, which records at the
 // slot) gets the slot as its sixth, the entry; the seventh and eighth, a
 // paced limit's TAT and spacing, are 0 when absent.
-func int64s(reply []any) (out [8]int64, err error) {
+func int64s(reply []any) (out [9]int64, err error) {
 	if len(reply) < 5 || len(reply) > len(out) {
 		return out, fmt.Errorf("unexpected reply of %d elements", len(reply))
 	}

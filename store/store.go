@@ -36,12 +36,23 @@ type Limit struct {
 	Paced bool
 	// Burst is the paced limit's tolerance in units (Paced only).
 	Burst int
+	// SlowStart makes a paced limit earn its burst instead of starting
+	// with it (Paced only): a key with no state yet (new, or idle for Per
+	// past its last slot), and the requests a pause or an exhausted budget
+	// held back, are sent evenly spaced from their first; the burst then
+	// builds up while the key sends slower than its pace. For an upstream
+	// whose tolerance is not known: a burst it refuses is never the first
+	// thing it sees.
+	SlowStart bool
 }
 
 // String renders the limit as "5000/1h0m0s", "5000/1h0m0s/1m0s" with a
-// Precision, or "100/1s paced", "100/1s paced+10" when paced with a burst.
+// Precision, or "100/1s paced", "100/1s paced+10" when paced with a burst
+// ("100/1s paced+10 slow start" with SlowStart).
 func (l Limit) String() string {
 	switch {
+	case l.Paced && l.SlowStart:
+		return fmt.Sprintf("%d/%s paced+%d slow start", l.N, l.Per, l.Burst)
 	case l.Precision != 0:
 		return fmt.Sprintf("%d/%s/%s", l.N, l.Per, l.Precision)
 	case l.Paced && l.Burst != 0:
@@ -57,6 +68,16 @@ func (l Limit) String() string {
 func (l Limit) interval() int64 {
 	w, n := micros(l.Per), int64(l.N)
 	return (w + n - 1) / n
+}
+
+// keep is how long a paced limit's state outlives its TAT, in microseconds:
+// its window for one that starts slowly (its earned burst stays for a window
+// of idleness), 0 otherwise (pace.lua).
+func (l Limit) keep() int64 {
+	if l.SlowStart {
+		return micros(l.Per)
+	}
+	return 0
 }
 
 // paceInterval is the spacing of a learned pace in microseconds, 0 for none.
@@ -169,7 +190,7 @@ func (r *Request) valid(key string) (maxPer int64, paced, ok bool) {
 			paced = true
 			continue
 		}
-		ok = ok && l.Burst == 0
+		ok = ok && l.Burst == 0 && !l.SlowStart
 		maxPer = max(maxPer, micros(l.Per))
 	}
 	ok = ok && (r.Also == nil || r.validAlso(key)) // multikey.go
@@ -204,8 +225,8 @@ func (r Request) invalid(key string) error {
 		if r.Cost > l.N {
 			return fmt.Errorf("%w: cost %d exceeds limit %s", ErrInvalidRequest, r.Cost, l)
 		}
-		if !l.Paced && l.Burst != 0 {
-			return fmt.Errorf("%w: limit %s: Burst is for a paced limit", ErrInvalidRequest, l)
+		if !l.Paced && (l.Burst != 0 || l.SlowStart) {
+			return fmt.Errorf("%w: limit %s: Burst and SlowStart are for a paced limit", ErrInvalidRequest, l)
 		}
 		if !l.Paced {
 			continue
@@ -293,6 +314,9 @@ type Reservation struct {
 	limits  []Limit
 	tat     int64
 	spacing int64
+	// moved is when the key last moved to a stricter learned pace, if one
+	// held (see Reshaped).
+	moved int64
 	// also are the other keys the units were recorded under (Request.Also).
 	also []string
 }
@@ -307,6 +331,18 @@ func (r Reservation) Decided() int64 {
 		return 0
 	}
 	return r.slot - r.Delay.Microseconds()
+}
+
+// Reshaped is the store's clock (microseconds, as Decided) when the key
+// last moved to a stricter learned pace (Learned.Pace: a new one, or a
+// smaller burst), when one held at an allowed reservation; zero otherwise. A
+// caller that sees a later one than a waiting reservation's knows that
+// reservation was placed under the shape before the move.
+func (r Reservation) Reshaped() int64 {
+	if !r.Allowed {
+		return 0
+	}
+	return r.moved
 }
 
 // Store is the state shared by every transport that limits the same keys.

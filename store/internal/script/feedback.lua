@@ -5,7 +5,11 @@
 --          Fields (times in microseconds on the same clock as the reserve scripts):
 --          p = pause until; n, w, le = learned limit of n per w, valid until
 --          le; b, r = budget of b units left until the reset r; pt, pb, pe
---          = learned pace of spacing pt and burst pb, valid until pe.
+--          = learned pace of spacing pt and burst pb, valid until pe; pm =
+--          when the key last moved to a stricter pace: a new one, or a
+--          smaller burst (the reserve scripts return it, so that a caller
+--          may retake what it reserved before; a pace only slowed does not
+--          move it).
 -- KEYS[2]  optional: the key's log (see log), whose last entry is marked
 --          (made negative) so that the next reservation reads the feedback:
 --          the log reads the hash only when it finds a mark.
@@ -45,12 +49,19 @@ if n > 0 then
   redis.call('HSET', fb, 'n', n, 'w', string.format('%.0f', w), 'le', string.format('%.0f', le))
 end
 if pt > 0 then
-  if pe > now then
+  local moved = pe <= now
+  if not moved then
     -- A pace that holds is slowed, never hurried.
-    pt, pb = math.max(pt, tonumber(f[6]) or 0), math.min(pb, tonumber(f[7]) or pb)
+    local held_pb = tonumber(f[7]) or pb
+    pt, pb = math.max(pt, tonumber(f[6]) or 0), math.min(pb, held_pb)
+    moved = pb < held_pb
   end
   pe = now + pttl
-  redis.call('HSET', fb, 'pt', string.format('%.0f', pt), 'pb', pb, 'pe', string.format('%.0f', pe))
+  if moved then
+    redis.call('HSET', fb, 'pt', string.format('%.0f', pt), 'pb', pb, 'pe', string.format('%.0f', pe), 'pm', string.format('%.0f', now))
+  else
+    redis.call('HSET', fb, 'pt', string.format('%.0f', pt), 'pb', pb, 'pe', string.format('%.0f', pe))
+  end
 end
 if reset > 0 then
   local at = now + reset

@@ -5,8 +5,8 @@
 --           same hash tag (see feedback): p = pause until (µs); n, w, le =
 --           a learned limit of n per w µs, valid until le; b, r = a budget of
 --           b units left until the reset r (µs); pt, pb, pe = a learned pace
---           of spacing pt µs and burst pb, valid until pe. Absent fields say
---           nothing.
+--           of spacing pt µs and burst pb, valid until pe, to which the key
+--           last moved at pm (see feedback). Absent fields say nothing.
 
 -- hold(fb) reads the hash (one HMGET) and returns:
 --   refusal  a reply to return at once when a pause, or a budget too short
@@ -18,9 +18,10 @@
 --   budget   the reset of a budget that covers the cost (see spend), or nil;
 --   n, w     a learned limit of n per w µs still valid, or nil;
 --   active   whether anything in the hash is still live;
---   pt, pb   a learned pace (spacing in µs, burst) still valid, or nil.
+--   pt, pb   a learned pace (spacing in µs, burst) still valid, or nil;
+--   pm       when the key last moved to it (µs), or nil.
 local function hold(fb)
-  local f = redis.call('HMGET', fb, 'p', 'n', 'w', 'le', 'b', 'r', 'pt', 'pb', 'pe')
+  local f = redis.call('HMGET', fb, 'p', 'n', 'w', 'le', 'b', 'r', 'pt', 'pb', 'pe', 'pm')
   local till, budget, active = tonumber(f[1]) or 0, nil, false
   local b, r = tonumber(f[5]), tonumber(f[6])
   -- Past MaxFeedback (366 days) from now no feedback is ever written: a
@@ -38,15 +39,16 @@ local function hold(fb)
   else
     till = 0
   end
-  local pt, pb, pe = tonumber(f[7]), tonumber(f[8]), tonumber(f[9])
+  local pt, pb, pe, pm = tonumber(f[7]), tonumber(f[8]), tonumber(f[9]), tonumber(f[10])
   if pt and pb and pe and pe > now and pt >= 1 and pb >= 0 then
     active = true
+    if pm and pm < 0 then pm = nil end
   else
-    pt, pb = nil, nil
+    pt, pb, pm = nil, nil, nil
   end
   local n, w, le = tonumber(f[2]), tonumber(f[3]), tonumber(f[4])
-  if not (n and w and le and le > now) then return nil, till, budget, nil, nil, active, pt, pb end
-  return nil, till, budget, n, w, true, pt, pb
+  if not (n and w and le and le > now) then return nil, till, budget, nil, nil, active, pt, pb, pm end
+  return nil, till, budget, n, w, true, pt, pb, pm
 end
 
 -- spend takes the cost from the budget whose reset hold returned, for a slot

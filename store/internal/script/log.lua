@@ -12,13 +12,16 @@
 --           the caller may send. The entries are recorded at the latest time
 --           the request may be sent, not at its slot (see below).
 -- ARGV[first..argc] the window limits, as pairs: N (integer >= 1), W (window
---           in microseconds >= 1); first is 6, or 9 after a paced limit's
+--           in microseconds >= 1); first is 6, or 10 after a paced limit's
 --           arguments (see nopace and pace); argc is #ARGV, or less when
 --           more keys follow (see noalso and also).
 --
 -- Reply: the prelude's, with entry: the value the cost entries were
 -- recorded at (0 when refused); Cancel removes cost entries of this value;
--- then, when allowed under a paced limit, pace's TAT and spacing.
+-- then, when allowed under a paced limit, pace's TAT and spacing; then,
+-- when a learned pace holds, the time the key last moved to a stricter one
+-- (see feedback), so that a caller may tell which of its waiting
+-- reservations were made before it.
 -- Or the error KEYSTATE when an entry it reads is not a plausible time (the
 -- Go side then repairs the log with the repair script and retries once):
 -- not a number, or later than now + max wait + MaxAllowance (a day) + the
@@ -120,10 +123,12 @@ end
 -- paced limit would be, with the larger spacing and the smaller burst when
 -- the request has one.
 local fb, budget, active = KEYS[2], nil, false
+local held, moved = 0, nil -- the end of a pause that holds the slot; when the pace last moved
 if fb and marked then
   local refusal, till, n, w, pt, pb
-  refusal, till, budget, n, w, active, pt, pb = hold(fb)
+  refusal, till, budget, n, w, active, pt, pb, moved = hold(fb)
   if refusal then return refusal end
+  held = till
   if till >= s then s, limit, cause = till, 0, UPSTREAM end
   if n and last and w <= max_w then
     local e = last
@@ -144,14 +149,28 @@ if fb and marked then
     pb = math.max(pb, cost - 1)
     local e, bad
     if pace then
-      pace = { t = math.max(pace.t, pt), burst = math.min(pace.burst, pb), index = pace.index }
+      pace = { t = math.max(pace.t, pt), burst = math.min(pace.burst, pb), index = pace.index, keep = pace.keep }
       if tat then e = tat + (cost - 1 - pace.burst) * pace.t end
     else
-      pace = { t = pt, burst = pb, index = 0 }
+      pace = { t = pt, burst = pb, index = 0, keep = 0 }
       tat, e, bad = pace_slot()
       if bad then return bad end
     end
     if e and e > s then s, limit, cause = e, 0, LEARNED end
+  end
+end
+-- A pace that starts slowly (see pace: keep) has earned no burst when it has
+-- no TAT yet, nor at the end of a pause that holds its requests back: its
+-- TAT is then at least burst spacings past now or the pause's end, so that
+-- its requests go evenly spaced from the first, and its burst builds up
+-- only while the key sends slower than its pace.
+if pace and pace.keep > 0 then
+  local from = held
+  if not tat then from = math.max(from, now) end
+  if from > 0 and (not tat or from + pace.burst * pace.t > tat) then
+    tat = from + pace.burst * pace.t
+    local e = tat + (cost - 1 - pace.burst) * pace.t
+    if e > s then s, limit, cause = e, pace.index, LIMIT end
   end
 end
 -- Without an allowance, never before the last entry: the log stays ordered
@@ -179,7 +198,7 @@ if last and last > rec then rec = last end
 if also then rec = also_record(rec) end -- recorded in every key's log
 if pace then
   tat = pace_record(tat, s + allowance)
-  if not windows then return { 1, wait, s, limit, cause, rec, tat, pace.t } end
+  if not windows then return { 1, wait, s, limit, cause, rec, tat, pace.t, moved } end
 end
 local entry = rec
 if active then entry = -rec end
@@ -188,5 +207,5 @@ local len = log_push(key, entry)
 -- Trim lazily, and keep a TTL past the newest entry (see write).
 log_trim(key, len, max_n, max_w, last)
 log_expire(key, rec, max_w, last)
-if pace then return { 1, wait, s, limit, cause, rec, tat, pace.t } end
+if pace then return { 1, wait, s, limit, cause, rec, tat, pace.t, moved } end
 return { 1, wait, s, limit, cause, rec }

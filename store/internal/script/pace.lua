@@ -12,13 +12,19 @@
 -- ARGV[7]   the burst B (0 <= B <= N, cost <= B + 1).
 -- ARGV[8]   the 1-based index of the paced limit in the request, for the
 --           reply's limit.
--- ARGV[9..] the window limits, as in log (none: the log is neither read nor
+-- ARGV[9]   keep: 0, or, for a limit that starts slowly (store.Limit
+--           SlowStart), how long in microseconds its state outlives its
+--           TAT: the limit's window. Such a limit earns its burst: a key
+--           without a TAT, and the requests a pause holds back, start as
+--           if the burst had just been spent (see log).
+-- ARGV[10..] the window limits, as in log (none: the log is neither read nor
 --           written, and a learned limit, which counts log entries, is
 --           ignored).
 --
 -- Reply: the log's, with two more elements when allowed: the TAT the
 -- reservation left, which Cancel compares (see cancel_pace), and the
--- spacing it was reserved at (a learned pace may widen it: see log).
+-- spacing it was reserved at (a learned pace may widen it: see log); and a
+-- third when a learned pace holds (see log).
 --
 -- The rule. A request of cost c at now gets the slot
 --     s = max(now, TAT + (c - 1 - B) * T)          (no TAT: now)
@@ -65,5 +71,5 @@
 -- Cost: GET of the TAT, and SET with PX (the TTL in the same command) when
 -- allowed: two commands beside the log's.
 
-local first = 9
-local pace = { t = ARGV[6] + 0, burst = ARGV[7] + 0, index = ARGV[8] + 0 }
+local first = 10
+local pace = { t = ARGV[6] + 0, burst = ARGV[7] + 0, index = ARGV[8] + 0, keep = ARGV[9] + 0 }

@@ -5,8 +5,10 @@
 -- KEYS[3]   the pace key (see pace); passed for every log request, read only
 --           when the request or the key's feedback has a paced limit.
 
--- pace_slot returns the TAT (nil when none) and the earliest slot the paced
--- limit allows (0 when none), or, third, the error KEYSTATE when the TAT is
+-- pace_slot returns the TAT (nil when none: a limit that starts slowly
+-- counts one older than its keep as none, whether or not Redis has expired
+-- it yet) and the earliest slot the paced limit allows (0 when none), or,
+-- third, the error KEYSTATE when the TAT is
 -- not a plausible time: not a number, or later than now + max wait +
 -- MaxAllowance (a day) + (burst + cost + 1) spacings, past what any
 -- reservation of a caller with this max wait could have left (as for the
@@ -18,13 +20,16 @@ local function pace_slot()
   if not tat or tat > now + max_wait + 86400000000 + (pace.burst + cost + 1) * pace.t then
     return nil, 0, redis.error_reply('KEYSTATE the pace time is not a plausible time')
   end
+  if pace.keep > 0 and tat + pace.keep <= now then return nil, 0 end
   return tat, tat + (cost - 1 - pace.burst) * pace.t
 end
 
--- pace_record records cost units from send time r on the TAT and returns it.
+-- pace_record records cost units from send time r on the TAT and returns it,
+-- with a TTL just past it, or keep past it for a limit that starts slowly
+-- (see pace): until then, its earned burst stays.
 local function pace_record(tat, r)
   local t = math.max(tat or 0, r) + cost * pace.t
-  local ttl = t - now
+  local ttl = t - now + (pace.keep or 0)
   ttl = (ttl - ttl % 1000) / 1000 + 1
   redis.call('SET', KEYS[3], string.format('%.0f', t), 'PX', string.format('%.0f', ttl))
   return t

@@ -46,6 +46,12 @@ type admission struct {
 	// an upper bound, from before the store call; zero when not measured.
 	due   time.Time
 	lease leased // under r.InFlight (lease.go)
+	// epoch is the news epoch when the slot was asked for (news.go).
+	epoch uint64
+	// stale counts the slots given back because a pause or a move to a
+	// stricter pace came after they were placed (news.go); they are in
+	// d.Retaken too, but do not count against maxRetakes.
+	stale int
 }
 
 func newAdmission(r *rule, k keyed, maxWait time.Duration) admission {
@@ -123,6 +129,7 @@ func (c *core) take(ctx context.Context, a *admission) bool {
 		return a.end(Canceled, err)
 	}
 	r := a.r
+	a.epoch = c.news.epoch.Load()
 	a.asked = c.now()
 	req := store.Request{Limits: r.limitsFor(a.k.cost), Cost: a.k.cost, MaxServerWait: r.maxServerWait, Algorithm: r.Algorithm, Also: a.k.also}
 	if a.maxWait > 0 {
@@ -185,6 +192,7 @@ func (c *core) take(ctx context.Context, a *admission) bool {
 		if d := res.Decided(); d != 0 {
 			a.storeSlot = d + res.Delay.Microseconds()
 		}
+		c.news.replied(a.k.skey, res, a.storeSlot) // news.go
 	}
 	a.at = time.Time{}
 	if res.Delay > 0 {
@@ -211,6 +219,16 @@ func (c *core) await(ctx context.Context, a *admission) (retake bool) {
 		}()
 		return a.end(Canceled, err)
 	}
+	// A pause or a move to a stricter pace heard of since the slot was
+	// placed: the slot would send into it, or on the shape the upstream
+	// just refused. Take a new one (the store gives this one's time back
+	// if none came after it).
+	if a.stale < maxRetakes && c.news.stale(a) {
+		c.giveBack(ctx, a)
+		a.stale++
+		a.d.Retaken++
+		return true
+	}
 	if r.Margin == 0 {
 		return c.sent(a)
 	}
@@ -228,16 +246,21 @@ func (c *core) await(ctx context.Context, a *admission) (retake bool) {
 	// clock.go) feeds the allowance of later reservations.
 	late := woke.Sub(a.slot)
 	c.late.observe(woke, a.own(woke, late), a.d.Allowance, false)
-	if late <= a.d.Allowance+r.retake || a.d.Retaken == maxRetakes {
+	if late <= a.d.Allowance+r.retake || a.d.Retaken-a.stale >= maxRetakes {
 		return c.sent(a)
 	}
-	// A failed Cancel leaves the old slot recorded, which only
-	// over-counts; the retake then meets the failure policy.
-	cctx, cancel := context.WithTimeout(ctx, cancelTimeout)
-	_ = a.g.from.Cancel(cctx, res)
-	cancel()
+	c.giveBack(ctx, a)
 	a.d.Retaken++
 	return true
+}
+
+// giveBack cancels a's slot before a retake. A failed Cancel leaves the old
+// slot recorded, which only over-counts; the retake then meets the failure
+// policy.
+func (c *core) giveBack(ctx context.Context, a *admission) {
+	cctx, cancel := context.WithTimeout(ctx, cancelTimeout)
+	_ = a.g.from.Cancel(cctx, a.g.res)
+	cancel()
 }
 
 // sleepTo sleeps until a's slot: the latest it may be on this process's

@@ -121,8 +121,9 @@ func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Res
 		// Not recorded, but a retry still waits for it.
 		return heard{pause: l.Pause}
 	}
+	move := false
 	if complied && resp.StatusCode == http.StatusTooManyRequests {
-		t.fb.reshape(r, k.skey, sig, due, now, &l) // shape.go
+		move = t.fb.reshape(r, k.skey, sig, due, now, &l) // shape.go
 	}
 	if !throttled && l.Pause == 0 && !t.fb.news(k.skey, l, now) {
 		return heard{}
@@ -134,6 +135,7 @@ func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Res
 		var recorded bool
 		recorded, fb.Err = t.policy.learn(ctx, r, k.skey, l)
 		if recorded {
+			t.news.recorded(k.skey, t.now(), l.Pause, move && l.Pace.N > 0) // news.go
 			if l.Pause > 0 {
 				r.stats.pauses.Add(1)
 				h.held = true

@@ -266,7 +266,7 @@ func (w *wire) gotConn(httptrace.GotConnInfo) {
 	w.a.due = w.a.slot
 	late := now.Sub(w.a.due)
 	t.late.observe(now, w.a.own(now, late), w.a.d.Allowance, true)
-	if t.late.guarded.Load() && late > w.a.d.Allowance+w.a.r.retake && w.a.d.Retaken < maxRetakes {
+	if t.late.guarded.Load() && late > w.a.d.Allowance+w.a.r.retake && w.a.d.Retaken-w.a.stale < maxRetakes {
 		t.rewire(w.ctx, &w.a)
 	}
 }

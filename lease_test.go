@@ -59,6 +59,7 @@ func inFlightRule(n int, mode throttle.Mode, maxWait time.Duration) throttle.Opt
 		Name: "gw", Host: "api.example.com", Limits: []throttle.Limit{throttle.Per(1000, time.Second)},
 		Key: throttle.Fixed("gw"), Mode: mode, MaxWait: maxWait, Margin: throttle.NoMargin,
 		InFlight: n, LeaseFor: time.Second,
+		Bursts: true, // the cap alone holds requests back
 	})
 }
 

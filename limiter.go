@@ -34,6 +34,7 @@ type core struct {
 	policy     *policy     // the store and what to do when it fails (policy.go)
 	late       lateness    // the allowance of this process's reservations (lateness.go)
 	clock      *storeClock // the shared store's clock on this process's (clock.go)
+	news       keyNews     // pauses and moves heard of while requests wait (news.go)
 	logs       logLimiter
 	onDecision func(Decision)
 	onFeedback func(Feedback)
@@ -219,6 +220,7 @@ func (l *Limiter) Pause(ctx context.Context, key string, d time.Duration) error 
 	switch {
 	case recorded:
 		l.r.stats.pauses.Add(1)
+		l.c.news.recorded(k.skey, l.c.now(), p, false)
 	case err == nil:
 		err = fmt.Errorf("throttle: rule %q: the store (%T) keeps no pauses", l.r.Name, l.c.policy.shared)
 	}

@@ -77,8 +77,8 @@ func TestStats(t *testing.T) {
 		require.NoError(t, get(t, tr, bg, "https://ff.example/a"))
 		require.ErrorIs(t, get(t, tr, bg, "https://ff.example/a"), throttle.ErrLimited)
 		require.ErrorIs(t, get(t, tr, bg, "https://ff.example/a"), throttle.ErrLimited)
-		require.NoError(t, get(t, tr, bg, "https://up.example/a?status=429"))                 // paces the key; pauses 2 spacings
-		require.NoError(t, get(t, tr, bg, "https://up.example/a?status=503&retry=2"))         // waits 20ms; pauses 2s
+		require.NoError(t, get(t, tr, bg, "https://up.example/a?status=429"))                 // paces the key without a burst; pauses 2 spacings
+		require.NoError(t, get(t, tr, bg, "https://up.example/a?status=503&retry=2"))         // waits 100ms (the default pace's burst, unearned, then one spacing); pauses 2s
 		require.NoError(t, get(t, tr, bg, "https://up.example/a?status=503"))                 // waits 2s; no Retry-After: nothing
 		require.ErrorIs(t, get(t, tr, bg, "https://cost.example/a"), throttle.ErrInvalidCost) // failed, not the store
 		require.NoError(t, get(t, tr, bg, "https://other.example/a?status=429"))              // unmatched
@@ -94,7 +94,7 @@ func TestStats(t *testing.T) {
 				{Rule: "api", Requests: o(throttle.Sent, 2, throttle.Canceled, 1),
 					Wait: waits(0, time.Second+throttle.DefaultMargin)},
 				{Rule: "ff", Requests: o(throttle.Sent, 1, throttle.Limited, 2), Wait: waits(0)},
-				{Rule: "up", Requests: o(throttle.Sent, 3), Wait: waits(0, 20*time.Millisecond, 2*time.Second),
+				{Rule: "up", Requests: o(throttle.Sent, 3), Wait: waits(0, 100*time.Millisecond, 2*time.Second),
 					Upstream: throttle.FeedbackStats{TooManyRequests: 1, Unavailable: 1, Pauses: 2, Reshapes: 1}},
 				{Rule: "cost", Requests: o(throttle.Failed, 1)},
 			},
@@ -108,7 +108,7 @@ func TestStats(t *testing.T) {
 		total := got.Total()
 		assert.Equal(t, o(throttle.Sent, 6, throttle.Limited, 2, throttle.Canceled, 1, throttle.Failed, 1, throttle.Unmatched, 1), total.Requests)
 		assert.Equal(t, uint64(6), total.Wait.Count())
-		assert.Equal(t, 3*time.Second+20*time.Millisecond+throttle.DefaultMargin, total.Wait.Sum)
+		assert.Equal(t, 3*time.Second+100*time.Millisecond+throttle.DefaultMargin, total.Wait.Sum)
 	})
 }
 

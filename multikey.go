@@ -80,7 +80,9 @@ func compileAlso(c *rule, fail func(format string, args ...any) error) error {
 			if l.N < 1 || l.Per < time.Millisecond || l.Per > MaxPer {
 				return fail("Also[%d] (%s) limit %d (%s): N must be at least 1, Per from 1ms to %s", i, a.Name, j, l, MaxPer)
 			}
-			k.eff = append(k.eff, Limit{N: l.N, Per: l.Per + c.Margin, Precision: l.Precision, Paced: l.Paced, Burst: l.Burst})
+			e := l
+			e.Per += c.Margin
+			k.eff = append(k.eff, e)
 			c.minN = min(c.minN, l.N)
 		}
 		c.also = append(c.also, k)

@@ -30,11 +30,12 @@ func TestPacedRuleConfig(t *testing.T) {
 		alg    throttle.Algorithm
 		want   string
 	}{
-		"under fixed":    {[]throttle.Limit{throttle.Paced(10, time.Second, 0)}, throttle.FixedWindow, "needs the log algorithm"},
-		"two paced":      {[]throttle.Limit{throttle.Paced(10, time.Second, 0), throttle.Paced(100, time.Minute, 0)}, 0, "more than one paced limit"},
-		"burst above N":  {[]throttle.Limit{throttle.Paced(10, time.Second, 11)}, 0, "Burst must be from 0 to N"},
-		"negative burst": {[]throttle.Limit{throttle.Paced(10, time.Second, -1)}, 0, "Burst must be from 0 to N"},
-		"burst, no pace": {[]throttle.Limit{{N: 10, Per: time.Second, Burst: 1}}, 0, "Burst is for a paced limit"},
+		"under fixed":         {[]throttle.Limit{throttle.Paced(10, time.Second, 0)}, throttle.FixedWindow, "needs the log algorithm"},
+		"two paced":           {[]throttle.Limit{throttle.Paced(10, time.Second, 0), throttle.Paced(100, time.Minute, 0)}, 0, "more than one paced limit"},
+		"burst above N":       {[]throttle.Limit{throttle.Paced(10, time.Second, 11)}, 0, "Burst must be from 0 to N"},
+		"negative burst":      {[]throttle.Limit{throttle.Paced(10, time.Second, -1)}, 0, "Burst must be from 0 to N"},
+		"burst, no pace":      {[]throttle.Limit{{N: 10, Per: time.Second, Burst: 1}}, 0, "Burst and SlowStart are for a paced limit"},
+		"slow start, no pace": {[]throttle.Limit{{N: 10, Per: time.Second, SlowStart: true}}, 0, "Burst and SlowStart are for a paced limit"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := throttle.New(nil, newMemory(t), throttle.WithRule(throttle.Rule{Name: "r", Host: "a.example", Limits: tc.limits, Algorithm: tc.alg}))

@@ -130,7 +130,8 @@ func shareOf(limits []Limit, share float64) localShare {
 		n := max(1, int(math.Floor(float64(l.N)*share+1e-9)))
 		// A paced limit keeps its spacing's share and its burst's.
 		b := min(int(math.Floor(float64(l.Burst)*share+1e-9)), n)
-		s.limits = append(s.limits, Limit{N: n, Per: l.Per, Precision: l.Precision, Paced: l.Paced, Burst: b})
+		l.N, l.Burst = n, b
+		s.limits = append(s.limits, l)
 		if s.minN == 0 || n < s.minN {
 			s.minN = n
 		}

@@ -226,13 +226,17 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 		if l.Paced && l.Burst >= 0 && l.Burst+1 < c.minN {
 			c.minN = l.Burst + 1
 		}
-		c.eff = append(c.eff, Limit{N: l.N, Per: l.Per + r.Margin, Precision: l.Precision, Paced: l.Paced, Burst: l.Burst})
+		e := l
+		e.Per += r.Margin
+		c.eff = append(c.eff, e)
 	}
 	c.auto = -1
 	if p, ok := defaultPace(r); ok { // shape.go
 		c.auto = len(r.Limits)
 		r.Limits = append(r.Limits, p)
-		c.eff = append(c.eff, Limit{N: p.N, Per: p.Per + r.Margin, Paced: true, Burst: p.Burst})
+		e := p
+		e.Per += r.Margin
+		c.eff = append(c.eff, e)
 	}
 	c.retake = r.Margin / 2
 	for _, l := range r.Limits {

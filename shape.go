@@ -62,7 +62,9 @@ func defaultPace(r Rule) (Limit, bool) {
 		return Paced(slow.N, slow.Per, slow.N), true
 	}
 	span := math.Ceil(float64(defaultBurstSpan) * float64(slow.N) / float64(slow.Per))
-	return Paced(slow.N, slow.Per, int(min(float64(slow.N), max(DefaultBurst, span)))), true
+	p := Paced(slow.N, slow.Per, int(min(float64(slow.N), max(DefaultBurst, span))))
+	p.SlowStart = p.Burst < p.N
+	return p, true
 }
 
 // limitsFor returns the limits a request of cost reserves: the rule's, with
@@ -140,12 +142,14 @@ func shapeTTL(p Limit) time.Duration {
 // 429s find the spacing the upstream accepts, and each costs its request and
 // a pause of a couple of spacings, not a window. A stated wait (Retry-After,
 // a budget's reset, X-App-Usage) is kept whole.
-func (f *feedbackState) reshape(r *rule, skey string, sig signals, due, now time.Time, l *store.Learned) {
+// It reports whether the 429 moves the key (a new pace, not a slowing).
+func (f *feedbackState) reshape(r *rule, skey string, sig signals, due, now time.Time, l *store.Learned) (move bool) {
 	p, own, ok := r.shapeFor()
 	if !ok {
-		return
+		return false
 	}
 	n := f.slowings(skey, due, now, shapeTTL(p))
+	move = n == 0 && !own
 	if own {
 		n++ // already paced so: slow it from the first 429
 	}
@@ -157,6 +161,7 @@ func (f *feedbackState) reshape(r *rule, skey string, sig signals, due, now time
 		spacing := (p.Per + time.Duration(p.N) - 1) / time.Duration(p.N)
 		l.Pause = min(l.Pause, shapePauseSpacings*spacing)
 	}
+	return move
 }
 
 // slowings returns how often this transport has slowed skey's learned pace

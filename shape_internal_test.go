@@ -120,20 +120,24 @@ func TestReshape(t *testing.T) {
 }
 
 // A rule that states no shape keeps a pace beside its windows: at its
-// slowest limit's rate, with a burst of DefaultBurst, or of N where its
-// window alone holds a burst to N; none where it states one.
+// slowest limit's rate, with a burst of DefaultBurst, earned (SlowStart), or
+// of N where its window alone holds a burst to N; none where it states one.
 func TestDefaultPace(t *testing.T) {
 	t.Parallel()
+	slow := func(l Limit) Limit {
+		l.SlowStart = true
+		return l
+	}
 	for _, c := range []struct {
 		name string
 		rule Rule
 		want Limit // zero: none
 	}{
-		{"a window", Rule{Limits: []Limit{PerSecond(100)}}, Paced(100, time.Second, DefaultBurst)},
-		{"the slowest of several", Rule{Limits: []Limit{PerSecond(10), PerHour(5000)}}, Paced(5000, time.Hour, DefaultBurst)},
-		{"the slowest of equal windows", Rule{Limits: []Limit{Per(50, time.Second), Per(20, time.Second)}}, Paced(20, time.Second, DefaultBurst)},
+		{"a window", Rule{Limits: []Limit{PerSecond(100)}}, slow(Paced(100, time.Second, DefaultBurst))},
+		{"the slowest of several", Rule{Limits: []Limit{PerSecond(10), PerHour(5000)}}, slow(Paced(5000, time.Hour, DefaultBurst))},
+		{"the slowest of equal windows", Rule{Limits: []Limit{Per(50, time.Second), Per(20, time.Second)}}, slow(Paced(20, time.Second, DefaultBurst))},
 		{"N of 10: the window holds the burst", Rule{Limits: []Limit{PerSecond(10)}}, Paced(10, time.Second, 10)},
-		{"a fast limit: 50ms of sends", Rule{Limits: []Limit{PerSecond(10000)}}, Paced(10000, time.Second, 500)},
+		{"a fast limit: 50ms of sends", Rule{Limits: []Limit{PerSecond(10000)}}, slow(Paced(10000, time.Second, 500))},
 		{"faster than the span: the window's N", Rule{Limits: []Limit{Per(1<<30, 10*time.Millisecond)}}, Paced(1<<30, 10*time.Millisecond, 1<<30)},
 		{"N of 2", Rule{Limits: []Limit{PerMinute(2)}}, Paced(2, time.Minute, 2)},
 		{"N of 1: the window spaces it", Rule{Limits: []Limit{PerSecond(1)}}, Limit{}},
@@ -175,8 +179,9 @@ func TestDefaultPaceCost(t *testing.T) {
 }
 
 // The default pace's burst absorbs an allowance: a fast limit's requests at
-// once, reserved with a 2ms allowance, are not held back one allowance each
-// (with a burst of 9 at 10,000 per second, the second would wait 1.2ms).
+// once, reserved with a 2ms allowance, are spaced one spacing apart from the
+// first (its burst is earned), not one spacing and an allowance (with a
+// burst of 9 at 10,000 per second, the second would wait 2.1ms).
 func TestDefaultPaceAbsorbsTheAllowance(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -185,10 +190,11 @@ func TestDefaultPaceAbsorbsTheAllowance(t *testing.T) {
 		m, err := store.NewMemory()
 		require.NoError(t, err)
 		for i := range 400 {
-			res, err := m.Reserve(context.Background(), "k", store.Request{Limits: r.limitsFor(1), Cost: 1, Allowance: 2 * time.Millisecond})
+			res, err := m.Reserve(context.Background(), "k", store.Request{Limits: r.limitsFor(1), Cost: 1, MaxWait: time.Second, Allowance: 2 * time.Millisecond})
 			require.NoError(t, err)
 			require.True(t, res.Allowed, "request %d", i)
-			require.Zero(t, res.Delay, "request %d", i)
+			// (1s + 5ms)/10,000, rounded up to whole microseconds.
+			require.Equal(t, time.Duration(i)*101*time.Microsecond, res.Delay, "request %d", i)
 		}
 	})
 }

@@ -91,19 +91,20 @@ func TestShapeChangeKeepsStatedWaits(t *testing.T) {
 	})
 }
 
-// TestDefaultShape: a rule that states no shape sends a burst of
-// DefaultBurst + 1 at once, then one every (Per + Margin)/N, on every
-// transport that shares the store: a GCRA every common server-side limiter
-// accepts, within the window limit. With Bursts, the window's N go at once.
+// TestDefaultShape: a rule that states no shape sends one every
+// (Per + Margin)/N from its first request, on every transport that shares
+// the store, and a burst of DefaultBurst + 1 only after it idled (the burst
+// is earned): a GCRA every common server-side limiter accepts, within the
+// window limit. With Bursts, the window's N go at once.
 func TestDefaultShape(t *testing.T) {
 	t.Parallel()
+	spacing := (time.Second + throttle.DefaultMargin) / 100
 	for _, c := range []struct {
 		name   string
 		bursts bool
-		atOnce int
 	}{
-		{"default: paced after a burst of ten", false, throttle.DefaultBurst + 1},
-		{"Bursts: the whole window at once", true, 100},
+		{"default: evenly spaced from the first, a burst once earned", false},
+		{"Bursts: the whole window at once", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -114,30 +115,42 @@ func TestDefaultShape(t *testing.T) {
 				b := newTransport(t, sb.base(), st, throttle.WithRule(r))
 				start := time.Now()
 				var at []time.Duration
-				for i := range 120 {
-					tr := a
-					if i%2 == 1 {
-						tr = b
+				send := func(n int) {
+					for i := range n {
+						tr := a
+						if i%2 == 1 {
+							tr = b
+						}
+						_, err := do(t, tr, context.Background())
+						require.NoError(t, err)
+						at = append(at, time.Since(start))
 					}
-					_, err := do(t, tr, context.Background())
-					require.NoError(t, err)
-					at = append(at, time.Since(start))
 				}
-				for i := range c.atOnce {
-					assert.Zero(t, at[i], "request %d", i)
-				}
-				assert.NotZero(t, at[c.atOnce], "request %d", c.atOnce)
+				send(120)
 				for i := 100; i < len(at); i++ {
 					assert.GreaterOrEqual(t, at[i]-at[i-100], time.Second+throttle.DefaultMargin, "the window, at request %d", i)
 				}
 				if c.bursts {
+					for i := range 100 {
+						assert.Zero(t, at[i], "request %d", i)
+					}
+					assert.NotZero(t, at[100])
 					return
 				}
+				for i := range 100 {
+					assert.Equal(t, time.Duration(i)*spacing, at[i], "request %d", i)
+				}
+				// Idle for a window: the burst is earned.
+				time.Sleep(time.Second)
+				idle := time.Since(start)
+				send(throttle.DefaultBurst + 2)
+				for i := 120; i < 120+throttle.DefaultBurst+1; i++ {
+					assert.Equal(t, idle, at[i], "request %d: in the burst", i)
+				}
+				assert.Equal(t, idle+spacing, at[len(at)-1], "then the spacing")
 				// A GCRA of the window's spacing and a burst of DefaultBurst:
 				// any two requests i < j are at least j-i-DefaultBurst
-				// spacings apart (a burst comes again only after the window
-				// limit held requests back while the pace's credit grew).
-				spacing := (time.Second + throttle.DefaultMargin) / 100
+				// spacings apart.
 				for j := range at {
 					for i := range j {
 						if k := j - i - throttle.DefaultBurst; k > 0 {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/RussellLuo/slidingwindow"
+	"github.com/go-chi/httprate"
 	"github.com/throttled/throttled/v2"
 	"github.com/throttled/throttled/v2/store/memstore"
 	ulule "github.com/ulule/limiter/v3"
@@ -39,9 +40,12 @@ type gatewayKind struct {
 	about string
 	// burst is the burst a paced limit must keep to match it (a bucket of
 	// capacity b: b-1); log is set where the matching algorithm is the
-	// sliding log instead.
-	burst int
-	log   bool
+	// sliding log instead, and shaped where it is the window limit with a
+	// pace beside it (the default shape: the window bounds a window's count,
+	// the pace its spread).
+	burst  int
+	log    bool
+	shaped bool
 	// window is set for the upstreams that count in windows (fixed,
 	// sliding counter, log): from cold, they accept a window's N at once.
 	window bool
@@ -105,7 +109,7 @@ var gatewayKinds = []gatewayKind{
 			l := ulule.New(ulmemory.NewStore(), ulule.Rate{Period: gatewayPer, Limit: gatewayN})
 			return ulstdlib.NewMiddleware(l, ulstdlib.WithKeyGetter(func(*http.Request) string { return "gateway" })).Handler(ok), nil
 		}},
-	{id: "counter", name: "sliding-window counter", burst: 0, window: true,
+	{id: "counter", name: "sliding-window counter", shaped: true, window: true,
 		about: "`github.com/RussellLuo/slidingwindow` `NewLimiter(1s, 100, NewLocalWindow)`: the previous aligned window's count weighted by the share of it still in the sliding window, plus the current one; `if !l.Allow() { 429 }` (no headers). (`mennanov/limiters`, another implementation, is not served by the module proxy this suite can reach; this is the same algorithm)",
 		handler: func(ok http.Handler) (http.Handler, error) {
 			l, _ := slidingwindow.NewLimiter(gatewayPer, gatewayN, func() (slidingwindow.Window, slidingwindow.StopFunc) {
@@ -118,6 +122,11 @@ var gatewayKinds = []gatewayKind{
 				}
 				ok.ServeHTTP(w, r)
 			}), nil
+		}},
+	{id: "httprate", name: "go-chi/httprate", shaped: true, window: true,
+		about: "`github.com/go-chi/httprate` `LimitBy(100, time.Second, Key(\"*\"))` in front of the handler: a sliding-window counter (the previous aligned window's count weighted in, plus the current one) that refuses when that estimate, rounded, plus the request exceeds 100, so a steady rate of 99.5 per second or more is refused; headers `X-RateLimit-Limit: 100`, `-Remaining`, `-Reset` (epoch seconds: the aligned window's end) and `Retry-After: 1` (the window) on a 429",
+		handler: func(ok http.Handler) (http.Handler, error) {
+			return httprate.LimitBy(gatewayN, gatewayPer, httprate.Key("*"))(ok), nil
 		}},
 	{id: "log", name: "exact sliding log", log: true, window: true,
 		about: "`throttletest.Upstream` (this repository's strict fake): at most 100 accepted arrivals in any 1 s, `Retry-After` on a 429 and `X-RateLimit-Limit/-Remaining/-Reset` (epoch seconds), as GitHub sends them",

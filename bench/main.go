@@ -56,6 +56,7 @@ func main() {
 	mConfigs := flag.String("matrix-configs", "all", "-matrix: throttle's configurations, comma-separated: all or some of bursts,matching,default")
 	mOut := flag.String("matrix-out", "", "-matrix: write the matrix's page to this file (default: standard output)")
 	mSVG := flag.String("matrix-svg", "", "-matrix: write the matrix's figure (SVG) to this file")
+	mVerbose := flag.Bool("matrix-verbose", false, "-matrix: print each run's 429 times, the arrivals around late ones and the allowances")
 	mSmall := flag.String("matrix-small-svg", "", "-matrix: write a small figure (a few upstreams, bursts beside default) to this file, for the README")
 	flag.Parse()
 	if *worker != "" {
@@ -68,6 +69,7 @@ func main() {
 	}
 	if *matrix {
 		o, err := selectMatrix(*mRuns, *mTime, *mUps, *mShapes, *mConfigs)
+		o.verbose = *mVerbose
 		if err == nil {
 			err = runMatrix(o, matrixCommand(), *mOut, *mSVG, *mSmall)
 		}
@@ -102,7 +104,7 @@ func main() {
 func matrixCommand() string {
 	cmd := "cd bench && go run ."
 	flag.Visit(func(f *flag.Flag) {
-		if strings.HasPrefix(f.Name, "matrix") {
+		if strings.HasPrefix(f.Name, "matrix") && f.Name != "matrix-verbose" { // it changes no figure
 			v := f.Value.String()
 			if f.Name == "matrix" {
 				cmd += " -matrix"

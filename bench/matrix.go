@@ -55,10 +55,10 @@ func never(gatewayKind) bool  { return false }
 var matrixConfigs = []matrixConfig{
 	{id: "bursts", about: "`PerSecond(100)` with `Bursts: true`: the window limit alone, each window's requests sent as early as it allows (the sliding log)",
 		limits: func(gatewayKind) []throttle.Limit { return []throttle.Limit{throttle.PerSecond(gatewayN)} }, bursts: always},
-	{id: "matching", about: "the algorithm that matches the upstream: `PerSecond(100)` with `Bursts: true` (the log alone) against the sliding log and the fixed window; `Paced(100, time.Second, b)` with the bucket's burst (capacity − 1) against buckets and GCRA, and burst 0 against the sliding-window counter (docs/pacing.md)",
+	{id: "matching", about: "the algorithm that matches the upstream: `PerSecond(100)` with `Bursts: true` (the log alone) against the sliding log and the fixed window; `Paced(100, time.Second, b)` with the bucket's burst (capacity − 1) against buckets and GCRA; `PerSecond(100)` in the default shape (the window limit, and a pace beside it) against the sliding-window counter, which counts a window but weighs the last one as if its requests were spread evenly (docs/pacing.md)",
 		target: "matching",
 		limits: func(g gatewayKind) []throttle.Limit {
-			if g.log {
+			if g.log || g.shaped {
 				return []throttle.Limit{throttle.PerSecond(gatewayN)}
 			}
 			return []throttle.Limit{throttle.Paced(gatewayN, gatewayPer, g.burst)}
@@ -82,6 +82,36 @@ type matrixRun struct {
 	steadyTrips int64
 	errors      int
 	errorSample string
+	retaken     int       // slots the workers gave back (Decision.Retaken)
+	allowances  []float64 // Decision.Allowance of the sent requests, in ms, sorted
+}
+
+// details is what -matrix-verbose prints of a run besides its line: when
+// each 429 came, the accepted arrivals around those after 2 s, and the
+// allowances the workers reserved with.
+func (r matrixRun) details() []string {
+	var ms []string
+	for _, t := range r.rejected {
+		ms = append(ms, fmt.Sprintf("%.0f", float64(t)/1e6))
+	}
+	out := []string{"  429s at ms: " + strings.Join(ms, " ")}
+	for _, t := range r.rejected {
+		if t < 2*time.Second {
+			continue
+		}
+		var near []string
+		for _, a := range r.accepted {
+			if a > t-60*time.Millisecond && a < t+30*time.Millisecond {
+				near = append(near, fmt.Sprintf("%.2f", float64(a-t)/1e6))
+			}
+		}
+		out = append(out, fmt.Sprintf("    accepted around the 429 at %.0f ms (ms from it): %s", float64(t)/1e6, strings.Join(near, " ")))
+	}
+	if a := r.allowances; len(a) > 0 {
+		q := func(f float64) float64 { return a[int(f*float64(len(a)-1))] }
+		out = append(out, fmt.Sprintf("  allowance ms p10 %.3f p50 %.3f p90 %.3f p99 %.3f max %.3f; slots given back %d", q(.1), q(.5), q(.9), q(.99), q(1), r.retaken))
+	}
+	return out
 }
 
 // tooManyAfter counts the 429s that arrived at or after d from the start.
@@ -210,6 +240,7 @@ type matrixOptions struct {
 	upstreams []gatewayKind
 	shapes    []shape
 	configs   []matrixConfig
+	verbose   bool // print each run's details (matrixRun.details)
 }
 
 func selectMatrix(runs int, dur time.Duration, ups, shapes, configs string) (matrixOptions, error) {
@@ -285,6 +316,11 @@ func (e *env) matrix(ctx context.Context, o matrixOptions, progress func(string)
 				return nil, fmt.Errorf("matrix %s %s %s: %w", c.up.id, c.sh, c.conf.id, err)
 			}
 			c.runs = append(c.runs, r)
+			if o.verbose {
+				for _, line := range r.details() {
+					progress(line)
+				}
+			}
 			progress(fmt.Sprintf("matrix run %d/%d %-14s %-5s %-9s 429s %3d (after 2 s %3d) share after 1 s %5.1f %% steady %5.1f %% calls/sent %.3f sent %d errors %d %s",
 				i+1, o.runs, c.up.id, c.sh, c.conf.id, len(r.rejected), r.tooManyAfter(2*time.Second), 100*r.shareAfter(time.Second), 100*r.steadyRate(time.Second), r.callsPerSent(), r.sent, r.errors, r.errorSample))
 		}
@@ -311,6 +347,8 @@ func (e *env) matrixRun(ctx context.Context, self string, up gatewayKind, sh sha
 		return r, err
 	}
 	for _, o := range outs {
+		r.retaken += o.Retaken
+		r.allowances = append(r.allowances, o.AllowancesMs...)
 		r.sent += o.Sent
 		r.trips += o.Trips
 		r.steadySent += o.SteadySent
@@ -329,6 +367,7 @@ func (e *env) matrixRun(ctx context.Context, self string, up gatewayKind, sh sha
 	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
 		return r, err
 	}
+	slices.Sort(r.allowances)
 	r.dur = dur
 	r.accepted, r.rejected = offsets(got.Accepted, start), offsets(got.Rejected, start)
 	return r, nil

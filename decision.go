@@ -53,9 +53,11 @@ type Decision struct {
 	Outcome Outcome
 	// Delay is how long the request waited for its slot (Sent, Canceled).
 	Delay time.Duration
-	// Retaken counts the slots the request gave back because it woke more
-	// than its Allowance plus half the rule's Margin after them (a stalled
-	// process), taking the next free one instead; at most 2.
+	// Retaken counts the slots the request gave back, taking the next free
+	// one instead: because it woke, or got its connection, more than its
+	// Allowance plus the rule's retake threshold after them (a stalled
+	// process; at most 2), or because its key was paused or moved to a
+	// stricter pace after the slot was placed (at most 2 more).
 	Retaken int
 	// Allowance is how late after its slot this process may send: the
 	// largest lateness it measured in the last second or two. The log

@@ -79,7 +79,8 @@ type RuleStats struct {
 	// requests sent (Outcome Sent).
 	Wait WaitHistogram
 	// Retakes counts the slots given back because the process woke too
-	// late for them (Decision.Retaken, summed).
+	// late for them, or because a pause or a stricter pace came after they
+	// were placed (Decision.Retaken, summed).
 	Retakes uint64
 	// Store counts what the store failure policy did.
 	Store StoreFailureStats

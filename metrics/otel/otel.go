@@ -97,7 +97,7 @@ func Register(m metric.Meter, tr Source, attrs ...attribute.KeyValue) (metric.Re
 	ins.waits = counter("throttle.wait.requests", "{request}",
 		"Requests sent that waited at most throttle.wait.le seconds for their slot (cumulative buckets).")
 	ins.retakes = counter("throttle.retakes", "{retake}",
-		"Slots given back because the process woke too late for them.")
+		"Slots given back because the process woke too late for them, or because a pause or a stricter pace came after they were placed.")
 	ins.store = counter("throttle.store.failures", "{request}",
 		"Requests that met a failed store, or one marked down, by the policy that decided them.")
 	ins.upstream = counter("throttle.upstream.responses", "{response}",

@@ -50,7 +50,7 @@ func NewCollector(tr Source) *Collector {
 		wait: prometheus.NewDesc("throttle_wait_seconds",
 			"How long the requests sent waited for their slot.", rule, nil),
 		retakes: prometheus.NewDesc("throttle_retakes_total",
-			"Slots given back because the process woke too late for them.", rule, nil),
+			"Slots given back because the process woke too late for them, or because a pause or a stricter pace came after they were placed.", rule, nil),
 		store: prometheus.NewDesc("throttle_store_failures_total",
 			"Requests that met a failed store, or one marked down, by the policy that decided them: fail_closed (refused), fail_open (sent uncounted) or fail_local (decided in the process).",
 			[]string{"rule", "policy"}, nil),

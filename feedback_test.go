@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -392,4 +393,79 @@ func TestMaxServerWaitValidation(t *testing.T) {
 	assert.ErrorIs(t, err, throttle.ErrInvalidConfig)
 	_, err = throttle.New(nil, newMemory(t), throttle.WithOnFeedback(nil), rule(nil))
 	assert.ErrorIs(t, err, throttle.ErrInvalidConfig)
+}
+
+// fixedWindow is an upstream that counts its own fixed windows of n per w,
+// starting at phase past the Unix epoch's multiples of w (not throttle's),
+// answers 429 beyond n, and, when headers is set, states what remains and
+// when its window resets (seconds from now, rounded up), as GitHub does.
+type fixedWindow struct {
+	n        int
+	w, phase time.Duration
+	headers  bool
+	mu       sync.Mutex
+	start    time.Time
+	count    int
+	refused  int
+}
+
+func (f *fixedWindow) RoundTrip(r *http.Request) (*http.Response, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now()
+	start := now.Add(-f.phase).Truncate(f.w).Add(f.phase)
+	if !start.Equal(f.start) {
+		f.start, f.count = start, 0
+	}
+	status := http.StatusOK
+	if f.count < f.n {
+		f.count++
+	} else {
+		status = http.StatusTooManyRequests
+		f.refused++
+	}
+	var kv []string
+	if f.headers {
+		reset := (start.Add(f.w).Sub(now) + time.Second - 1) / time.Second
+		kv = []string{"X-RateLimit-Limit", strconv.Itoa(f.n), "X-RateLimit-Remaining", strconv.Itoa(f.n - f.count),
+			"X-RateLimit-Reset", strconv.Itoa(int(reset))}
+	}
+	return answer(status, "", kv...)(r), nil
+}
+
+// TestCountingFollowsTheUpstreamsWindow: a FixedWindow rule counts windows
+// aligned to the epoch; an upstream whose own fixed windows start elsewhere
+// sees up to twice N in one of its windows. When the upstream states what
+// remains until its reset, the budget holds the rule to the upstream's own
+// window: no 429 (without the headers, the same traffic meets some).
+func TestCountingFollowsTheUpstreamsWindow(t *testing.T) {
+	t.Parallel()
+	for _, headers := range []bool{true, false} {
+		t.Run(fmt.Sprint("headers=", headers), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				up := &fixedWindow{n: 10, w: 10 * time.Second, phase: 3 * time.Second, headers: headers}
+				tr := newTransport(t, up, nil, throttle.WithRule(throttle.Rule{Host: "api.example.com",
+					Limits: []throttle.Limit{throttle.Per(10, 10*time.Second)}, Algorithm: throttle.FixedWindow,
+					Key: throttle.Fixed("k"), MaxWait: time.Minute}))
+				// Some idle time first, so that throttle's windows and the
+				// upstream's are out of step when the traffic starts.
+				time.Sleep(5 * time.Second)
+				sent := 0
+				for end := time.Now().Add(2 * time.Minute); time.Now().Before(end); {
+					resp, err := do(t, tr, context.Background())
+					require.NoError(t, err)
+					if resp.StatusCode == http.StatusOK {
+						sent++
+					}
+				}
+				t.Logf("sent %d, refused %d", sent, up.refused)
+				if headers {
+					assert.Zero(t, up.refused, "the budget keeps the upstream's windows")
+					assert.GreaterOrEqual(t, sent, 110, "about N per window")
+				} else {
+					assert.Positive(t, up.refused, "epoch windows against the upstream's: the test needs its headers")
+				}
+			})
+		})
+	}
 }

@@ -50,7 +50,7 @@ func (m *matrixReport) markdown() string {
 	for _, c := range m.opts.configs {
 		p("- **%s**: %s.\n", c.id, c.about)
 	}
-	p("\n*Runs with a 429*: of the cell's runs, those in which the upstream answered 429 at least once. *429s after 2 s*: those that arrived 2 s or more after the fleet's start. *Share*: the requests the upstream accepted from 1 s after the start to the end, over what it sustains in that time (100 per second), per run: the median and the least. *Steady rate*: the long-run rate from 1 s on, whatever the bursts' phase: 1 s over the mean time between an accepted arrival and the 100th after it, as a share of 100 per second (the median of the runs). *Redis calls per sent request*: the workers' round trips to Redis (a go-redis hook, connection set-up excluded) over the requests they sent, in the steady state: from 1 s after the start to %s before its end (the last reservations of a run are refused, their slot being past its end, a call each that a fleet that keeps running does not pay). *Target*: what throttle aims for with the configuration (the matching one: no 429 and ≥ 99 %%; the default: no 429, or against strict spacing none after 2 s, and ≥ 95 %%; both ≤ 1.03 calls per request); the bursts configuration is the reference.\n\n", steadyEnd)
+	p("\n*Runs with a 429*: of the cell's runs, those in which the upstream answered 429 at least once. *429s after 2 s*: those that arrived 2 s or more after the fleet's start. *Share*: the requests the upstream accepted from 1 s after the start to the end, over what it sustains in that time (100 per second), per run: the median and the least. *Steady rate*: the long-run rate from 1 s on, whatever the bursts' phase: 1 s over the mean time between an accepted arrival and the 100th after it, as a share of 100 per second (the median of the runs). *Redis calls per sent request*: the workers' round trips to Redis (a go-redis hook, connection set-up excluded) over the requests they sent, in the steady state: from 1 s after the start to %s before its end (the last reservations of a run are refused, their slot being past its end, a call each that a fleet that keeps running does not pay). *Target*: what throttle aims for with the configuration, as its targets state it: no 429 in any run of the cell (the default against strict spacing: none after 2 s), and the medians of the runs' share (the matching one ≥ 99 %%, the default ≥ 95 %%) and of their calls per request (≤ 1.03); the least share and the most calls are shown beside the medians; the bursts configuration is the reference.\n\n", steadyEnd)
 
 	if len(m.cells) > 0 {
 		pass, all := map[string]int{}, map[string]int{}
@@ -90,7 +90,7 @@ func (m *matrixReport) markdown() string {
 }
 
 func matrixVersions() string {
-	return moduleVersionsOf("golang.org/x/time", "github.com/throttled/throttled/v2", "github.com/ulule/limiter/v3", "github.com/RussellLuo/slidingwindow", "github.com/redis/go-redis/v9")
+	return moduleVersionsOf("golang.org/x/time", "github.com/throttled/throttled/v2", "github.com/ulule/limiter/v3", "github.com/RussellLuo/slidingwindow", "github.com/go-chi/httprate", "github.com/redis/go-redis/v9")
 }
 
 // binCounts returns, for each bin of width step from 0 to dur, the number of

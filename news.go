@@ -15,7 +15,7 @@ import (
 // upstream's first 429 went out on the old shape, each a likely 429 against
 // an upstream that spaces strictly, and waiters sent into a pause.
 //
-// It hears from three places: its own feedback (a pause, a move recorded by
+// It hears from two places: its own feedback (a pause, a move recorded by
 // this process, on its own clock), and the store's replies to any of its
 // reservations (a slot a pause set, and Reservation.Reshaped: the moves
 // other processes recorded, on the store's clock).
@@ -81,7 +81,7 @@ func (h *keyNews) recorded(skey string, now time.Time, pause time.Duration, move
 	}
 	till := now.Add(pause)
 	if move {
-		till = now.Add(maxAllowance + MaxPer)
+		till = now.Add(MaxPer) // beyond every slot placed before it
 	}
 	h.update(skey, func(n *news) {
 		n.epoch, n.till = h.epoch.Add(1), maxTime(n.till, till)

@@ -201,7 +201,7 @@ var leaseCases = []conformanceCase{
 			require.NoError(t, leases(t, s).Release(ctx, a.Lease))
 			assert.True(t, reserve(t, s, k, r).Allowed, alg.String())
 		}
-		p := capped(1, time.Hour, 0, store.Limit{N: 10, Per: time.Second, Paced: true, Burst: 2})
+		p := capped(1, time.Hour, 0, store.Limit{N: 10, Per: time.Second, Paced: true, Burst: 2, SlowStart: true})
 		assert.True(t, reserve(t, s, key+"paced", p).Allowed)
 		assert.Equal(t, store.CauseInFlight, reserve(t, s, key+"paced", p).Cause)
 	}},

@@ -24,7 +24,7 @@ import (
 type keyNews struct {
 	any   atomic.Bool   // some key has news: waiters look them up
 	epoch atomic.Uint64 // counts what this process recorded (a reservation notes it before its call)
-	mu    sync.Mutex
+	mu    sync.RWMutex
 	keys  map[string]news
 }
 
@@ -65,6 +65,12 @@ func (h *keyNews) replied(skey string, res store.Reservation, slot int64) {
 	if moved == 0 && !paused {
 		return // the common path: no lock
 	}
+	h.mu.RLock()
+	n := h.keys[skey]
+	h.mu.RUnlock()
+	if moved <= n.moved && (!paused || slot <= n.pausedTill) {
+		return // while a learned pace holds, every reply says the same
+	}
 	h.update(skey, func(n *news) {
 		n.moved = max(n.moved, moved)
 		if paused {
@@ -94,9 +100,9 @@ func (h *keyNews) stale(a *admission) bool {
 	if !h.any.Load() || a.d.Local || a.g.from == nil {
 		return false
 	}
-	h.mu.Lock()
+	h.mu.RLock()
 	n, ok := h.keys[a.k.skey]
-	h.mu.Unlock()
+	h.mu.RUnlock()
 	if !ok {
 		return false
 	}

@@ -57,11 +57,8 @@ if pt > 0 then
     moved = pb < held_pb
   end
   pe = now + pttl
-  if moved then
-    redis.call('HSET', fb, 'pt', string.format('%.0f', pt), 'pb', pb, 'pe', string.format('%.0f', pe), 'pm', string.format('%.0f', now))
-  else
-    redis.call('HSET', fb, 'pt', string.format('%.0f', pt), 'pb', pb, 'pe', string.format('%.0f', pe))
-  end
+  redis.call('HSET', fb, 'pt', string.format('%.0f', pt), 'pb', pb, 'pe', string.format('%.0f', pe))
+  if moved then redis.call('HSET', fb, 'pm', string.format('%.0f', now)) end
 end
 if reset > 0 then
   local at = now + reset

@@ -45,6 +45,7 @@ import (
 	"time"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/examplekit"
 	"github.com/throttle-go/throttle/store"
 	"github.com/throttle-go/throttle/throttletest"
 )
@@ -52,7 +53,7 @@ import (
 func main() { os.Exit(run()) }
 
 func run() int {
-	var load throttletest.Flags // -redis, -workers, -duration, -mode, -margin, -maxwait, -transit
+	var load examplekit.Flags // -redis, -workers, -duration, -mode, -margin, -maxwait, -transit
 	load.Register(flag.CommandLine)
 	api := flag.String("api", "", "API base URL; requests are GET URL/me/media?access_token=TOKEN (empty: in-process strict API)")
 	tokenList := flag.String("tokens", "token-a,token-b,token-c", "comma-separated access tokens; workers spread requests over them")
@@ -88,7 +89,7 @@ func run() int {
 
 	// The Redis the processes share; without -redis an embedded one, so
 	// that the example runs on its own.
-	rdb, err := throttletest.StartRedis(context.Background(), load.RedisAddrs()...)
+	rdb, err := examplekit.StartRedis(context.Background(), load.RedisAddrs()...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "instagram:", err)
 		return 1
@@ -150,7 +151,7 @@ func run() int {
 	}
 	pool := http.DefaultTransport.(*http.Transport).Clone()
 	pool.MaxIdleConnsPerHost = load.Workers // one idle connection per worker: no dial per request
-	tally := throttletest.NewTally(os.Stderr)
+	tally := examplekit.NewTally(os.Stderr)
 	// What each token sent and waited, by its rate key: the hash the
 	// throttle derives from the token, never the token.
 	keys := make([]string, len(tokens))

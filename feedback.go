@@ -183,7 +183,7 @@ func (f *feedbackState) news(skey string, l store.Learned, now time.Time) bool {
 
 // learn turns what a response said into what the store keeps for the rule's
 // key: never a limit the rule's own limits already imply, never a wait
-// beyond MaxServerPause.
+// beyond maxServerPause.
 func (r *rule) learn(sig signals, throttled bool) store.Learned {
 	var l store.Learned
 	longest := r.Limits[0]

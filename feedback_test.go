@@ -316,7 +316,7 @@ func TestBudgetFromHeaders(t *testing.T) {
 		up := &scripted{answers: []func(*http.Request) *http.Response{answer(200, "",
 			"Date", date.UTC().Format(http.TimeFormat),
 			"X-RateLimit-Remaining", "2", "X-RateLimit-Reset", strconv.FormatInt(date.Add(10*time.Second).Unix(), 10)), ok200}}
-		tr := newTransport(t, up, nil, rule(func(r *throttle.Rule) { r.Limits, r.Bursts = []throttle.Limit{throttle.PerMinute(100)}, true }))
+		tr := newTransport(t, up, nil, rule(func(r *throttle.Rule) { r.Limits, r.NoDefaultPace = []throttle.Limit{throttle.PerMinute(100)}, true }))
 		_, err := do(t, tr, context.Background())
 		require.NoError(t, err)
 		var got []time.Duration

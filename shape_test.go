@@ -95,7 +95,7 @@ func TestShapeChangeKeepsStatedWaits(t *testing.T) {
 // (Per + Margin)/N from its first request, on every transport that shares
 // the store, and a burst of DefaultBurst + 1 only after it idled (the burst
 // is earned): a GCRA every common server-side limiter accepts, within the
-// window limit. With Bursts, the window's N go at once.
+// window limit. With NoDefaultPace, the window's N go at once.
 func TestDefaultShape(t *testing.T) {
 	t.Parallel()
 	spacing := (time.Second + throttle.DefaultMargin) / 100
@@ -104,12 +104,12 @@ func TestDefaultShape(t *testing.T) {
 		bursts bool
 	}{
 		{"default: evenly spaced from the first, a burst once earned", false},
-		{"Bursts: the whole window at once", true},
+		{"NoDefaultPace: the whole window at once", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				st := newMemory(t)
-				r := throttle.Rule{Host: "api.example.com", Key: throttle.Fixed("k"), Limits: []throttle.Limit{throttle.PerSecond(100)}, Bursts: c.bursts}
+				r := throttle.Rule{Host: "api.example.com", Key: throttle.Fixed("k"), Limits: []throttle.Limit{throttle.PerSecond(100)}, NoDefaultPace: c.bursts}
 				var sa, sb sendLog
 				a := newTransport(t, sa.base(), st, throttle.WithRule(r))
 				b := newTransport(t, sb.base(), st, throttle.WithRule(r))

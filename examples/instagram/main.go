@@ -126,13 +126,13 @@ func run() int {
 	// of its access token. ByQuery hashes the token: Redis sees
 	// "throttle:{instagram:query:access_token:<hex>}", never the token.
 	// Instagram counts a rolling hour exactly, so the rule sends each
-	// window's calls in bursts (Bursts) rather than paced.
+	// window's calls in bursts (NoDefaultPace) rather than paced.
 	rule := throttle.Rule{
-		Name:   "instagram",
-		Host:   apiURL.Host,
-		Limits: []throttle.Limit{throttle.Per(*rate, *per)},
-		Key:    throttle.ByQuery("access_token"),
-		Bursts: true,
+		Name:          "instagram",
+		Host:          apiURL.Host,
+		Limits:        []throttle.Limit{throttle.Per(*rate, *per)},
+		Key:           throttle.ByQuery("access_token"),
+		NoDefaultPace: true,
 	}
 	if *appRate > 0 {
 		// The app's limit: one more key, the same for every request. As

@@ -51,7 +51,7 @@ func drive(t *testing.T, mode throttle.Mode) examplekit.Counts {
 func TestTallyCut(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		c := drive(t, throttle.Wait)
+		c := drive(t, throttle.WaitForSlot)
 		assert.Equal(t, "sent=4 ok=4 429=0 limited=0 cut=3 errors=0 wait_p50=0s wait_p99=10s", c.String())
 	})
 	synctest.Test(t, func(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 //
 // A KeyFunc must not modify the request. When no key can be derived it returns
 // an error, and the request is refused with a *KeyError carrying that error's
-// text, so the text must never include a secret. Keys longer than maxKeyLen are
+// text, so the text must never include a secret. Keys longer than 200 bytes are
 // hashed by the transport, so a KeyFunc may return any non-empty string.
 type KeyFunc func(*http.Request) (string, error)
 

@@ -18,7 +18,7 @@ import (
 const numOutcomes = len(outcomeNames)
 
 // waitBounds are the upper bounds of the wait histogram's buckets: 0 (no
-// wait), then powers of 2 from 1ms to 65.536s, past defaultMaxWait. A wait
+// wait), then powers of 2 from 1ms to 65.536s, past a rule's default MaxWait. A wait
 // falls in the first bucket whose bound is at least the wait.
 var waitBounds = func() (b [18]time.Duration) {
 	for i := 1; i < len(b); i++ {

@@ -78,7 +78,7 @@ type Rule struct {
 
 	// Mode is WaitForSlot (the default) or FailFast.
 	Mode Mode
-	// MaxWait bounds the wait of a request in WaitForSlot mode. Zero: defaultMaxWait.
+	// MaxWait bounds the wait of a request in WaitForSlot mode. Zero: a minute.
 	MaxWait time.Duration
 	// Margin is added to every window, so that the upstream, which sees a
 	// request a little after it was sent, still never sees more than N in
@@ -92,7 +92,7 @@ type Rule struct {
 	// 429 or a 503 with Retry-After, an exhausted budget): a request that
 	// would wait longer fails at once with a *LimitError whose Upstream is
 	// set, carrying RetryAfter, rather than sleep. It applies within
-	// MaxWait. Zero: defaultMaxServerWait.
+	// MaxWait. Zero: 30 seconds.
 	MaxServerWait time.Duration
 	// IgnoreUpstream turns off the feedback: the rule's responses are
 	// counted (FeedbackStats, WithOnFeedback) but 429s, Retry-After and
@@ -102,13 +102,14 @@ type Rule struct {
 	// Retry-After) up to that many times, for idempotent requests only
 	// (GET, HEAD, OPTIONS, PUT, DELETE, or any request with an
 	// Idempotency-Key header) whose body, if any, can be replayed through
-	// GetBody. At most maxRetries; WaitForSlot mode only. Zero: no retry.
+	// GetBody. At most 10; WaitForSlot mode only. Zero: no retry.
 	Retries int
-	// NoDefaultPace sends each window's N as soon as the window limits allow, in
-	// bursts, for an upstream known to count exact rolling windows or fixed
-	// ones (Instagram's rolling hour, GitHub's hourly window). Unset, a
+	// NoDefaultPace turns the default pace off: the window limits alone
+	// send each window's N as soon as they allow, in bursts, for an
+	// upstream known to count exact rolling windows or fixed ones
+	// (Instagram's rolling hour, GitHub's hourly window). Unset, a
 	// SlidingLog rule without a paced limit of its own also paces its
-	// slowest limit with a burst of at least defaultBurst: the shape every common
+	// slowest limit with a burst of at least 9: the shape every common
 	// server-side limiter accepts at close to its full rate. See
 	// docs/pacing.md, "The default shape".
 	NoDefaultPace bool
@@ -128,7 +129,7 @@ type Rule struct {
 	InFlight int
 	// LeaseFor is how long a lease outlives a process that dies holding
 	// it; a live process renews its leases every half of it. From 100ms to
-	// 24h; zero: defaultLeaseFor (InFlight only).
+	// 24h; zero: 30 seconds (InFlight only).
 	LeaseFor time.Duration
 }
 

@@ -64,7 +64,7 @@ var matrixConfigs = []matrixConfig{
 			return []throttle.Limit{throttle.Paced(gatewayN, gatewayPer, g.burst)}
 		},
 		bursts: func(g gatewayKind) bool { return g.log }},
-	{id: "default", about: "`PerSecond(100)`: the default shape for an upstream of unknown shape, the window limit and a pace of its rate with a burst of `DefaultBurst` (9), earned (`SlowStart`), on one rule",
+	{id: "default", about: "`PerSecond(100)`: the default shape for an upstream of unknown shape, the window limit and a pace of its rate with a burst of 9, earned (`SlowStart`), on one rule",
 		target: "default",
 		limits: func(gatewayKind) []throttle.Limit { return []throttle.Limit{throttle.PerSecond(gatewayN)} }, bursts: never},
 }

@@ -28,3 +28,6 @@ const (
 	MaxServerPause      = maxServerPause
 	MinKeySecretLen     = minKeySecretLen
 )
+
+// Outcomes is the type of RuleStats.Requests, for the external tests.
+type Outcomes = [numOutcomes]uint64

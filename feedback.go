@@ -52,7 +52,7 @@ type Feedback struct {
 }
 
 // FeedbackStats counts what the transport heard from upstreams since it was
-// created. Read it with Transport.FeedbackStats, or per rule in Stats.
+// created: RuleStats.Upstream, per rule in Stats, summed by Stats.Total.
 type FeedbackStats struct {
 	// TooManyRequests counts the 429 responses received, despite the
 	// throttle: the number to keep at zero.

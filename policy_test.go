@@ -243,7 +243,7 @@ func TestFailOpenListens(t *testing.T) {
 		d, err := g.do(t)
 		require.NoError(t, err)
 		assert.Equal(t, FailedOpen, d.Outcome)
-		assert.Equal(t, uint64(1), g.tr.FeedbackStats().TooManyRequests)
+		assert.Equal(t, uint64(1), g.tr.Stats().Total().Upstream.TooManyRequests)
 		require.Len(t, g.feedback, 1)
 		assert.True(t, g.feedback[0].Throttled)
 		assert.Equal(t, 2*time.Second, g.feedback[0].Pause)
@@ -268,7 +268,7 @@ func TestFailLocalHoldsPauses(t *testing.T) {
 		assert.True(t, d.Local)
 		require.Len(t, g.feedback, 1)
 		require.NoError(t, g.feedback[0].Err)
-		assert.Equal(t, uint64(1), g.tr.FeedbackStats().Pauses)
+		assert.Equal(t, uint64(1), g.tr.Stats().Total().Upstream.Pauses)
 
 		d, err = g.do(t)
 		require.ErrorIs(t, err, ErrUpstreamLimited, "paused for 5s, more than MaxServerWait")

@@ -54,7 +54,7 @@ func TestShapeChange(t *testing.T) {
 		assert.Equal(t, 202*ms, got[1].Pause, "two of its spacings, not a window")
 		assert.Equal(t, 202*ms, send(a))
 		assert.Equal(t, 101*ms, send(b), "the slower pace, fleet-wide")
-		fs := a.FeedbackStats()
+		fs := a.Stats().Total().Upstream
 		assert.Equal(t, uint64(2), fs.Reshapes)
 		assert.Equal(t, uint64(2), fs.Pauses)
 		assert.Equal(t, uint64(2), fs.TooManyRequests)
@@ -87,7 +87,7 @@ func TestShapeChangeKeepsStatedWaits(t *testing.T) {
 		require.Len(t, got, 1)
 		assert.Equal(t, throttle.Paced(10, 1010*time.Millisecond, 0), got[0].Paced, "slowed by 1 %")
 		assert.Equal(t, 202*time.Millisecond, got[0].Pause)
-		assert.Equal(t, uint64(1), tr.FeedbackStats().Reshapes)
+		assert.Equal(t, uint64(1), tr.Stats().Total().Upstream.Reshapes)
 	})
 }
 

@@ -176,7 +176,7 @@ func run() int {
 		return charge(ctx, client, chargeURL)
 	})
 
-	c, fb := tally.Counts(), tr.FeedbackStats()
+	c, fb := tally.Counts(), tr.Stats().Total().Upstream
 	fmt.Fprintf(os.Stderr, "done: %d refused by the limit; %d cut by the end of the run (in flight, or their slot lay beyond it); "+
 		"upstream: %d 429s, %d pauses, %d tightenings recorded\n",
 		c.Limited, c.Cut, fb.TooManyRequests, fb.Pauses, fb.Tightenings)

@@ -172,7 +172,7 @@ func TestCancelGivesSlotBack(t *testing.T) {
 				var decisions decisionLog
 				tr := newTransport(t, sent.base(), nil, decisions.option(), throttle.WithRule(throttle.Rule{
 					Host: "api.example.com", Limits: tc.limits, Key: throttle.Fixed("k"), Margin: throttle.NoMargin,
-					Bursts: true, // the window limits alone: their slot comes back
+					NoDefaultPace: true, // the window limits alone: their slot comes back
 				}))
 				send(t, tr, testURL) // t=0: fills the window up to t=w
 

@@ -23,7 +23,7 @@ var ErrInvalidConfig = errors.New("throttle: invalid configuration")
 
 // LimitError says that a request was not sent because its rule's limits had no
 // free slot within the time it could wait: at once in FailFast mode, within
-// MaxWait and the context's deadline in Wait mode.
+// MaxWait and the context's deadline in WaitForSlot mode.
 type LimitError struct {
 	Rule string // the rule's name
 	Key  string // the rate key (an Also key's, when its limit refused); keys derived from secrets are hashed
@@ -39,7 +39,7 @@ type LimitError struct {
 	// work after RetryAfter.
 	Upstream bool
 	// BeyondDeadline is set when the request could have waited for its slot
-	// (Wait mode, RetryAfter within MaxWait, and within MaxServerWait for a
+	// (WaitForSlot mode, RetryAfter within MaxWait, and within MaxServerWait for a
 	// wait the upstream imposed) but the slot lay beyond its context's
 	// deadline: the deadline refused it, at once, rather than the limit.
 	BeyondDeadline bool

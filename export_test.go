@@ -17,3 +17,17 @@ func MeasuredLimiter(l *Limiter) *Limiter {
 	l.c.late.observe(l.c.now(), 0, 0, true)
 	return l
 }
+
+// The tuning values, for the external tests.
+const (
+	DefaultBurst        = defaultBurst
+	DefaultStoreTimeout = defaultStoreTimeout
+	MaxKeyLen           = maxKeyLen
+	MaxPer              = maxPer
+	MaxRetries          = maxRetries
+	MaxServerPause      = maxServerPause
+	MinKeySecretLen     = minKeySecretLen
+)
+
+// Outcomes is the type of RuleStats.Requests, for the external tests.
+type Outcomes = [numOutcomes]uint64

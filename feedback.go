@@ -52,7 +52,7 @@ type Feedback struct {
 }
 
 // FeedbackStats counts what the transport heard from upstreams since it was
-// created. Read it with Transport.FeedbackStats, or per rule in Stats.
+// created: RuleStats.Upstream, per rule in Stats, summed by Stats.Total.
 type FeedbackStats struct {
 	// TooManyRequests counts the 429 responses received, despite the
 	// throttle: the number to keep at zero.
@@ -183,7 +183,7 @@ func (f *feedbackState) news(skey string, l store.Learned, now time.Time) bool {
 
 // learn turns what a response said into what the store keeps for the rule's
 // key: never a limit the rule's own limits already imply, never a wait
-// beyond MaxServerPause.
+// beyond maxServerPause.
 func (r *rule) learn(sig signals, throttled bool) store.Learned {
 	var l store.Learned
 	longest := r.Limits[0]

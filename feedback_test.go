@@ -161,7 +161,7 @@ func TestPauseAfter429(t *testing.T) {
 				assert.Equal(t, tc.wantPause, got[0].Pause)
 				assert.NotContains(t, got[0].Key, secret)
 				assert.Equal(t, "api", got[0].Rule)
-				st := tr.FeedbackStats()
+				st := tr.Stats().Total().Upstream
 				assert.Equal(t, uint64(1), st.Pauses)
 				assert.Equal(t, uint64(1), st.TooManyRequests+st.Unavailable)
 			})
@@ -178,7 +178,7 @@ func TestNoPauseWithoutThrottling(t *testing.T) {
 		for range 3 {
 			assert.Zero(t, elapsed(func() { _, _ = do(t, tr, context.Background()) }))
 		}
-		assert.Equal(t, throttle.FeedbackStats{}, tr.FeedbackStats())
+		assert.Equal(t, throttle.FeedbackStats{}, tr.Stats().Total().Upstream)
 	})
 }
 
@@ -281,11 +281,11 @@ func TestLearnedLimits(t *testing.T) {
 				assert.Equal(t, tc.want, got)
 				learned := tc.want[1] != 0 || tc.want[2] != 0
 				if learned {
-					assert.Equal(t, uint64(1), tr.FeedbackStats().Tightenings, "recorded once, not on every response")
+					assert.Equal(t, uint64(1), tr.Stats().Total().Upstream.Tightenings, "recorded once, not on every response")
 				} else {
-					assert.Zero(t, tr.FeedbackStats().Tightenings)
+					assert.Zero(t, tr.Stats().Total().Upstream.Tightenings)
 				}
-				assert.Zero(t, tr.FeedbackStats().TooManyRequests)
+				assert.Zero(t, tr.Stats().Total().Upstream.TooManyRequests)
 			})
 		})
 	}
@@ -316,7 +316,7 @@ func TestBudgetFromHeaders(t *testing.T) {
 		up := &scripted{answers: []func(*http.Request) *http.Response{answer(200, "",
 			"Date", date.UTC().Format(http.TimeFormat),
 			"X-RateLimit-Remaining", "2", "X-RateLimit-Reset", strconv.FormatInt(date.Add(10*time.Second).Unix(), 10)), ok200}}
-		tr := newTransport(t, up, nil, rule(func(r *throttle.Rule) { r.Limits, r.Bursts = []throttle.Limit{throttle.PerMinute(100)}, true }))
+		tr := newTransport(t, up, nil, rule(func(r *throttle.Rule) { r.Limits, r.NoDefaultPace = []throttle.Limit{throttle.PerMinute(100)}, true }))
 		_, err := do(t, tr, context.Background())
 		require.NoError(t, err)
 		var got []time.Duration
@@ -339,7 +339,7 @@ func TestIgnoreUpstream(t *testing.T) {
 		for range 3 {
 			assert.Zero(t, elapsed(func() { _, _ = do(t, tr, context.Background()) }))
 		}
-		st := tr.FeedbackStats()
+		st := tr.Stats().Total().Upstream
 		assert.Equal(t, uint64(3), st.TooManyRequests, "counted")
 		assert.Zero(t, st.Pauses)
 		assert.Zero(t, st.Tightenings)
@@ -360,8 +360,8 @@ func TestFeedbackWithoutFeedbackStore(t *testing.T) {
 	require.NoError(t, err)
 	_, err = do(t, tr, context.Background())
 	require.NoError(t, err)
-	assert.Equal(t, uint64(2), tr.FeedbackStats().TooManyRequests)
-	assert.Zero(t, tr.FeedbackStats().Pauses)
+	assert.Equal(t, uint64(2), tr.Stats().Total().Upstream.TooManyRequests)
+	assert.Zero(t, tr.Stats().Total().Upstream.Pauses)
 }
 
 func TestFeedbackStoreErrorIsReported(t *testing.T) {
@@ -380,7 +380,7 @@ func TestFeedbackStoreErrorIsReported(t *testing.T) {
 	assert.EqualError(t, fbs.all()[0].Err, "redis down")
 	assert.Contains(t, logs.String(), "throttle feedback")
 	assert.NotContains(t, logs.String(), secret)
-	assert.Zero(t, tr.FeedbackStats().Pauses)
+	assert.Zero(t, tr.Stats().Total().Upstream.Pauses)
 }
 
 func TestMaxServerWaitValidation(t *testing.T) {

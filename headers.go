@@ -13,10 +13,10 @@ import (
 // total: malformed, negative, huge or far-future values are ignored or capped,
 // never trusted blindly, and nothing panics (the parsers are fuzzed).
 
-// MaxServerPause caps every wait the upstream imposes (Retry-After, a reset, a
+// maxServerPause caps every wait the upstream imposes (Retry-After, a reset, a
 // pause for X-App-Usage): a larger value is cut to it. The pause ends then and
 // the next response says again what the upstream wants.
-const MaxServerPause = time.Hour
+const maxServerPause = time.Hour
 
 // epochThreshold tells an epoch from a delta in X-RateLimit-Reset: values at
 // or above it (2001-09-09 as seconds since 1970) are epoch seconds, smaller
@@ -114,7 +114,7 @@ func parseSignals(h http.Header, now time.Time) signals {
 // parseRetryAfter reads Retry-After: delta seconds (fractions accepted, as
 // some APIs send them), or an HTTP date taken relative to ref (the response's
 // Date, else the local clock). A date in the past is 0; more than
-// MaxServerPause is capped to it.
+// maxServerPause is capped to it.
 func parseRetryAfter(v string, ref func() time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
@@ -131,7 +131,7 @@ func parseRetryAfter(v string, ref func() time.Time) (time.Duration, bool) {
 }
 
 // parseSeconds reads a non-negative number of seconds, with an optional
-// fraction, capped at MaxServerPause. Signs, exponents, hex, NaN and
+// fraction, capped at maxServerPause. Signs, exponents, hex, NaN and
 // infinities are refused.
 func parseSeconds(v string) (time.Duration, bool) {
 	if v == "" || len(v) > 32 {
@@ -151,15 +151,15 @@ func parseSeconds(v string) (time.Duration, bool) {
 	if err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
 		return 0, false
 	}
-	if f >= MaxServerPause.Seconds() {
-		return MaxServerPause, true
+	if f >= maxServerPause.Seconds() {
+		return maxServerPause, true
 	}
 	return time.Duration(f * float64(time.Second)), true
 }
 
-// capPause clamps a wait to [0, MaxServerPause].
+// capPause clamps a wait to [0, maxServerPause].
 func capPause(d time.Duration) time.Duration {
-	return min(max(d, 0), MaxServerPause)
+	return min(max(d, 0), maxServerPause)
 }
 
 // parseCount reads a non-negative integer, at most maxCount.
@@ -177,7 +177,7 @@ func parseCount(v string) (int, bool) {
 
 // parseReset reads a reset: epoch seconds when epochOK and the value is at
 // least epochThreshold (taken relative to ref, the response's Date), else
-// seconds from now. A reset in the past is 0, one beyond MaxServerPause is
+// seconds from now. A reset in the past is 0, one beyond maxServerPause is
 // capped to it.
 func parseReset(v string, ref func() time.Time, epochOK bool) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
@@ -199,7 +199,7 @@ func parsePolicies(fields []string) []ratePolicy {
 	for _, it := range sfItems(fields) {
 		q, okQ := parseCount(it.params["q"])
 		w, okW := parseCount(it.params["w"])
-		if len(out) == 8 || !okQ || !okW || q < 1 || w < 1 || w > int(MaxPer/time.Second) {
+		if len(out) == 8 || !okQ || !okW || q < 1 || w < 1 || w > int(maxPer/time.Second) {
 			continue
 		}
 		if qu, ok := it.params["qu"]; ok && strings.Trim(qu, `"`) != "requests" {
@@ -219,7 +219,7 @@ func parseRateLimit(fields []string) (remaining int, reset time.Duration, ok boo
 		if !okR || !okT {
 			continue
 		}
-		d := capPause(time.Duration(min(t, int(MaxServerPause/time.Second))) * time.Second)
+		d := capPause(time.Duration(min(t, int(maxServerPause/time.Second))) * time.Second)
 		if !ok || r < remaining || r == remaining && d > reset {
 			remaining, reset, ok = r, d, true
 		}

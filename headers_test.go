@@ -26,8 +26,8 @@ func TestParseRetryAfter(t *testing.T) {
 		{"HTTP date", refTime.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second, true},
 		{"RFC 850 date", refTime.Add(10 * time.Second).Format("Monday, 02-Jan-06 15:04:05 GMT"), 10 * time.Second, true},
 		{"date in the past", refTime.Add(-time.Hour).Format(http.TimeFormat), 0, true},
-		{"far-future date is capped", refTime.Add(1000 * time.Hour).Format(http.TimeFormat), MaxServerPause, true},
-		{"huge seconds are capped", "99999999999999999999999", MaxServerPause, true},
+		{"far-future date is capped", refTime.Add(1000 * time.Hour).Format(http.TimeFormat), maxServerPause, true},
+		{"huge seconds are capped", "99999999999999999999999", maxServerPause, true},
 		{"negative", "-5", 0, false},
 		{"plus sign", "+5", 0, false},
 		{"exponent", "1e3", 0, false},
@@ -84,7 +84,7 @@ func TestParseSignals(t *testing.T) {
 			signals{remaining: 0, reset: 0, hasBudget: true}},
 		{"a far-future reset is capped",
 			header("Date", date, "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", epoch(100*24*time.Hour)),
-			signals{remaining: 0, reset: MaxServerPause, hasBudget: true}},
+			signals{remaining: 0, reset: maxServerPause, hasBudget: true}},
 		{"negative and malformed counts are ignored",
 			header("X-RateLimit-Limit", "-1", "X-RateLimit-Remaining", "many", "X-RateLimit-Reset", "10"),
 			signals{}},
@@ -119,15 +119,15 @@ func TestParseSignals(t *testing.T) {
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // checkSignals is the fuzzers' invariant: whatever the headers say, every
-// duration is within [0, MaxServerPause] (a learned window within MaxPer),
+// duration is within [0, maxServerPause] (a learned window within maxPer),
 // every count within [0, maxCount], a usage within [0, 1000].
 func checkSignals(t *testing.T, s signals) {
 	t.Helper()
-	if s.retryAfter < 0 || s.retryAfter > MaxServerPause || s.reset < 0 || s.reset > MaxServerPause {
-		t.Fatalf("a wait outside [0, %s]: %+v", MaxServerPause, s)
+	if s.retryAfter < 0 || s.retryAfter > maxServerPause || s.reset < 0 || s.reset > maxServerPause {
+		t.Fatalf("a wait outside [0, %s]: %+v", maxServerPause, s)
 	}
 	for _, p := range s.policies {
-		if p.q < 1 || p.q > maxCount || p.w < time.Second || p.w > MaxPer {
+		if p.q < 1 || p.q > maxCount || p.w < time.Second || p.w > maxPer {
 			t.Fatalf("a policy out of bounds: %+v", s)
 		}
 	}
@@ -145,7 +145,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, v string) {
 		d, ok := parseRetryAfter(v, func() time.Time { return refTime })
-		if d < 0 || d > MaxServerPause || !ok && d != 0 {
+		if d < 0 || d > maxServerPause || !ok && d != 0 {
 			t.Fatalf("parseRetryAfter(%q) = %s, %v", v, d, ok)
 		}
 	})
@@ -168,7 +168,7 @@ func FuzzParseSignals(f *testing.F) {
 		}
 		for _, throttled := range []bool{false, true} {
 			l := r.learn(s, throttled)
-			if l.Pause < 0 || l.Pause > MaxServerPause || l.Reset < 0 || l.Reset > MaxServerPause {
+			if l.Pause < 0 || l.Pause > maxServerPause || l.Reset < 0 || l.Reset > maxServerPause {
 				t.Fatalf("learned a wait out of bounds: %+v from %+v", l, s)
 			}
 			if l.Limit.N < 0 || l.Limit.N > 0 && l.Limit.Per > time.Hour+DefaultMargin {

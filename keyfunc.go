@@ -15,13 +15,13 @@ import (
 //
 // A KeyFunc must not modify the request. When no key can be derived it returns
 // an error, and the request is refused with a *KeyError carrying that error's
-// text, so the text must never include a secret. Keys longer than MaxKeyLen are
+// text, so the text must never include a secret. Keys longer than 200 bytes are
 // hashed by the transport, so a KeyFunc may return any non-empty string.
 type KeyFunc func(*http.Request) (string, error)
 
-// MaxKeyLen is the longest rate key stored as it is; a longer one is replaced
+// maxKeyLen is the longest rate key stored as it is; a longer one is replaced
 // by "sha256:" and the hex digest of its first 128 bits.
-const MaxKeyLen = 200
+const maxKeyLen = 200
 
 // keyErr is the error of the built-in KeyFuncs: its text is the reason.
 type keyErr string

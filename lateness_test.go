@@ -216,7 +216,7 @@ func TestFirstCallIsNotLockedOut(t *testing.T) {
 	t.Parallel()
 	st, err := store.NewMemory()
 	require.NoError(t, err)
-	rule := Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerHour(100)}, Mode: FailFast, Bursts: true}
+	rule := Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerHour(100)}, Mode: FailFast, NoDefaultPace: true}
 	var decisions []Decision
 	tr, err := New(roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
@@ -271,7 +271,7 @@ func TestColdStartOnTheWire(t *testing.T) {
 		const dial = 3 * time.Millisecond
 		var decisions []Decision
 		base := &wireBase{dial: []time.Duration{dial, dial, dial}}
-		tr, err := New(base, newMemoryStore(t), WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerSecond(100)}, Bursts: true}),
+		tr, err := New(base, newMemoryStore(t), WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerSecond(100)}, NoDefaultPace: true}),
 			WithOnDecision(func(d Decision) { decisions = append(decisions, d) }))
 		require.NoError(t, err)
 		sendPG(t, tr, 3)

@@ -18,8 +18,8 @@ import (
 // free, renews while it is in flight, and gives back when its response body
 // is closed. docs/concurrency.md has the design and its costs.
 
-// DefaultLeaseFor is Rule.LeaseFor when zero.
-const DefaultLeaseFor = 30 * time.Second
+// defaultLeaseFor is Rule.LeaseFor when zero.
+const defaultLeaseFor = 30 * time.Second
 
 // minLeaseFor bounds Rule.LeaseFor from below: a lease is renewed every half
 // of it, one store call each time.
@@ -37,7 +37,7 @@ func (c *rule) compileInFlight(fail func(string, ...any) error) error {
 	case c.InFlight == 0:
 		return fail("LeaseFor %s without InFlight", c.LeaseFor)
 	case c.LeaseFor == 0:
-		c.LeaseFor = DefaultLeaseFor
+		c.LeaseFor = defaultLeaseFor
 	case c.LeaseFor < minLeaseFor || c.LeaseFor > store.MaxLease:
 		return fail("LeaseFor %s must be from %s to %s", c.LeaseFor, minLeaseFor, store.MaxLease)
 	}
@@ -180,7 +180,7 @@ func (c *core) leaseTimeout() time.Duration {
 	if c.policy.timeout > 0 {
 		return c.policy.timeout
 	}
-	return DefaultStoreTimeout
+	return defaultStoreTimeout
 }
 
 // renew runs on the timer: it renews the lease and arms the next renewal,

@@ -59,7 +59,7 @@ func inFlightRule(n int, mode throttle.Mode, maxWait time.Duration) throttle.Opt
 		Name: "gw", Host: "api.example.com", Limits: []throttle.Limit{throttle.Per(1000, time.Second)},
 		Key: throttle.Fixed("gw"), Mode: mode, MaxWait: maxWait, Margin: throttle.NoMargin,
 		InFlight: n, LeaseFor: time.Second,
-		Bursts: true, // the cap alone holds requests back
+		NoDefaultPace: true, // the cap alone holds requests back
 	})
 }
 
@@ -70,7 +70,7 @@ func TestInFlightCap(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var up concurrent
 		var decisions decisionLog
-		tr := newTransport(t, up.base(), newMemory(t), inFlightRule(3, throttle.Wait, time.Minute), decisions.option())
+		tr := newTransport(t, up.base(), newMemory(t), inFlightRule(3, throttle.WaitForSlot, time.Minute), decisions.option())
 		var wg sync.WaitGroup
 		for range 10 {
 			wg.Go(func() {
@@ -175,7 +175,7 @@ func TestInFlightWaitEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var up concurrent
 		var decisions decisionLog
-		tr := newTransport(t, up.base(), newMemory(t), inFlightRule(1, throttle.Wait, 3*time.Second), decisions.option())
+		tr := newTransport(t, up.base(), newMemory(t), inFlightRule(1, throttle.WaitForSlot, 3*time.Second), decisions.option())
 		req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
 		first, err := tr.RoundTrip(req)
 		require.NoError(t, err)

@@ -18,7 +18,7 @@ import (
 const numOutcomes = len(outcomeNames)
 
 // waitBounds are the upper bounds of the wait histogram's buckets: 0 (no
-// wait), then powers of 2 from 1ms to 65.536s, past DefaultMaxWait. A wait
+// wait), then powers of 2 from 1ms to 65.536s, past a rule's default MaxWait. A wait
 // falls in the first bucket whose bound is at least the wait.
 var waitBounds = func() (b [18]time.Duration) {
 	for i := 1; i < len(b); i++ {
@@ -74,7 +74,7 @@ type RuleStats struct {
 	// Requests counts the decisions by outcome, one per attempt (a
 	// retry is counted again): Requests[Limited] is the number refused
 	// by a limit.
-	Requests Outcomes
+	Requests [numOutcomes]uint64
 	// Wait is the distribution of the waits (Decision.Delay) of the
 	// requests sent (Outcome Sent).
 	Wait WaitHistogram
@@ -104,9 +104,6 @@ type InFlightStats struct {
 	// counted in the cap.
 	Lost uint64
 }
-
-// Outcomes counts requests by Outcome, indexed by it.
-type Outcomes [numOutcomes]uint64
 
 // StoreFailureStats counts the requests that met a failed store, or one
 // marked down, by what the store failure policy did with them.
@@ -145,17 +142,6 @@ func (t *Transport) Stats() Stats {
 		s.Rules[i] = rs.snapshot()
 	}
 	return s
-}
-
-// FeedbackStats returns the transport's counts of what upstreams said, over
-// every rule and the unmatched requests: Stats().Total().Upstream, without
-// the copy.
-func (t *Transport) FeedbackStats() FeedbackStats {
-	f := t.unmatchedStats.upstream()
-	for _, rs := range t.stats {
-		f.add(rs.upstream())
-	}
-	return f
 }
 
 // ruleStats is the counters of a rule name: written with atomic adds on the

@@ -77,8 +77,8 @@ func compileAlso(c *rule, fail func(format string, args ...any) error) error {
 		}
 		k := alsoKey{KeyLimit: a, scope: c.scope + a.Name + ":"}
 		for j, l := range a.Limits {
-			if l.N < 1 || l.Per < time.Millisecond || l.Per > MaxPer {
-				return fail("Also[%d] (%s) limit %d (%s): N must be at least 1, Per from 1ms to %s", i, a.Name, j, l, MaxPer)
+			if l.N < 1 || l.Per < time.Millisecond || l.Per > maxPer {
+				return fail("Also[%d] (%s) limit %d (%s): N must be at least 1, Per from 1ms to %s", i, a.Name, j, l, maxPer)
 			}
 			e := l
 			e.Per += c.Margin

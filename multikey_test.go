@@ -59,7 +59,7 @@ func TestAlsoEveryKeyLimits(t *testing.T) {
 	})
 	synctest.Test(t, func(t *testing.T) {
 		var sent sendLog
-		tr := newTransport(t, sent.base(), newMemory(t), throttle.WithRule(perTokenAndApp(throttle.Wait)))
+		tr := newTransport(t, sent.base(), newMemory(t), throttle.WithRule(perTokenAndApp(throttle.WaitForSlot)))
 		start := time.Now()
 		for _, tok := range []string{"a", "b", "c", "d", "e", "f", "g"} {
 			require.NoError(t, getToken(t, tr, tok))
@@ -77,7 +77,7 @@ func TestAlsoEveryKeyLimits(t *testing.T) {
 func TestAlsoConfig(t *testing.T) {
 	t.Parallel()
 	app := func(mod func(*throttle.KeyLimit)) throttle.Rule {
-		r := perTokenAndApp(throttle.Wait)
+		r := perTokenAndApp(throttle.WaitForSlot)
 		r.Also = []throttle.KeyLimit{r.Also[0]}
 		mod(&r.Also[0])
 		return r
@@ -90,17 +90,17 @@ func TestAlsoConfig(t *testing.T) {
 		"paced":      app(func(k *throttle.KeyLimit) { k.Limits = []throttle.Limit{throttle.Paced(10, time.Second, 0)} }),
 		"bad window": app(func(k *throttle.KeyLimit) { k.Limits = []throttle.Limit{throttle.Per(1, time.Microsecond)} }),
 		"fixed window": func() throttle.Rule {
-			r := perTokenAndApp(throttle.Wait)
+			r := perTokenAndApp(throttle.WaitForSlot)
 			r.Algorithm = throttle.FixedWindow
 			return r
 		}(),
 		"two tags": func() throttle.Rule {
-			r := perTokenAndApp(throttle.Wait)
+			r := perTokenAndApp(throttle.WaitForSlot)
 			r.Also = append(r.Also, throttle.KeyLimit{Name: "host", Key: throttle.ByHost(), Limits: []throttle.Limit{throttle.PerSecond(9)}, HashTag: true})
 			return r
 		}(),
 		"one name twice": func() throttle.Rule {
-			r := perTokenAndApp(throttle.Wait)
+			r := perTokenAndApp(throttle.WaitForSlot)
 			r.Also = append(r.Also, r.Also[0])
 			r.Also[1].HashTag = false
 			return r
@@ -117,13 +117,13 @@ func TestAlsoConfig(t *testing.T) {
 	defer cc.Close()
 	st, err := store.NewRedis(cc)
 	require.NoError(t, err)
-	untagged := perTokenAndApp(throttle.Wait)
+	untagged := perTokenAndApp(throttle.WaitForSlot)
 	untagged.Also[0].HashTag = false
 	_, err = throttle.New(nil, st, throttle.WithRule(untagged))
 	var ce *throttle.ConfigError
 	require.ErrorAs(t, err, &ce)
 	assert.Contains(t, ce.Reason, "hash tag")
-	_, err = throttle.New(nil, st, throttle.WithRule(perTokenAndApp(throttle.Wait)))
+	_, err = throttle.New(nil, st, throttle.WithRule(perTokenAndApp(throttle.WaitForSlot)))
 	assert.NoError(t, err)
 	_, err = throttle.New(nil, newMemory(t), throttle.WithRule(untagged))
 	assert.NoError(t, err, "one process needs no tag")
@@ -144,7 +144,7 @@ func TestAlsoKeysInRedis(t *testing.T) {
 	require.NoError(t, getToken(t, tr, "other"))
 	keys, err := client.Keys(context.Background(), prefix+"*").Result()
 	require.NoError(t, err)
-	// Each token's log and its default pace (Rule.Bursts unset), and the
+	// Each token's log and its default pace (Rule.NoDefaultPace unset), and the
 	// app's log (the Also keys take window limits only).
 	require.Len(t, keys, 5, "%v: two tokens and the app", keys)
 	for _, k := range keys {

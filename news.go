@@ -87,7 +87,7 @@ func (h *keyNews) recorded(skey string, now time.Time, pause time.Duration, move
 	}
 	till := now.Add(pause)
 	if move {
-		till = now.Add(MaxPer) // beyond every slot placed before it
+		till = now.Add(maxPer) // beyond every slot placed before it
 	}
 	h.update(skey, func(n *news) {
 		n.epoch, n.till = h.epoch.Add(1), maxTime(n.till, till)

@@ -136,20 +136,20 @@ func WithLogger(l *slog.Logger) Option {
 	})
 }
 
-// MinKeySecretLen is the shortest secret WithKeySecret accepts.
-const MinKeySecretLen = 16
+// minKeySecretLen is the shortest secret WithKeySecret accepts.
+const minKeySecretLen = 16
 
 // WithKeySecret makes the transport replace every rate key with "hmac:" and
 // the first 128 bits of HMAC-SHA256(secret, key), in hex, before it reaches
 // the store, the decisions, the logs and the errors: without a secret, anyone
 // who can read Redis or a log can test a guessed token against its plain
 // SHA-256. Every process that shares the limits must use the same secret. The
-// secret must be at least MinKeySecretLen bytes (32 random bytes are best);
+// secret must be at least 16 bytes (32 random bytes are best);
 // it is copied.
 func WithKeySecret(secret []byte) Option {
 	return optionFunc(func(c *config) error {
-		if len(secret) < MinKeySecretLen {
-			return &ConfigError{Reason: fmt.Sprintf("WithKeySecret: the secret has %d bytes; it needs at least %d", len(secret), MinKeySecretLen)}
+		if len(secret) < minKeySecretLen {
+			return &ConfigError{Reason: fmt.Sprintf("WithKeySecret: the secret has %d bytes; it needs at least %d", len(secret), minKeySecretLen)}
 		}
 		c.keySecret = append([]byte(nil), secret...)
 		return nil
@@ -192,8 +192,8 @@ func WithLocalShare(share float64) Option {
 	})
 }
 
-// WithStoreTimeout bounds each Reserve call to the shared store (default
-// DefaultStoreTimeout). A call that takes longer, while the request's own
+// WithStoreTimeout bounds each Reserve call to the shared store (default: one
+// second). A call that takes longer, while the request's own
 // context is still live, is a store failure (errors.Is ErrStoreTimeout) and
 // marks the store down like any other. Without the bound, a client that
 // retries its dials would make the request's own deadline pass first.

@@ -40,9 +40,9 @@ func (p StoreFailure) String() string {
 	return storeFailureNames[p]
 }
 
-// DefaultStoreTimeout bounds each call a request makes to the shared store
+// defaultStoreTimeout bounds each call a request makes to the shared store
 // when WithStoreTimeout sets no other bound.
-const DefaultStoreTimeout = time.Second
+const defaultStoreTimeout = time.Second
 
 // feedbackTimeout bounds the store call that records feedback; it runs on a
 // context detached from the request's, which may end with the response.
@@ -91,7 +91,7 @@ func newPolicy(st store.Store, c config, now func() time.Time) (*policy, error) 
 	p.feedback, _ = st.(store.Feedback)
 	p.health.now = now
 	if p.timeout == 0 {
-		p.timeout = DefaultStoreTimeout
+		p.timeout = defaultStoreTimeout
 	}
 	// A Memory store never waits on anything but its lock, and a timer per
 	// call would cost it more than the call.

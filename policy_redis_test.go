@@ -57,7 +57,7 @@ func TestBadKeyIsOneKey(t *testing.T) {
 					return okResponse(r), nil
 				})
 				tr := newTransport(t, base, st, throttle.WithStoreFailure(policy),
-					throttle.WithDefault(throttle.Rule{Name: "all", Key: throttle.ByHost(), Limits: []throttle.Limit{throttle.PerMinute(10000)}, Margin: throttle.NoMargin, Bursts: true}), // one key: the log
+					throttle.WithDefault(throttle.Rule{Name: "all", Key: throttle.ByHost(), Limits: []throttle.Limit{throttle.PerMinute(10000)}, Margin: throttle.NoMargin, NoDefaultPace: true}), // one key: the log
 					throttle.WithOnDecision(func(d throttle.Decision) {
 						mu.Lock()
 						defer mu.Unlock()

@@ -92,7 +92,7 @@ func TestDownStoreIsNotCalled(t *testing.T) {
 		// the store down.
 		start := time.Now()
 		d, err := g.do(t)
-		assert.Equal(t, DefaultStoreTimeout, time.Since(start))
+		assert.Equal(t, defaultStoreTimeout, time.Since(start))
 		require.ErrorIs(t, err, ErrStoreUnavailable)
 		require.ErrorIs(t, err, ErrStoreTimeout)
 		assert.NotErrorIs(t, err, context.DeadlineExceeded, "the caller would take it for its own deadline")
@@ -136,7 +136,7 @@ func TestDownStoreIsNotCalled(t *testing.T) {
 		assert.Greater(t, notTried, 100*tried)
 		assert.LessOrEqual(t, tried, 20)
 		for i := 2; i < len(times); i++ {
-			gap := times[i].Sub(times[i-1]) - DefaultStoreTimeout
+			gap := times[i].Sub(times[i-1]) - defaultStoreTimeout
 			assert.LessOrEqual(t, gap, maxProbeGap+5*time.Millisecond, "probe %d", i)
 			assert.GreaterOrEqual(t, gap, time.Duration(float64(probeInitialInterval)*(1-probeRandomization)), "probe %d", i)
 		}
@@ -243,7 +243,7 @@ func TestFailOpenListens(t *testing.T) {
 		d, err := g.do(t)
 		require.NoError(t, err)
 		assert.Equal(t, FailedOpen, d.Outcome)
-		assert.Equal(t, uint64(1), g.tr.FeedbackStats().TooManyRequests)
+		assert.Equal(t, uint64(1), g.tr.Stats().Total().Upstream.TooManyRequests)
 		require.Len(t, g.feedback, 1)
 		assert.True(t, g.feedback[0].Throttled)
 		assert.Equal(t, 2*time.Second, g.feedback[0].Pause)
@@ -268,7 +268,7 @@ func TestFailLocalHoldsPauses(t *testing.T) {
 		assert.True(t, d.Local)
 		require.Len(t, g.feedback, 1)
 		require.NoError(t, g.feedback[0].Err)
-		assert.Equal(t, uint64(1), g.tr.FeedbackStats().Pauses)
+		assert.Equal(t, uint64(1), g.tr.Stats().Total().Upstream.Pauses)
 
 		d, err = g.do(t)
 		require.ErrorIs(t, err, ErrUpstreamLimited, "paused for 5s, more than MaxServerWait")
@@ -342,7 +342,7 @@ func TestLocalShares(t *testing.T) {
 	}{
 		{300, 1.0 / 3, 100}, {200, 0.25, 50}, {10, 0.01, 1}, {7, 0.5, 3}, {5, 1, 5},
 	} {
-		tr, err := New(nil, fakestore.New(), WithRule(Rule{Host: "a.example", Limits: []Limit{Per(tc.n, time.Second)}, Margin: NoMargin, Bursts: true}),
+		tr, err := New(nil, fakestore.New(), WithRule(Rule{Host: "a.example", Limits: []Limit{Per(tc.n, time.Second)}, Margin: NoMargin, NoDefaultPace: true}),
 			WithStoreFailure(FailLocal), WithLocalShare(tc.share))
 		require.NoError(t, err)
 		assert.Equal(t, []Limit{Per(tc.want, time.Second)}, tr.policy.shares[tr.rules[0].scope].limits, "%d × %v", tc.n, tc.share)

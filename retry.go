@@ -11,8 +11,8 @@ import (
 	"github.com/cenkalti/backoff/v4"
 )
 
-// MaxRetries bounds Rule.Retries.
-const MaxRetries = 10
+// maxRetries bounds Rule.Retries.
+const maxRetries = 10
 
 // maxRetryBody is the most of a throttled response's body kept in memory so
 // that the caller can still be given that response when a retry fails; a

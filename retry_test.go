@@ -49,7 +49,7 @@ func TestRetryIdempotent(t *testing.T) {
 			attempts = append(attempts, d.Attempt)
 		}
 		assert.Equal(t, []int{0, 1}, attempts)
-		assert.Equal(t, uint64(1), tr.FeedbackStats().TooManyRequests)
+		assert.Equal(t, uint64(1), tr.Stats().Total().Upstream.TooManyRequests)
 	})
 }
 
@@ -118,7 +118,7 @@ func TestRetriesRunOut(t *testing.T) {
 		for i := range 3 {
 			assert.Equal(t, 1, up.closed[i].n(), "discarded body %d closed", i)
 		}
-		assert.Equal(t, uint64(4), tr.FeedbackStats().TooManyRequests)
+		assert.Equal(t, uint64(4), tr.Stats().Total().Upstream.TooManyRequests)
 	})
 }
 
@@ -169,7 +169,7 @@ func TestRetryBounded(t *testing.T) {
 			assert.Equal(t, 3*time.Second, elapsed(func() { resp, err = do(t, tr, context.Background()) }))
 			require.NoError(t, err)
 			assert.Equal(t, http.StatusOK, resp.StatusCode)
-			assert.Zero(t, tr.FeedbackStats().Pauses, "nothing recorded")
+			assert.Zero(t, tr.Stats().Total().Upstream.Pauses, "nothing recorded")
 		})
 	})
 	t.Run("without the store's pause the retry sleeps the wait itself", func(t *testing.T) {

@@ -14,20 +14,20 @@ import (
 type Mode int
 
 const (
-	// Wait blocks until the reserved slot, if it comes within MaxWait and
+	// WaitForSlot blocks until the reserved slot, if it comes within MaxWait and
 	// before the request's context deadline; otherwise the request fails with
 	// a *LimitError at once. It is the default.
-	Wait Mode = iota
+	WaitForSlot Mode = iota
 	// FailFast never waits: a request without a free slot now fails at once
 	// with a *LimitError.
 	FailFast
 )
 
-// DefaultMaxWait is a rule's MaxWait when it sets none.
-const DefaultMaxWait = time.Minute
+// defaultMaxWait is a rule's MaxWait when it sets none.
+const defaultMaxWait = time.Minute
 
-// DefaultMaxServerWait is a rule's MaxServerWait when it sets none.
-const DefaultMaxServerWait = 30 * time.Second
+// defaultMaxServerWait is a rule's MaxServerWait when it sets none.
+const defaultMaxServerWait = 30 * time.Second
 
 // DefaultMargin is a rule's Margin when it sets none: enough on loopback and
 // a quiet LAN for the time between handing a request on and the upstream
@@ -38,9 +38,9 @@ const DefaultMargin = 5 * time.Millisecond
 // NoMargin, as a Rule's Margin, asks for no safety margin at all.
 const NoMargin time.Duration = -1
 
-// MaxPer is the longest window a Limit may have: a year, which keeps every
+// maxPer is the longest window a Limit may have: a year, which keeps every
 // time the scripts handle exact in Lua's numbers.
-const MaxPer = 366 * 24 * time.Hour
+const maxPer = 366 * 24 * time.Hour
 
 // maxMargin bounds Margin: more than a minute is a mistake, not a margin.
 const maxMargin = time.Minute
@@ -76,9 +76,9 @@ type Rule struct {
 	// only): e.g. per token and per app. See KeyLimit and docs/keys.md.
 	Also []KeyLimit
 
-	// Mode is Wait (the default) or FailFast.
+	// Mode is WaitForSlot (the default) or FailFast.
 	Mode Mode
-	// MaxWait bounds the wait of a request in Wait mode. Zero: DefaultMaxWait.
+	// MaxWait bounds the wait of a request in WaitForSlot mode. Zero: a minute.
 	MaxWait time.Duration
 	// Margin is added to every window, so that the upstream, which sees a
 	// request a little after it was sent, still never sees more than N in
@@ -92,7 +92,7 @@ type Rule struct {
 	// 429 or a 503 with Retry-After, an exhausted budget): a request that
 	// would wait longer fails at once with a *LimitError whose Upstream is
 	// set, carrying RetryAfter, rather than sleep. It applies within
-	// MaxWait. Zero: DefaultMaxServerWait.
+	// MaxWait. Zero: 30 seconds.
 	MaxServerWait time.Duration
 	// IgnoreUpstream turns off the feedback: the rule's responses are
 	// counted (FeedbackStats, WithOnFeedback) but 429s, Retry-After and
@@ -102,16 +102,17 @@ type Rule struct {
 	// Retry-After) up to that many times, for idempotent requests only
 	// (GET, HEAD, OPTIONS, PUT, DELETE, or any request with an
 	// Idempotency-Key header) whose body, if any, can be replayed through
-	// GetBody. At most MaxRetries; Wait mode only. Zero: no retry.
+	// GetBody. At most 10; WaitForSlot mode only. Zero: no retry.
 	Retries int
-	// Bursts sends each window's N as soon as the window limits allow, in
-	// bursts, for an upstream known to count exact rolling windows or fixed
-	// ones (Instagram's rolling hour, GitHub's hourly window). Unset, a
+	// NoDefaultPace turns the default pace off: the window limits alone
+	// send each window's N as soon as they allow, in bursts, for an
+	// upstream known to count exact rolling windows or fixed ones
+	// (Instagram's rolling hour, GitHub's hourly window). Unset, a
 	// SlidingLog rule without a paced limit of its own also paces its
-	// slowest limit with a burst of at least DefaultBurst: the shape every common
+	// slowest limit with a burst of at least 9: the shape every common
 	// server-side limiter accepts at close to its full rate. See
 	// docs/pacing.md, "The default shape".
-	Bursts bool
+	NoDefaultPace bool
 	// Algorithm is how the rule counts: SlidingLog (the zero value, exact),
 	// FixedWindow, SlidingCounter or Buckets (approximate, with memory that
 	// does not grow with N); see store.Algorithm and the README's table.
@@ -128,7 +129,7 @@ type Rule struct {
 	InFlight int
 	// LeaseFor is how long a lease outlives a process that dies holding
 	// it; a live process renews its leases every half of it. From 100ms to
-	// 24h; zero: DefaultLeaseFor (InFlight only).
+	// 24h; zero: 30 seconds (InFlight only).
 	LeaseFor time.Duration
 }
 
@@ -217,8 +218,8 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 		if l.N < 1 {
 			return nil, fail("limit %d (%s): N must be at least 1", i, l)
 		}
-		if l.Per < time.Millisecond || l.Per > MaxPer {
-			return nil, fail("limit %d (%s): Per must be from 1ms to %s", i, l, MaxPer)
+		if l.Per < time.Millisecond || l.Per > maxPer {
+			return nil, fail("limit %d (%s): Per must be from 1ms to %s", i, l, maxPer)
 		}
 		if c.minN == 0 || l.N < c.minN {
 			c.minN = l.N
@@ -251,10 +252,10 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 		return nil, fail("%s", strings.TrimPrefix(err.Error(), store.ErrInvalidRequest.Error()+": "))
 	}
 	switch r.Mode {
-	case Wait:
+	case WaitForSlot:
 		switch {
 		case r.MaxWait == 0:
-			c.maxWait = DefaultMaxWait
+			c.maxWait = defaultMaxWait
 		case r.MaxWait < 0:
 			return nil, fail("negative MaxWait %s", r.MaxWait)
 		default:
@@ -269,14 +270,14 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 	}
 	switch {
 	case r.MaxServerWait == 0:
-		c.maxServerWait = DefaultMaxServerWait
+		c.maxServerWait = defaultMaxServerWait
 	case r.MaxServerWait < 0:
 		return nil, fail("negative MaxServerWait %s", r.MaxServerWait)
 	default:
 		c.maxServerWait = r.MaxServerWait
 	}
-	if r.Retries < 0 || r.Retries > MaxRetries {
-		return nil, fail("Retries %d outside 0..%d", r.Retries, MaxRetries)
+	if r.Retries < 0 || r.Retries > maxRetries {
+		return nil, fail("Retries %d outside 0..%d", r.Retries, maxRetries)
 	}
 	if r.Retries > 0 && r.Mode == FailFast {
 		return nil, fail("Retries is set but Mode is FailFast, which never waits for a retry")

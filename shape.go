@@ -17,10 +17,10 @@ import (
 // at the rule's own rate without a burst (store.Learned.Pace), instead of
 // pausing for a window after each burst that 429s.
 
-// DefaultBurst is the least burst of the pace a rule keeps by default (see
-// Rule.Bursts): ten requests at once after an idle spell, as many as a token
+// defaultBurst is the least burst of the pace a rule keeps by default (see
+// Rule.NoDefaultPace): ten requests at once after an idle spell, as many as a token
 // bucket of ten accepts, then evenly spaced.
-const DefaultBurst = 9
+const defaultBurst = 9
 
 // defaultBurstSpan is how much time the default pace's burst covers at the
 // least: a process's allowance A takes A/T units off a pace's burst B (each
@@ -31,18 +31,18 @@ const DefaultBurst = 9
 const defaultBurstSpan = 50 * time.Millisecond
 
 // defaultPace returns the paced limit a rule keeps beside its window limits
-// when it states no shape (SlidingLog, no paced limit, Bursts unset): at the
+// when it states no shape (SlidingLog, no paced limit, NoDefaultPace unset): at the
 // rate of its slowest limit, which every upstream of those limits sustains,
-// with a burst of DefaultBurst, or of the sends of defaultBurstSpan when
+// with a burst of defaultBurst, or of the sends of defaultBurstSpan when
 // they are more (at most N). Evenly spaced sends are accepted by sliding
 // logs, fixed windows, sliding counters, token buckets and GCRA alike; the
-// window limits still hold every window to N. A limit of N <= DefaultBurst+1
+// window limits still hold every window to N. A limit of N <= defaultBurst+1
 // takes a burst of N instead: its window alone holds a burst to N, which a
 // bucket of N or more accepts, and the pace's extra unit leaves room for the
 // allowance (each reservation's allowance takes A/T units off a pace's
 // burst: pace.lua). A limit of 1 needs no pace: its window spaces it.
 func defaultPace(r Rule) (Limit, bool) {
-	if r.Bursts || r.Algorithm != SlidingLog {
+	if r.NoDefaultPace || r.Algorithm != SlidingLog {
 		return Limit{}, false
 	}
 	var slow Limit
@@ -58,11 +58,11 @@ func defaultPace(r Rule) (Limit, bool) {
 	switch {
 	case slow.N < 2:
 		return Limit{}, false
-	case slow.N <= DefaultBurst+1:
+	case slow.N <= defaultBurst+1:
 		return Paced(slow.N, slow.Per, slow.N), true
 	}
 	span := math.Ceil(float64(defaultBurstSpan) * float64(slow.N) / float64(slow.Per))
-	p := Paced(slow.N, slow.Per, int(min(float64(slow.N), max(DefaultBurst, span))))
+	p := Paced(slow.N, slow.Per, int(min(float64(slow.N), max(defaultBurst, span))))
 	p.SlowStart = p.Burst < p.N
 	return p, true
 }

@@ -26,7 +26,7 @@ func TestShapeFor(t *testing.T) {
 		own  bool
 	}{
 		{"a window: paced at its rate", Rule{Limits: []Limit{PerSecond(100)}}, Paced(100, sec, 0), false},
-		{"windows in bursts: the shortest", Rule{Limits: []Limit{PerHour(5000), PerSecond(10), Per(5, time.Second)}, Bursts: true}, Paced(5, sec, 0), false},
+		{"windows in bursts: the shortest", Rule{Limits: []Limit{PerHour(5000), PerSecond(10), Per(5, time.Second)}, NoDefaultPace: true}, Paced(5, sec, 0), false},
 		{"the default pace, of the slowest limit: its burst goes", Rule{Limits: []Limit{PerHour(5000), PerSecond(10)}}, Paced(5000, time.Hour+DefaultMargin, 0), false},
 		{"paced with a burst: the burst goes", Rule{Limits: []Limit{PerSecond(100), Paced(50, time.Second, 9)}}, Paced(50, sec, 0), false},
 		{"paced without a burst: its own", Rule{Limits: []Limit{PerSecond(100), Paced(100, time.Second, 0)}}, Paced(100, sec, 0), true},
@@ -120,7 +120,7 @@ func TestReshape(t *testing.T) {
 }
 
 // A rule that states no shape keeps a pace beside its windows: at its
-// slowest limit's rate, with a burst of DefaultBurst, earned (SlowStart), or
+// slowest limit's rate, with a burst of defaultBurst, earned (SlowStart), or
 // of N where its window alone holds a burst to N; none where it states one.
 func TestDefaultPace(t *testing.T) {
 	t.Parallel()
@@ -133,15 +133,15 @@ func TestDefaultPace(t *testing.T) {
 		rule Rule
 		want Limit // zero: none
 	}{
-		{"a window", Rule{Limits: []Limit{PerSecond(100)}}, slow(Paced(100, time.Second, DefaultBurst))},
-		{"the slowest of several", Rule{Limits: []Limit{PerSecond(10), PerHour(5000)}}, slow(Paced(5000, time.Hour, DefaultBurst))},
-		{"the slowest of equal windows", Rule{Limits: []Limit{Per(50, time.Second), Per(20, time.Second)}}, slow(Paced(20, time.Second, DefaultBurst))},
+		{"a window", Rule{Limits: []Limit{PerSecond(100)}}, slow(Paced(100, time.Second, defaultBurst))},
+		{"the slowest of several", Rule{Limits: []Limit{PerSecond(10), PerHour(5000)}}, slow(Paced(5000, time.Hour, defaultBurst))},
+		{"the slowest of equal windows", Rule{Limits: []Limit{Per(50, time.Second), Per(20, time.Second)}}, slow(Paced(20, time.Second, defaultBurst))},
 		{"N of 10: the window holds the burst", Rule{Limits: []Limit{PerSecond(10)}}, Paced(10, time.Second, 10)},
 		{"a fast limit: 50ms of sends", Rule{Limits: []Limit{PerSecond(10000)}}, slow(Paced(10000, time.Second, 500))},
 		{"faster than the span: the window's N", Rule{Limits: []Limit{Per(1<<30, 10*time.Millisecond)}}, Paced(1<<30, 10*time.Millisecond, 1<<30)},
 		{"N of 2", Rule{Limits: []Limit{PerMinute(2)}}, Paced(2, time.Minute, 2)},
 		{"N of 1: the window spaces it", Rule{Limits: []Limit{PerSecond(1)}}, Limit{}},
-		{"Bursts", Rule{Limits: []Limit{PerSecond(100)}, Bursts: true}, Limit{}},
+		{"NoDefaultPace", Rule{Limits: []Limit{PerSecond(100)}, NoDefaultPace: true}, Limit{}},
 		{"a paced limit of its own", Rule{Limits: []Limit{PerSecond(100), Paced(100, time.Second, 0)}}, Limit{}},
 		{"a counting algorithm", Rule{Limits: []Limit{PerSecond(100)}, Algorithm: FixedWindow}, Limit{}},
 	} {
@@ -171,10 +171,10 @@ func TestDefaultPaceCost(t *testing.T) {
 	r, err := compile(Rule{Host: "h", Limits: []Limit{PerSecond(100)}}, false)
 	require.NoError(t, err)
 	assert.Equal(t, 100, r.minN, "the pace does not bound the cost")
-	assert.Same(t, &r.eff[0], &r.limitsFor(DefaultBurst + 1)[0], "within the burst: the rule's limits")
+	assert.Same(t, &r.eff[0], &r.limitsFor(defaultBurst + 1)[0], "within the burst: the rule's limits")
 	got := r.limitsFor(40)
 	assert.Equal(t, 39, got[r.auto].Burst)
-	assert.Equal(t, DefaultBurst, r.eff[r.auto].Burst, "the rule's limits unchanged")
+	assert.Equal(t, defaultBurst, r.eff[r.auto].Burst, "the rule's limits unchanged")
 	require.NoError(t, (&store.Request{Limits: got, Cost: 40}).Validate("t"))
 }
 

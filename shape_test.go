@@ -54,7 +54,7 @@ func TestShapeChange(t *testing.T) {
 		assert.Equal(t, 202*ms, got[1].Pause, "two of its spacings, not a window")
 		assert.Equal(t, 202*ms, send(a))
 		assert.Equal(t, 101*ms, send(b), "the slower pace, fleet-wide")
-		fs := a.FeedbackStats()
+		fs := a.Stats().Total().Upstream
 		assert.Equal(t, uint64(2), fs.Reshapes)
 		assert.Equal(t, uint64(2), fs.Pauses)
 		assert.Equal(t, uint64(2), fs.TooManyRequests)
@@ -87,7 +87,7 @@ func TestShapeChangeKeepsStatedWaits(t *testing.T) {
 		require.Len(t, got, 1)
 		assert.Equal(t, throttle.Paced(10, 1010*time.Millisecond, 0), got[0].Paced, "slowed by 1 %")
 		assert.Equal(t, 202*time.Millisecond, got[0].Pause)
-		assert.Equal(t, uint64(1), tr.FeedbackStats().Reshapes)
+		assert.Equal(t, uint64(1), tr.Stats().Total().Upstream.Reshapes)
 	})
 }
 
@@ -95,7 +95,7 @@ func TestShapeChangeKeepsStatedWaits(t *testing.T) {
 // (Per + Margin)/N from its first request, on every transport that shares
 // the store, and a burst of DefaultBurst + 1 only after it idled (the burst
 // is earned): a GCRA every common server-side limiter accepts, within the
-// window limit. With Bursts, the window's N go at once.
+// window limit. With NoDefaultPace, the window's N go at once.
 func TestDefaultShape(t *testing.T) {
 	t.Parallel()
 	spacing := (time.Second + throttle.DefaultMargin) / 100
@@ -104,12 +104,12 @@ func TestDefaultShape(t *testing.T) {
 		bursts bool
 	}{
 		{"default: evenly spaced from the first, a burst once earned", false},
-		{"Bursts: the whole window at once", true},
+		{"NoDefaultPace: the whole window at once", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				st := newMemory(t)
-				r := throttle.Rule{Host: "api.example.com", Key: throttle.Fixed("k"), Limits: []throttle.Limit{throttle.PerSecond(100)}, Bursts: c.bursts}
+				r := throttle.Rule{Host: "api.example.com", Key: throttle.Fixed("k"), Limits: []throttle.Limit{throttle.PerSecond(100)}, NoDefaultPace: c.bursts}
 				var sa, sb sendLog
 				a := newTransport(t, sa.base(), st, throttle.WithRule(r))
 				b := newTransport(t, sb.base(), st, throttle.WithRule(r))

@@ -411,5 +411,5 @@ func TestUnmatchedResponsesAreCounted(t *testing.T) {
 	resp, err := tr.RoundTrip(req)
 	require.NoError(t, err)
 	resp.Body.Close()
-	assert.Equal(t, uint64(1), tr.FeedbackStats().TooManyRequests)
+	assert.Equal(t, uint64(1), tr.Stats().Total().Upstream.TooManyRequests)
 }

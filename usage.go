@@ -35,7 +35,7 @@ func (t *Transport) ruleNamed(name string) *rule {
 // StoreKey returns the key under which the rule named rule stores the state
 // of rateKey, exactly as a request would: the rule's scope ("<rule>:"), then
 // rateKey HMAC'd with WithKeySecret's secret when there is one, else hashed
-// when longer than MaxKeyLen. rateKey is the key as the rule's KeyFunc
+// when longer than 200 bytes. rateKey is the key as the rule's KeyFunc
 // returns it ("bearer:<hash>" from ByAuthorization, "pg1" from Fixed; see
 // CredentialKey), never a raw token. The result is the store's key (a Redis
 // store adds its prefix and braces around it).

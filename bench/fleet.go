@@ -75,8 +75,8 @@ type workerConfig struct {
 	Bursty   bool // on for Per/2, off for Per/2, in step across processes
 	// Limits, if set, are throttle's default rule (WithDefault) instead of
 	// a rule of Per(N, Per) for the host: the matrix's configurations.
-	Limits []throttle.Limit
-	Bursts bool // Rule.Bursts of the matrix's rule
+	Limits        []throttle.Limit
+	NoDefaultPace bool // Rule.NoDefaultPace of the matrix's rule
 	// SteadyFrom and SteadyTo, if SteadyTo is set, bound the steady
 	// state in which calls per request are counted again.
 	SteadyFrom, SteadyTo time.Duration
@@ -138,8 +138,8 @@ func runWorker(arg string) {
 			return
 		}
 		// The suite's upstream keeps an exact sliding log: the window's
-		// requests go in bursts (Bursts), as for the peers.
-		rule := throttle.Rule{Host: "127.0.0.1", Limits: []throttle.Limit{throttle.Per(cfg.N, cfg.Per)}, Key: throttle.Fixed("fleet"), Bursts: true}
+		// requests go in bursts (NoDefaultPace), as for the peers.
+		rule := throttle.Rule{Host: "127.0.0.1", Limits: []throttle.Limit{throttle.Per(cfg.N, cfg.Per)}, Key: throttle.Fixed("fleet"), NoDefaultPace: true}
 		if cfg.Margin > 0 {
 			rule.Margin = cfg.Margin
 		}
@@ -158,7 +158,7 @@ func runWorker(arg string) {
 		})
 		ruleOpt := throttle.WithRule(rule)
 		if len(cfg.Limits) > 0 {
-			ruleOpt = throttle.WithDefault(throttle.Rule{Limits: cfg.Limits, Key: throttle.Fixed("gateway"), Bursts: cfg.Bursts})
+			ruleOpt = throttle.WithDefault(throttle.Rule{Limits: cfg.Limits, Key: throttle.Fixed("gateway"), NoDefaultPace: cfg.NoDefaultPace})
 		}
 		tr, err := throttle.New(base, st, ruleOpt, onDecision)
 		if err != nil {

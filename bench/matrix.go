@@ -43,7 +43,7 @@ func parseShape(s string) (shape, error) {
 type matrixConfig struct {
 	id, about string
 	limits    func(g gatewayKind) []throttle.Limit
-	bursts    func(g gatewayKind) bool // Rule.Bursts
+	bursts    func(g gatewayKind) bool // Rule.NoDefaultPace
 	// target says what throttle aims for with this configuration (empty: none,
 	// a reference).
 	target string
@@ -53,9 +53,9 @@ func always(gatewayKind) bool { return true }
 func never(gatewayKind) bool  { return false }
 
 var matrixConfigs = []matrixConfig{
-	{id: "bursts", about: "`PerSecond(100)` with `Bursts: true`: the window limit alone, each window's requests sent as early as it allows (the sliding log)",
+	{id: "bursts", about: "`PerSecond(100)` with `NoDefaultPace: true`: the window limit alone, each window's requests sent as early as it allows (the sliding log)",
 		limits: func(gatewayKind) []throttle.Limit { return []throttle.Limit{throttle.PerSecond(gatewayN)} }, bursts: always},
-	{id: "matching", about: "the algorithm that matches the upstream: `PerSecond(100)` with `Bursts: true` (the log alone) against the sliding log and the fixed window; `Paced(100, time.Second, b)` with the bucket's burst (capacity − 1) against buckets and GCRA; `PerSecond(100)` in the default shape (the window limit, and a pace beside it) against the sliding-window counter, which counts a window but weighs the last one as if its requests were spread evenly (docs/pacing.md)",
+	{id: "matching", about: "the algorithm that matches the upstream: `PerSecond(100)` with `NoDefaultPace: true` (the log alone) against the sliding log and the fixed window; `Paced(100, time.Second, b)` with the bucket's burst (capacity − 1) against buckets and GCRA; `PerSecond(100)` in the default shape (the window limit, and a pace beside it) against the sliding-window counter, which counts a window but weighs the last one as if its requests were spread evenly (docs/pacing.md)",
 		target: "matching",
 		limits: func(g gatewayKind) []throttle.Limit {
 			if g.log || g.shaped {
@@ -64,7 +64,7 @@ var matrixConfigs = []matrixConfig{
 			return []throttle.Limit{throttle.Paced(gatewayN, gatewayPer, g.burst)}
 		},
 		bursts: func(g gatewayKind) bool { return g.log }},
-	{id: "default", about: "`PerSecond(100)`: the default shape for an upstream of unknown shape, the window limit and a pace of its rate with a burst of `DefaultBurst` (9), earned (`SlowStart`), on one rule",
+	{id: "default", about: "`PerSecond(100)`: the default shape for an upstream of unknown shape, the window limit and a pace of its rate with a burst of 9, earned (`SlowStart`), on one rule",
 		target: "default",
 		limits: func(gatewayKind) []throttle.Limit { return []throttle.Limit{throttle.PerSecond(gatewayN)} }, bursts: never},
 }
@@ -341,7 +341,7 @@ func (e *env) matrixRun(ctx context.Context, self string, up gatewayKind, sh sha
 	defer stop()
 	start := time.Now().Add(time.Second) // time for the workers to start and connect
 	cfg := workerConfig{Kind: kThrottle, Redis: e.srv.addr, URL: url, N: gatewayN, Per: gatewayPer,
-		Workers: sh.workers, Start: start, Duration: dur, Limits: conf.limits(up), Bursts: conf.bursts(up),
+		Workers: sh.workers, Start: start, Duration: dur, Limits: conf.limits(up), NoDefaultPace: conf.bursts(up),
 		SteadyFrom: time.Second, SteadyTo: dur - steadyEnd}
 	outs, err := runWorkers(self, sh.procs, cfg)
 	if err != nil {

@@ -38,7 +38,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttle-go/throttle"
 	"github.com/throttle-go/throttle/internal/redistest"
 	"github.com/throttle-go/throttle/throttletest"
 )
@@ -437,8 +436,8 @@ func TestFleet(t *testing.T) {
 		tot := logSummaries(t, res)
 		st := res.stats.Total
 		received := st.Accepted + st.Rejected
-		// The example's rule states no shape, so it paces (Rule.Bursts).
-		opt := pacedOptimum(rate, time.Second, throttle.DefaultBurst, st.FirstAccepted, res.end)
+		// The example's rule states no shape, so it paces (Rule.NoDefaultPace unset).
+		opt := pacedOptimum(rate, time.Second, defaultPaceBurst, st.FirstAccepted, res.end)
 		share := float64(st.Accepted) / float64(opt)
 		perReq := float64(res.calls) / float64(received)
 		t.Logf("upstream: accepted=%d 429=%d; optimum=%d share=%.2f%% steady=%.2f%% of N/W min gap=%s; script calls=%d per request=%.3f",
@@ -655,3 +654,6 @@ func TestFleetMarginSweep(t *testing.T) {
 	}
 	t.Log(table.String())
 }
+
+// defaultPaceBurst is the burst of the pace a rule keeps by default (docs/reference.md).
+const defaultPaceBurst = 9

@@ -5,8 +5,8 @@
 // at most N requests per key in any window of length W, measured on arrival,
 // and answers 429 to the rest; or, with Config.Algorithm, counts as a GCRA
 // (token bucket) or in fixed windows. Serve it with net/http/httptest, point the
-// client at it, and check its Stats: a client that keeps the limit meets no
-// 429. Tally drives a load through a client and counts what the client saw.
+// client at it, and check its Stats, or assert with RequireNoRejections and
+// AssertWithin: a client that keeps the limit meets no 429.
 package throttletest
 
 import (
@@ -47,16 +47,6 @@ func (a Algorithm) String() string {
 		return algorithmNames[a]
 	}
 	return fmt.Sprintf("Algorithm(%d)", int(a))
-}
-
-// ParseAlgorithm returns the Algorithm String names s.
-func ParseAlgorithm(s string) (Algorithm, error) {
-	for i, n := range algorithmNames {
-		if n == s {
-			return Algorithm(i), nil
-		}
-	}
-	return 0, fmt.Errorf("throttletest: unknown algorithm %q (want log, gcra or fixed)", s)
 }
 
 // Config configures NewUpstream.

@@ -268,11 +268,6 @@ func TestAlgorithms(t *testing.T) {
 		_, err := NewUpstream(c)
 		require.Error(t, err, fmt.Sprint(i))
 	}
-	a, err := ParseAlgorithm("gcra")
-	require.NoError(t, err)
-	require.Equal(t, GCRA, a)
-	_, err = ParseAlgorithm("leaky")
-	require.Error(t, err)
 }
 
 // TestMaxInFlight: with MaxInFlight, a request arriving while that many are

@@ -45,8 +45,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/examplekit"
 	"github.com/throttle-go/throttle/store"
-	"github.com/throttle-go/throttle/throttletest"
 )
 
 func main() { os.Exit(run()) }
@@ -83,7 +83,7 @@ func run() int {
 	if *redisAddr != "" {
 		addrs = []string{*redisAddr}
 	}
-	rdb, err := throttletest.StartRedis(context.Background(), addrs...)
+	rdb, err := examplekit.StartRedis(context.Background(), addrs...)
 	if err != nil {
 		return fail(err)
 	}

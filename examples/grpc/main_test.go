@@ -20,8 +20,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/examplekit"
 	"github.com/throttle-go/throttle/store"
-	"github.com/throttle-go/throttle/throttletest"
 )
 
 const window = time.Second
@@ -154,7 +154,7 @@ func startServer(t *testing.T, lim *throttle.Limiter, n int, per time.Duration) 
 // limit get no RESOURCE_EXHAUSTED, and a server stricter than the limit
 // pauses them until it lets them in again.
 func TestOverGRPC(t *testing.T) {
-	rdb, err := throttletest.StartRedis(context.Background())
+	rdb, err := examplekit.StartRedis(context.Background())
 	require.NoError(t, err)
 	t.Cleanup(rdb.Close)
 	st, err := store.NewRedis(rdb.Client)

@@ -45,6 +45,7 @@ import (
 	"time"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/examplekit"
 	"github.com/throttle-go/throttle/store"
 	"github.com/throttle-go/throttle/throttletest"
 )
@@ -52,7 +53,7 @@ import (
 func main() { os.Exit(run()) }
 
 func run() int {
-	var load throttletest.Flags // -redis, -workers, -duration, -mode, -margin, -maxwait, -transit
+	var load examplekit.Flags // -redis, -workers, -duration, -mode, -margin, -maxwait, -transit
 	load.Register(flag.CommandLine)
 	api := flag.String("api", "", "API base URL; requests are GET URL/me/media?access_token=TOKEN (empty: in-process strict API)")
 	tokenList := flag.String("tokens", "token-a,token-b,token-c", "comma-separated access tokens; workers spread requests over them")
@@ -88,7 +89,7 @@ func run() int {
 
 	// The Redis the processes share; without -redis an embedded one, so
 	// that the example runs on its own.
-	rdb, err := throttletest.StartRedis(context.Background(), load.RedisAddrs()...)
+	rdb, err := examplekit.StartRedis(context.Background(), load.RedisAddrs()...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "instagram:", err)
 		return 1
@@ -125,13 +126,13 @@ func run() int {
 	// of its access token. ByQuery hashes the token: Redis sees
 	// "throttle:{instagram:query:access_token:<hex>}", never the token.
 	// Instagram counts a rolling hour exactly, so the rule sends each
-	// window's calls in bursts (Bursts) rather than paced.
+	// window's calls in bursts (NoDefaultPace) rather than paced.
 	rule := throttle.Rule{
-		Name:   "instagram",
-		Host:   apiURL.Host,
-		Limits: []throttle.Limit{throttle.Per(*rate, *per)},
-		Key:    throttle.ByQuery("access_token"),
-		Bursts: true,
+		Name:          "instagram",
+		Host:          apiURL.Host,
+		Limits:        []throttle.Limit{throttle.Per(*rate, *per)},
+		Key:           throttle.ByQuery("access_token"),
+		NoDefaultPace: true,
 	}
 	if *appRate > 0 {
 		// The app's limit: one more key, the same for every request. As
@@ -150,7 +151,7 @@ func run() int {
 	}
 	pool := http.DefaultTransport.(*http.Transport).Clone()
 	pool.MaxIdleConnsPerHost = load.Workers // one idle connection per worker: no dial per request
-	tally := throttletest.NewTally(os.Stderr)
+	tally := examplekit.NewTally(os.Stderr)
 	// What each token sent and waited, by its rate key: the hash the
 	// throttle derives from the token, never the token.
 	keys := make([]string, len(tokens))

@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/examplekit"
 	"github.com/throttle-go/throttle/store"
 	"github.com/throttle-go/throttle/throttletest"
 )
@@ -40,7 +41,7 @@ import (
 func main() { os.Exit(run()) }
 
 func run() int {
-	var load throttletest.Flags // -redis, -workers, -duration, -mode, -margin, -maxwait, -transit
+	var load examplekit.Flags // -redis, -workers, -duration, -mode, -margin, -maxwait, -transit
 	load.Register(flag.CommandLine)
 	gateway := flag.String("gateway", "", "gateway base URL; requests are POST URL/v1/charges (empty: in-process strict gateway)")
 	name := flag.String("name", "pg1", "the gateway's name: the rate key shared by every process")
@@ -97,7 +98,7 @@ func run() int {
 	}
 
 	// No -redis: an embedded Redis, so that the example runs on its own.
-	rdb, err := throttletest.StartRedis(context.Background(), load.RedisAddrs()...)
+	rdb, err := examplekit.StartRedis(context.Background(), load.RedisAddrs()...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "payments:", err)
 		return 1
@@ -151,7 +152,7 @@ func run() int {
 	// that no worker dials a new one for each request.
 	conns := http.DefaultTransport.(*http.Transport).Clone()
 	conns.MaxIdleConnsPerHost = load.Workers
-	tally := throttletest.NewTally(os.Stderr)
+	tally := examplekit.NewTally(os.Stderr)
 	tr, err := throttle.New(conns, st,
 		throttle.WithRule(rule),
 		throttle.WithOnDecision(tally.OnDecision),
@@ -175,7 +176,7 @@ func run() int {
 		return charge(ctx, client, chargeURL)
 	})
 
-	c, fb := tally.Counts(), tr.FeedbackStats()
+	c, fb := tally.Counts(), tr.Stats().Total().Upstream
 	fmt.Fprintf(os.Stderr, "done: %d refused by the limit; %d cut by the end of the run (in flight, or their slot lay beyond it); "+
 		"upstream: %d 429s, %d pauses, %d tightenings recorded\n",
 		c.Limited, c.Cut, fb.TooManyRequests, fb.Pauses, fb.Tightenings)

@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/examplekit"
 	throttleprom "github.com/throttle-go/throttle/metrics/prometheus"
 	"github.com/throttle-go/throttle/store"
 	"github.com/throttle-go/throttle/throttletest"
@@ -50,7 +51,7 @@ func run() int {
 	if *redisAddr != "" {
 		addrs = strings.Split(*redisAddr, ",")
 	}
-	rdb, err := throttletest.StartRedis(context.Background(), addrs...)
+	rdb, err := examplekit.StartRedis(context.Background(), addrs...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "example:", err)
 		return 1

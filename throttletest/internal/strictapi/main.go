@@ -20,6 +20,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/throttle-go/throttle/internal/examplekit"
 	"github.com/throttle-go/throttle/throttletest"
 )
 
@@ -36,7 +37,7 @@ func main() {
 	appN := flag.Int("app-n", 0, "also at most this many per window over all keys together (the app's limit; 0: none)")
 	flag.Parse()
 
-	alg, err := throttletest.ParseAlgorithm(*algorithm)
+	alg, err := examplekit.ParseAlgorithm(*algorithm)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "strictapi:", err)
 		os.Exit(2)

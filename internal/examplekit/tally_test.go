@@ -1,4 +1,4 @@
-package throttletest_test
+package examplekit_test
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/examplekit"
 	"github.com/throttle-go/throttle/store"
-	"github.com/throttle-go/throttle/throttletest"
 )
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)
@@ -21,11 +21,11 @@ func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { r
 
 // drive runs 3 workers for 15s (fake time) through a throttle of 2 per 10s
 // in mode, and returns what the Tally counted.
-func drive(t *testing.T, mode throttle.Mode) throttletest.Counts {
+func drive(t *testing.T, mode throttle.Mode) examplekit.Counts {
 	t.Helper()
 	st, err := store.NewMemory()
 	require.NoError(t, err)
-	tally := throttletest.NewTally(nil)
+	tally := examplekit.NewTally(nil)
 	base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Request: r}, nil
 	})
@@ -51,7 +51,7 @@ func drive(t *testing.T, mode throttle.Mode) throttletest.Counts {
 func TestTallyCut(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		c := drive(t, throttle.Wait)
+		c := drive(t, throttle.WaitForSlot)
 		assert.Equal(t, "sent=4 ok=4 429=0 limited=0 cut=3 errors=0 wait_p50=0s wait_p99=10s", c.String())
 	})
 	synctest.Test(t, func(t *testing.T) {

@@ -1,4 +1,4 @@
-package throttletest
+package examplekit
 
 import (
 	"context"

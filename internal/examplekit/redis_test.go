@@ -1,4 +1,4 @@
-package throttletest_test
+package examplekit_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttle-go/throttle/throttletest"
+	"github.com/throttle-go/throttle/internal/examplekit"
 )
 
 // TestStartRedisURL: a URL with a password connects, and neither the
@@ -18,17 +18,17 @@ func TestStartRedisURL(t *testing.T) {
 	m := miniredis.RunT(t)
 	m.RequireAuth("s3cret-pw")
 
-	r, err := throttletest.StartRedis(context.Background(), "redis://:s3cret-pw@"+m.Addr())
+	r, err := examplekit.StartRedis(context.Background(), "redis://:s3cret-pw@"+m.Addr())
 	require.NoError(t, err)
 	defer r.Close()
 	assert.Equal(t, "Redis at redis://"+m.Addr(), r.String())
 
-	_, err = throttletest.StartRedis(context.Background(), "redis://:wrong-pw@"+m.Addr())
+	_, err = examplekit.StartRedis(context.Background(), "redis://:wrong-pw@"+m.Addr())
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "wrong-pw")
 	assert.NotContains(t, err.Error(), "s3cret-pw")
 
-	_, err = throttletest.StartRedis(context.Background(), "redis://:s3cret-pw@"+m.Addr()+"/x%zz")
+	_, err = examplekit.StartRedis(context.Background(), "redis://:s3cret-pw@"+m.Addr()+"/x%zz")
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "s3cret-pw")
 }

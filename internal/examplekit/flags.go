@@ -1,4 +1,4 @@
-package throttletest
+package examplekit
 
 import (
 	"errors"
@@ -44,7 +44,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Mode, "mode", "wait", "wait: wait for a free slot; fail: fail fast when none is free")
 	fs.DurationVar(&f.Margin, "margin", throttle.DefaultMargin, "safety margin added to the window (0: none)")
 	fs.DurationVar(&f.Transit, "transit", 0, "in-process upstream only: max random transit delay per request")
-	fs.DurationVar(&f.MaxWait, "maxwait", throttle.DefaultMaxWait, "wait mode: longest wait for a slot")
+	fs.DurationVar(&f.MaxWait, "maxwait", time.Minute, "wait mode: longest wait for a slot")
 }
 
 // Check validates the parsed flags. inProcess says whether the load runs

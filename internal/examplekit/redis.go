@@ -1,4 +1,4 @@
-package throttletest
+package examplekit
 
 import (
 	"context"
@@ -38,19 +38,19 @@ func StartRedis(ctx context.Context, addrs ...string) (*Redis, error) {
 	case len(addrs) == 1 && strings.Contains(addrs[0], "://"):
 		_, closer, err := store.NewRedisURL(addrs[0])
 		if err != nil {
-			return nil, fmt.Errorf("throttletest: %w", err)
+			return nil, fmt.Errorf("examplekit: %w", err)
 		}
 		c, ok := closer.(redis.UniversalClient)
 		if !ok {
 			_ = closer.Close()
-			return nil, fmt.Errorf("throttletest: the URL made a %T, not a Redis client", closer)
+			return nil, fmt.Errorf("examplekit: the URL made a %T, not a Redis client", closer)
 		}
 		r.Client, r.desc = c, "Redis at "+withoutUserinfo(addrs[0])
 		return r, r.ping(ctx)
 	case len(addrs) == 0:
 		m, err := miniredis.Run()
 		if err != nil {
-			return nil, fmt.Errorf("throttletest: starting the embedded Redis: %w", err)
+			return nil, fmt.Errorf("examplekit: starting the embedded Redis: %w", err)
 		}
 		r.mini, r.desc, addrs = m, "embedded Redis at ", []string{m.Addr()}
 	case len(addrs) > 1:
@@ -68,7 +68,7 @@ func (r *Redis) ping(ctx context.Context) error {
 	defer cancel()
 	if err := r.Client.Ping(ctx).Err(); err != nil {
 		r.Close()
-		return fmt.Errorf("throttletest: %s does not answer: %w", r.desc, err)
+		return fmt.Errorf("examplekit: %s does not answer: %w", r.desc, err)
 	}
 	return nil
 }

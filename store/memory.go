@@ -141,6 +141,7 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 		}
 		return reserveCounts(st, key, req, now, m.liveFeedback(key, now)), nil
 	}
+	m.repairFar(key, &req, now, maxW) // keystate.go
 	lg := m.logs[key]
 	if lg != nil && lg.expires <= now {
 		delete(m.logs, key)

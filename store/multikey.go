@@ -168,9 +168,9 @@ func (r *Redis) cancelAlsoCall(call scriptCall, res Reservation) scriptCall {
 // repairAlso repairs the parts' logs after the script found a key in a
 // wrong state (it does not say which): off the common path. A part still
 // wrong after it fails the retry (see healed).
-func (r *Redis) repairAlso(ctx context.Context, req *Request, horizon int64) {
-	for _, p := range req.Also {
-		_ = r.repair(ctx, p.Key, SlidingLog, false, horizon)
+func (r *Redis) repairAlso(ctx context.Context, req *Request) {
+	for i := range req.Also {
+		_ = r.repair(ctx, req.Also[i].Key, SlidingLog, false, req.partHorizon(&req.Also[i]))
 	}
 }
 

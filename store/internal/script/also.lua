@@ -76,7 +76,7 @@ local function also_slot(s, limit, cause, allowance)
       end
       if e and e + w > s then s, limit, cause = e + w, j, LIMIT end
     end
-    if latest > now + max_wait + 86400000000 + part.max_w then
+    if implausible(latest, part.max_w) then
       return s, limit, cause, redis.error_reply('KEYSTATE an entry lies implausibly far in the future')
     end
     if allowance == 0 and last and last > s then s, limit, cause = last, 0, ORDER end

@@ -24,13 +24,13 @@
 -- reservations were made before it.
 -- Or the error KEYSTATE when an entry it reads is not a plausible time (the
 -- Go side then repairs the log with the repair script and retries once):
--- not a number, or later than now + max wait + MaxAllowance (a day) + the
--- longest window. A legitimate entry is at most its caller's now + max wait
--- + allowance (its slot is refused past the max wait; the allowance is at
--- most MaxAllowance; an entry never goes before the last, which was bounded
--- alike when written), so only a caller whose max wait exceeds this one's by
--- more than a day and a window, or a client clock (WithClientTime) ahead by
--- as much, could have written it.
+-- not a number, or later than now + max wait + MaxAllowance (5 minutes) +
+-- the longest window (see prelude's implausible). A legitimate entry is at
+-- most its caller's now + max wait + allowance (its slot is refused past the
+-- max wait; the allowance is at most MaxAllowance; an entry never goes
+-- before the last, which was bounded alike when written), so only a caller
+-- whose max wait exceeds this one's by more than 5 minutes and a window, or
+-- a client clock (WithClientTime) ahead by as much, could have written it.
 --
 -- The slot s is max(now, max_i(entry[-(N_i - cost + 1)] + W_i)), and the
 -- entries are recorded at e = max(s + allowance, last entry): the latest time
@@ -66,24 +66,33 @@ if last then
   if last < 0 then last = -last else marked = false end
 end
 
--- One pass over the limits: the slot they allow, and the largest N and W
--- (for the trim and the TTL). Entries too old to matter may still be in the
--- log (trimming is lazy, below): they are at least max_w before now, so they
--- never set a slot.
-local s, limit, cause = now, 0, NONE
-local tat
-if pace then
-  local e, bad
-  tat, e, bad = pace_slot()
-  if bad then return bad end
-  if e > s then s, limit, cause = e, pace.index, LIMIT end
-end
+-- The largest N and W (for the trim and the TTL), and the span of the
+-- horizon (see prelude's implausible): the longest window, or the spacings
+-- the paced time may run ahead of its slot when they are longer. The Go side
+-- repairs with the same horizon (store.Request.horizon).
 local max_w, max_n = 0, 0
-local last_bad = 0 -- an older entry later than the last (the log is ordered)
 for i = first, argc, 2 do
   local n, w = ARGV[i] + 0, ARGV[i + 1] + 0
   if w > max_w then max_w = w end
   if n > max_n then max_n = n end
+end
+local span = max_w
+if pace then span = math.max(span, (pace.burst + cost + 1) * pace.t) end
+
+-- One pass over the limits: the slot they allow. Entries too old to matter
+-- may still be in the log (trimming is lazy, below): they are at least max_w
+-- before now, so they never set a slot.
+local s, limit, cause = now, 0, NONE
+local tat
+if pace then
+  local e, bad
+  tat, e, bad = pace_slot(span)
+  if bad then return bad end
+  if e > s then s, limit, cause = e, pace.index, LIMIT end
+end
+local last_bad = 0 -- an older entry later than the last (the log is ordered)
+for i = first, argc, 2 do
+  local n, w = ARGV[i] + 0, ARGV[i + 1] + 0
   if last then
     local k = n - cost + 1
     local e = last
@@ -110,7 +119,7 @@ end
 
 -- An entry past the horizon (see the header) would hold the key back for as
 -- long as it lies ahead: a wrong state, not a limit.
-if last and math.max(last, last_bad) > now + max_wait + 86400000000 + max_w then
+if last and implausible(math.max(last, last_bad), span) then
   return redis.error_reply('KEYSTATE an entry lies implausibly far in the future')
 end
 
@@ -153,7 +162,7 @@ if fb and marked then
       if tat then e = tat + (cost - 1 - pace.burst) * pace.t end
     else
       pace = { t = pt, burst = pb, index = 0, keep = 0 }
-      tat, e, bad = pace_slot()
+      tat, e, bad = pace_slot(span)
       if bad then return bad end
     end
     if e and e > s then s, limit, cause = e, 0, LEARNED end

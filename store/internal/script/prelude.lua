@@ -24,3 +24,13 @@ local NONE, ORDER, LIMIT, UPSTREAM, LEARNED = 0, 1, 2, 3, 4
 -- Strings become numbers by arithmetic (x + 0): cheaper than tonumber here.
 local cost, max_wait, server_wait = ARGV[1] + 0, ARGV[2] + 0, ARGV[4] + 0
 local now = clock(ARGV[3])
+
+-- implausible(t, span) says that t, a time a key holds, lies past what any
+-- reservation of this caller's kind could have written: now + its max wait
+-- (a slot further is refused) + store.MaxAllowance (5 minutes, in µs: an
+-- entry goes at most that far past its slot) + span (the longest window, or
+-- the spacings a paced time runs ahead of its slot). Such a time is a wrong
+-- state, not a limit: see repair.
+local function implausible(t, span)
+  return t > now + max_wait + 300000000 + span
+end

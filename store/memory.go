@@ -185,7 +185,7 @@ func (lg *memLog) trim(now, maxW int64) {
 	}
 }
 
-// admits is the log's slot rule for one limit (slot.lua's log_after): the
+// admits is the log's slot rule for one limit (prelude.lua's log_after): the
 // earliest time a limit of n units per w µs admits cost more, the
 // (n - cost + 1)-th newest entry (at least the newest) plus w; 0 when the
 // log holds fewer entries.

@@ -92,28 +92,14 @@ if pace then
 end
 local last_bad = 0 -- an older entry later than the last (the log is ordered)
 for i = first, argc, 2 do
-  local n, w = ARGV[i] + 0, ARGV[i + 1] + 0
-  if last then
-    local k = n - cost + 1
-    local e = last
-    if k > 1 then
-      e = redis.call('LINDEX', key, -k)
-      if e then
-        e = tonumber(e)
-        if not e then return redis.error_reply('KEYSTATE an entry is not a number') end
-        if e < 0 then e = -e end
-        if e > last then last_bad = e end
-      end
-    end
-    if e then
-      e = e + w
-      if e > s then
-        -- The limit's index in the request: the paced one sits among them.
-        local j = (i - first) / 2 + 1
-        if pace and j >= pace.index then j = j + 1 end
-        s, limit, cause = e, j, LIMIT
-      end
-    end
+  local e, entry, bad = log_after(key, last, ARGV[i] + 0, ARGV[i + 1] + 0)
+  if bad then return bad end
+  if entry and entry > last then last_bad = entry end
+  if e and e > s then
+    -- The limit's index in the request: the paced one sits among them.
+    local j = (i - first) / 2 + 1
+    if pace and j >= pace.index then j = j + 1 end
+    s, limit, cause = e, j, LIMIT
   end
 end
 
@@ -139,18 +125,10 @@ if fb and marked then
   if refusal then return refusal end
   held = till
   if till >= s then s, limit, cause = till, 0, UPSTREAM end
-  if n and last and w <= max_w then
-    local e = last
-    local k = math.max(n - cost + 1, 1)
-    if k > 1 then
-      e = redis.call('LINDEX', key, -k)
-      if e then
-        e = tonumber(e)
-        if not e then return redis.error_reply('KEYSTATE an entry is not a number') end
-        e = math.abs(e)
-      end
-    end
-    if e and e + w > s then s, limit, cause = e + w, 0, LEARNED end
+  if n and w <= max_w then
+    local e, _, bad = log_after(key, last, n, w)
+    if bad then return bad end
+    if e and e > s then s, limit, cause = e, 0, LEARNED end
   end
   if pt and (not pace or pt > pace.t or pb < pace.burst) then
     -- A cost above the burst + 1 goes as one send: its units are not

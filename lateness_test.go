@@ -223,8 +223,8 @@ func TestFirstCallIsNotLockedOut(t *testing.T) {
 	}), st, WithRule(rule), WithOnDecision(func(d Decision) { decisions = append(decisions, d) }))
 	require.NoError(t, err)
 	c := tr.rules[0]
-	// Another process, with an allowance of an hour, reserved just now.
-	_, err = st.Reserve(context.Background(), c.scope+"pg1", store.Request{Limits: c.eff, Cost: 1, Allowance: time.Hour})
+	// Another process, with an allowance of a minute, reserved just now.
+	_, err = st.Reserve(context.Background(), c.scope+"pg1", store.Request{Limits: c.eff, Cost: 1, Allowance: time.Minute})
 	require.NoError(t, err)
 
 	req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)

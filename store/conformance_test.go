@@ -168,6 +168,13 @@ func runCases(t *testing.T, cases []conformanceCase) {
 	}
 }
 
+// injector writes into a store's state what no reservation could have
+// (export_test.go), as another program writing under the prefix would.
+type injector interface {
+	InjectEntry(key string, at int64) error
+	InjectPace(key string, tat int64) error
+}
+
 type conformanceCase struct {
 	name string
 	run  func(t *testing.T, s store.Store, clock *fakeClock, key string)
@@ -412,6 +419,39 @@ var conformanceCases = []conformanceCase{
 		}
 		_, err := s.Reserve(ctx, "", req(1, 0, lim(1, time.Second)))
 		assert.ErrorIs(t, err, store.ErrInvalidRequest, "empty key")
+	}},
+	{"an entry no reservation could have written is repaired", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		// As a Transport reserves: no wait, a small allowance. An entry an
+		// hour ahead lies past anything a reservation of a 5 per second log
+		// records (its wait, MaxAllowance and its window).
+		r := req(1, 0, lim(5, time.Second))
+		r.Allowance = time.Millisecond
+		reserve(t, s, key, r)
+		reserve(t, s, key, r)
+		require.NoError(t, s.(injector).InjectEntry(key, clock.Now().Add(time.Hour).UnixMicro()))
+		clock.Advance(1001 * time.Millisecond) // the first two have left the window, not the log
+		for i := range 5 {
+			res := reserve(t, s, key, r)
+			require.True(t, res.Allowed, "request %d: not held back by the bad entry", i)
+			assert.Equal(t, time.Duration(0), res.Delay)
+		}
+		u, err := s.(store.Inspector).Usage(ctx, key, r)
+		require.NoError(t, err)
+		assert.Less(t, u.Last, time.Second, "the bad entry is gone, and nothing was recorded after it")
+	}},
+	{"a paced time no reservation could have left is repaired", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		r := store.Request{Limits: []store.Limit{lim(100, time.Second), paced(10, time.Second, 1)}, Cost: 1}
+		require.True(t, reserve(t, s, key, r).Allowed)
+		require.NoError(t, s.(injector).InjectPace(key, clock.Now().Add(time.Hour).UnixMicro()))
+		clock.Advance(time.Second)
+		res := reserve(t, s, key, r)
+		require.True(t, res.Allowed, "not held back an hour: %+v", res)
+		assert.Equal(t, time.Duration(0), res.Delay)
+		res = reserve(t, s, key, r)
+		assert.True(t, res.Allowed, "the burst of the repaired pace")
+		res = reserve(t, s, key, r)
+		assert.False(t, res.Allowed)
+		assert.Equal(t, 100*time.Millisecond, res.RetryAfter, "then the pace itself")
 	}},
 	{"a cancelled context is an error, not a refusal", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		cctx, cancel := context.WithCancel(ctx)

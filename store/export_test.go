@@ -1,6 +1,12 @@
 package store
 
-import "time"
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // Accessors for the store's own tests (package store_test): the Redis key
 // layout, the number of keys a Memory store holds, and what a reservation
@@ -34,3 +40,39 @@ func (r Reservation) Entry() int64 { return r.entry }
 
 // SetEvictionClock replaces the clock of the eviction check's recheck.
 func (r *Redis) SetEvictionClock(now func() time.Time) { r.evict.now = now }
+
+// InjectEntry appends an entry at (µs) to key's log, as another program's
+// RPUSH would: a log it makes has no expiry.
+func (m *Memory) InjectEntry(key string, at int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	lg := m.logs[key]
+	if lg == nil {
+		lg = &memLog{expires: math.MaxInt64}
+		m.logs[key] = lg
+	}
+	lg.times = append(lg.times, at)
+	return nil
+}
+
+// InjectPace sets key's paced time to tat (µs) without an expiry, as
+// another program's SET would.
+func (m *Memory) InjectPace(key string, tat int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.paces == nil {
+		m.paces = make(map[string]*memPace)
+	}
+	m.paces[key] = &memPace{tat: tat, expires: math.MaxInt64}
+	return nil
+}
+
+// InjectEntry is RPUSH of at (µs) to key's log.
+func (r *Redis) InjectEntry(key string, at int64) error {
+	return r.client.(redis.Cmdable).RPush(context.Background(), r.logKey(key), at).Err()
+}
+
+// InjectPace is SET of key's paced time to tat (µs), without a TTL.
+func (r *Redis) InjectPace(key string, tat int64) error {
+	return r.client.(redis.Cmdable).Set(context.Background(), r.paceKey(key), tat, 0).Err()
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -25,7 +26,8 @@ var ErrKeyState = errors.New("store: rate key in a wrong state")
 // scripts cannot read: everything under its prefix is its own) and retries
 // the call once, so a caller sees this error only when the repair or the
 // retry failed too. The Memory store never returns it: nothing outside the
-// process can write its state.
+// process can write its state, and it repairs a time past the horizon (after
+// its clock stepped back, say) as the Redis store does.
 type KeyStateError struct {
 	Key    string // the rate key
 	Reason string // what was wrong, and what the repair did
@@ -41,6 +43,104 @@ func (e *KeyStateError) Is(target error) bool { return target == ErrKeyState }
 
 // Unwrap returns the server's reply.
 func (e *KeyStateError) Unwrap() error { return e.Err }
+
+// horizon is how far past now, in microseconds, a time that req's key
+// holds may lie (the scripts' implausible, prelude.lua): req's MaxWait (a
+// slot further is refused), MaxAllowance (an entry goes at most that far
+// past its slot) and the longer of its longest window, maxPer, and the
+// spacings its paced time may run ahead of its slot. No reservation of a
+// request like req writes a later time: one is a wrong state, repaired.
+func (r *Request) horizon(maxPer int64) int64 {
+	span := maxPer
+	if p := r.paced(); p >= 0 {
+		span = max(span, paceSpan(r.Limits[p].interval(), int64(r.Limits[p].Burst), int64(r.Cost)))
+	}
+	return microsDown(r.MaxWait) + micros(MaxAllowance) + span
+}
+
+// paceSpan is how far a paced time of spacing t and burst b may run ahead
+// of the slot of a request of cost c: (b + c + 1) spacings (tat.lua).
+func paceSpan(t, b, c int64) int64 { return (b + c + 1) * t }
+
+// partHorizon is horizon for a part of req (Request.Also): its own windows.
+func (r *Request) partHorizon(p *Part) int64 {
+	var maxPer int64
+	for _, l := range p.Limits {
+		maxPer = max(maxPer, micros(l.Per))
+	}
+	return microsDown(r.MaxWait) + micros(MaxAllowance) + maxPer
+}
+
+// noExpiry is the expiry of Memory state that has none: only state written
+// from outside, by the store's own tests, as another program's RPUSH or SET
+// writes a Redis key without a TTL.
+const noExpiry = math.MaxInt64
+
+// repairFar is the Memory store's twin of a reservation that meets a time
+// past the horizon, and of the repair that follows (repair.lua): when key's
+// last entry, its paced time (the request's, or a learned pace's), or the
+// last entry of a part lies past the horizon, every entry and paced time
+// past it goes, and state without an expiry gets one. The log is ordered,
+// so its last entry is its latest. m.mu is held.
+func (m *Memory) repairFar(key string, req *Request, now, maxPer int64) {
+	h := now + req.horizon(maxPer)
+	far := m.farLog(key, now, h)
+	if ps := m.paces[key]; ps != nil && ps.expires > now {
+		hp := h
+		if req.paced() < 0 {
+			f := m.liveFeedback(key, now)
+			pt, pb, ok := int64(0), int64(0), false
+			if f != nil {
+				pt, pb, ok = f.pace(now)
+			}
+			if !ok {
+				hp = noExpiry // no pace reads it
+			} else {
+				base := now + microsDown(req.MaxWait) + micros(MaxAllowance)
+				hp = max(h, base+paceSpan(pt, max(pb, int64(req.Cost)-1), int64(req.Cost)))
+			}
+		}
+		far = far || ps.tat > hp
+	}
+	for i := range req.Also {
+		far = far || m.farLog(req.Also[i].Key, now, now+req.partHorizon(&req.Also[i]))
+	}
+	if !far {
+		return
+	}
+	m.dropAfter(key, now, h)
+	if ps := m.paces[key]; ps != nil && ps.tat > h {
+		delete(m.paces, key)
+	} else if ps != nil && ps.expires == noExpiry {
+		ps.expires = now + 2*(h-now)
+	}
+	for i := range req.Also {
+		m.dropAfter(req.Also[i].Key, now, now+req.partHorizon(&req.Also[i]))
+	}
+}
+
+// farLog reports whether key's log holds a live entry later than h.
+func (m *Memory) farLog(key string, now, h int64) bool {
+	lg := m.logs[key]
+	return lg != nil && lg.expires > now && len(lg.times) > lg.head && lg.times[len(lg.times)-1] > h
+}
+
+// dropAfter removes the entries of key's log later than h, and gives a log
+// without an expiry one (repair.lua's fix and expiring).
+func (m *Memory) dropAfter(key string, now, h int64) {
+	lg := m.logs[key]
+	if lg == nil {
+		return
+	}
+	n := len(lg.times)
+	for n > lg.head && lg.times[n-1] > h {
+		n--
+	}
+	lg.times = lg.times[:n]
+	if lg.expires == noExpiry {
+		lg.expires = now + 2*(h-now)
+	}
+}
 
 // badState reports whether err is a reply that says a script met a key in a
 // wrong state: WRONGTYPE, the log's KEYSTATE, or HINCRBY on a field that is

@@ -129,8 +129,9 @@ func TestRedisBadEntriesHeal(t *testing.T) {
 }
 
 // TestRedisPlausibleFutureEntriesStay: reservations a caller with a long
-// MaxWait made are in the future, but within the horizon: a caller with no
-// wait at all is refused by them (not repaired away).
+// MaxWait made are in the future, but within the horizon of a caller whose
+// MaxWait is shorter by less than MaxAllowance and a window: it is refused by
+// them (not repaired away).
 func TestRedisPlausibleFutureEntriesStay(t *testing.T) {
 	c := realRedis(t)
 	s, err := store.NewRedis(c)
@@ -140,7 +141,8 @@ func TestRedisPlausibleFutureEntriesStay(t *testing.T) {
 	for range 5 {
 		require.True(t, reserve(t, s, key, long).Allowed)
 	}
-	res := reserve(t, s, key, req(1, 0, lim(1, time.Hour)))
+	// The newest entry is 4h ahead; this caller's horizon is 3h + 5min + 1h.
+	res := reserve(t, s, key, req(1, 3*time.Hour, lim(1, time.Hour)))
 	assert.False(t, res.Allowed)
 	assert.Greater(t, res.RetryAfter, 4*time.Hour)
 	assert.EqualValues(t, 5, c.LLen(ctx, s.RedisKey(key)).Val())
@@ -274,4 +276,43 @@ func TestRedisUsageOfABadKey(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrKeyState)
 	_, err = s.Usage(ctx, key, req(1, 0, lim(1, time.Minute)))
 	require.ErrorIs(t, err, store.ErrKeyState)
+}
+
+// TestRedisKeysKeepAnExpiry: a throttle key that another program wrote
+// without a TTL gets one from the store's next writes: a paced time far
+// ahead (repaired, then set again) and a log made by an outside RPUSH (its
+// TTL from the first write of the next half window).
+func TestRedisKeysKeepAnExpiry(t *testing.T) {
+	c := realRedis(t)
+	clock := newFakeClock()
+	s, err := store.NewRedis(c, store.WithClientTime(clock.Now))
+	require.NoError(t, err)
+
+	key := uniqueKey(t)
+	r := store.Request{Limits: []store.Limit{lim(100, time.Second), paced(10, time.Second, 1)}, Cost: 1}
+	require.True(t, reserve(t, s, key, r).Allowed)
+	require.NoError(t, s.InjectPace(key, clock.Now().Add(time.Hour).UnixMicro()))
+	clock.Advance(time.Second)
+	require.True(t, reserve(t, s, key, r).Allowed)
+	pk := s.RedisKey(key) + ":pace"
+	assert.Greater(t, c.PTTL(ctx, pk).Val(), time.Duration(0), "the paced time has a TTL")
+	assert.Less(t, c.PTTL(ctx, pk).Val(), time.Minute)
+
+	key = uniqueKey(t)
+	require.NoError(t, s.InjectEntry(key, clock.Now().UnixMicro()))
+	require.Equal(t, time.Duration(-1), c.PTTL(ctx, s.RedisKey(key)).Val(), "the outside RPUSH left no TTL")
+	clock.Advance(time.Second)
+	for range 3 {
+		require.True(t, reserve(t, s, key, req(1, 0, lim(100, time.Second))).Allowed)
+	}
+	assert.Greater(t, c.PTTL(ctx, s.RedisKey(key)).Val(), time.Duration(0), "the log has a TTL")
+}
+
+// TestScriptsKnowMaxAllowance: the scripts' horizon (prelude.lua's
+// implausible) writes MaxAllowance in microseconds as a number.
+func TestScriptsKnowMaxAllowance(t *testing.T) {
+	us := strconv.FormatInt(store.MaxAllowance.Microseconds(), 10)
+	for _, name := range []string{"reserve log", "reserve paced", "reserve log+also"} {
+		assert.Contains(t, store.Scripts()[name], "max_wait + "+us+" + span", name)
+	}
 }

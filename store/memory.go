@@ -141,162 +141,261 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 		}
 		return reserveCounts(st, key, req, now, m.liveFeedback(key, now)), nil
 	}
-	lg := m.logs[key]
-	if lg != nil && lg.expires <= now {
-		delete(m.logs, key)
-		lg = nil
+	m.repairFar(key, &req, now, maxW) // keystate.go
+	c := logCall{m: m, req: &req, key: key, now: now, maxW: maxW, windows: !paced || maxW > 0}
+	c.reserve(&res, paced)
+	return res, nil
+}
+
+// slot is a send time being found, and what set it: as log.lua's s, limit
+// and cause, with the part of the request (Request.Also) whose limit it is.
+type slot struct {
+	at          int64
+	part, limit int
+	cause       Cause
+}
+
+// raise moves the slot to t, set by a limit, when t is later.
+func (s *slot) raise(t int64, part, limit int, cause Cause) {
+	if t > s.at {
+		*s = slot{t, part, limit, cause}
 	}
-	switch {
-	case lg != nil:
-	case paced && maxW == 0:
-		lg = &noLog // a paced limit alone keeps no log (never written)
-	default:
-		lg = &memLog{}
-		m.logs[key] = lg
+}
+
+// live returns the entries not trimmed yet, oldest first.
+func (lg *memLog) live() []int64 { return lg.times[lg.head:] }
+
+// last returns the newest entry, 0 when the log is empty.
+func (lg *memLog) last() int64 {
+	if n := len(lg.times); n > lg.head {
+		return lg.times[n-1]
 	}
-	// As in log.lua: entries at or before min(now, last) - maxW are
-	// outside every window a later call checks, even after a Cancel.
+	return 0
+}
+
+// trim drops, as log.lua's trim, the entries at or before min(now, last) -
+// maxW: outside every window a later call checks, even after a Cancel.
+// Eagerly, where the script trims lazily: that changes memory, not answers.
+func (lg *memLog) trim(now, maxW int64) {
 	if n := len(lg.times); n > lg.head {
 		horizon := min(now, lg.times[n-1]) - maxW
 		for lg.head < n && lg.times[lg.head] <= horizon {
 			lg.head++
 		}
 	}
-	live := lg.times[lg.head:]
+}
 
-	s, limit, cause := now, 0, CauseNone
-	// As log.lua and pace.lua: the paced limit's slot is its theoretical
-	// arrival time, less its tolerance, plus the spacing of all but one unit.
-	var pace, burst, tat, keep int64 // the paced limit's spacing (0: none), burst, state and keep (pace.lua)
-	var ps *memPace
-	pidx := 0
+// admits is the log's slot rule for one limit (prelude.lua's log_after): the
+// earliest time a limit of n units per w µs admits cost more, the
+// (n - cost + 1)-th newest entry (at least the newest) plus w; 0 when the
+// log holds fewer entries.
+func (lg *memLog) admits(n, w int64, cost int) int64 {
+	live := lg.live()
+	k := max(n-int64(cost)+1, 1)
+	if k > int64(len(live)) {
+		return 0
+	}
+	return live[int64(len(live))-k] + w
+}
+
+// slot raises s to what the window limits of limits (paced ones skipped)
+// admit for cost units, naming the limit of part that set it.
+func (lg *memLog) slot(s *slot, limits []Limit, cost, part int) {
+	for i := range limits {
+		if l := &limits[i]; !l.Paced {
+			s.raise(lg.admits(int64(l.N), micros(l.Per), cost), part, i, CauseLimit)
+		}
+	}
+}
+
+// record appends cost entries at rec and keeps the log until rec has left
+// a window of maxW, like the script's PEXPIRE: never shortened.
+func (lg *memLog) record(rec int64, cost int, maxW int64) {
+	for range cost {
+		lg.times = append(lg.times, rec)
+	}
+	if lg.head > 32 && lg.head*2 > len(lg.times) {
+		lg.times = append(lg.times[:0], lg.times[lg.head:]...)
+		lg.head = 0
+	}
+	lg.expires = max(lg.expires, rec+maxW+1000)
+}
+
+// openLog returns key's log, trimmed at now against maxW, made when
+// missing; for a request that keeps none (a paced limit alone, which
+// neither reads nor writes the log, as in log.lua), the shared empty noLog,
+// never written. m.mu is held.
+func (m *Memory) openLog(key string, now, maxW int64, keep bool) *memLog {
+	if !keep {
+		return &noLog
+	}
+	lg := m.logs[key]
+	if lg != nil && lg.expires <= now {
+		delete(m.logs, key)
+		lg = nil
+	}
+	if lg == nil {
+		lg = &memLog{}
+		m.logs[key] = lg
+	}
+	lg.trim(now, maxW)
+	return lg
+}
+
+// logCall is one reservation of the log in the Memory store, with log.lua's
+// locals as fields, so that each step of the script is a method; m.mu is
+// held.
+type logCall struct {
+	m         *Memory
+	req       *Request
+	key       string
+	now, maxW int64
+	windows   bool // the request has window limits: it keeps a log
+	lg        *memLog
+	s         slot
+	// The paced state (pace.lua, tat.lua): the key's, ps, with its TAT
+	// (0: none) and the pace reserved on it, of spacing t (0: none), burst,
+	// keep and index in the request's limits.
+	ps                       *memPace
+	tat, t, burst, keep      int64
+	pidx                     int
+	held, budgetReset, moved int64     // see feedback
+	also                     []memAlso // the other keys' logs (multikey.go)
+}
+
+// reserve is log.lua: the slot, then the refusal or the record, into res.
+func (c *logCall) reserve(res *Reservation, paced bool) {
+	req := c.req
+	c.lg = c.m.openLog(c.key, c.now, c.maxW, c.windows)
+	c.s = slot{at: c.now}
 	if paced {
-		ps, tat = m.paceState(key, now)
-		for i, l := range req.Limits {
-			if l.Paced {
-				pace, burst, keep, pidx = l.interval(), int64(l.Burst), l.keep(), i
-				if keep > 0 && tat+keep <= now {
-					tat = 0 // as tat.lua: a limit that starts slowly counts it as none
-				}
-				if t := tat + (int64(req.Cost)-1-burst)*pace; tat > 0 && t > s {
-					s, limit, cause = t, i, CauseLimit
-				}
-			}
-		}
+		c.ownPace()
 	}
-	for i := range req.Limits {
-		l := &req.Limits[i]
-		if l.Paced {
-			continue
-		}
-		if k := l.N - req.Cost + 1; k <= len(live) {
-			if t := live[len(live)-k] + micros(l.Per); t > s {
-				s, limit, cause = t, i, CauseLimit
-			}
-		}
+	c.lg.slot(&c.s, req.Limits, req.Cost, 0)
+	res.key, res.cost = c.key, int32(req.Cost)
+	if f := c.m.liveFeedback(c.key, c.now); f != nil && !c.feedback(f, res) {
+		return
 	}
-	res.key, res.cost = key, int32(req.Cost)
-	var budgetReset, held, moved int64
-	if f := m.liveFeedback(key, now); f != nil {
-		h := f.hold(now, int64(req.Cost), microsDown(req.serverWait()))
-		if h.refuse {
-			res.Cause, res.RetryAfter = CauseUpstream, usDuration(h.until-now)
-			return res, nil
-		}
-		// As log.lua: the hold first (it wins a tie), then the
-		// learned limit, which counts like one more limit.
-		if h.until > now {
-			held = h.until
-			if h.until >= s {
-				s, limit, cause = h.until, 0, CauseUpstream
-			}
-		}
-		budgetReset = h.budgetReset
-		if n, w, ok := f.learned(now, maxW); ok {
-			if k := max(n-int64(req.Cost)+1, 1); k <= int64(len(live)) {
-				if t := live[int64(len(live))-k] + w; t > s {
-					s, limit, cause = t, 0, CauseLearned
-				}
-			}
-		}
-		// As log.lua: a learned pace, on the key's paced state, the
-		// stricter of it and the request's own.
-		pt, pb, ok := f.pace(now)
-		if ok {
-			moved = f.pm
-		}
-		if ok && (pace == 0 || pt > pace || pb < burst) {
-			pb = max(pb, int64(req.Cost)-1) // as log.lua: a cost above it is one send
-			if pace == 0 {
-				ps, tat = m.paceState(key, now)
-				pace, burst = pt, pb
-			} else {
-				pace, burst = max(pace, pt), min(burst, pb)
-			}
-			if t := tat + (int64(req.Cost)-1-burst)*pace; tat > 0 && t > s {
-				s, limit, cause = t, 0, CauseLearned
-			}
-		}
+	c.slowStart()
+	// Without an allowance, never before the last entry; with one, the
+	// entry is kept in order when recorded instead.
+	if last := c.lg.last(); req.Allowance == 0 && last > c.s.at {
+		c.s = slot{last, 0, 0, CauseOrder}
 	}
-	// As log.lua: a pace that starts slowly has earned no burst with no
-	// TAT yet, nor at the end of a pause that holds it back.
-	if keep > 0 {
-		from := held
-		if tat == 0 {
-			from = max(from, now)
-		}
-		if from > 0 && (tat == 0 || from+burst*pace > tat) {
-			tat = from + burst*pace
-			if t := tat + (int64(req.Cost)-1-burst)*pace; t > s {
-				s, limit, cause = t, pidx, CauseLimit
-			}
-		}
-	}
-	// As in log.lua: without an allowance, never before the last
-	// entry; with one, the entry is kept in order below instead.
-	allowance := micros(req.Allowance)
-	if allowance == 0 && len(live) > 0 && live[len(live)-1] > s {
-		s, limit, cause = live[len(live)-1], 0, CauseOrder
-	}
-	var also []memAlso // the other keys' logs (Request.Also; multikey.go)
 	if req.Also != nil {
-		also, s, res.Part, limit, cause = m.alsoSlot(&req, now, s, 0, limit, cause)
+		c.also = c.m.alsoSlot(req, c.now, &c.s)
 	}
-	wait := s - now
-	res.Cause, res.Limit = cause, limit
+	wait := c.s.at - c.now
+	res.Cause, res.Part, res.Limit = c.s.cause, c.s.part, c.s.limit
 	if wait > microsDown(req.MaxWait) {
 		res.RetryAfter = usDuration(wait)
-		return res, nil
+		return
 	}
-	if budgetReset > 0 && s < budgetReset {
-		m.feedback[key].budget -= int64(req.Cost)
+	c.record(res)
+	res.Allowed, res.Delay = true, usDuration(wait)
+}
+
+// ownPace reads the request's paced limit and its state, and raises the
+// slot to what it allows (pace.lua).
+func (c *logCall) ownPace() {
+	for i := range c.req.Limits {
+		if l := &c.req.Limits[i]; l.Paced {
+			c.ps, c.tat = c.m.paceState(c.key, c.now)
+			c.t, c.burst, c.keep, c.pidx = l.interval(), int64(l.Burst), l.keep(), i
+			if c.keep > 0 && c.tat+c.keep <= c.now {
+				c.tat = 0 // as tat.lua: a limit that starts slowly counts it as none
+			}
+			c.paceSlot(i, CauseLimit)
+		}
 	}
-	rec := s + allowance
-	if len(live) > 0 {
-		rec = max(rec, live[len(live)-1])
+}
+
+// paceSlot raises the slot to the pace's theoretical arrival time, less its
+// tolerance, plus the spacing of all but one unit (pace.lua), when it has a
+// TAT.
+func (c *logCall) paceSlot(limit int, cause Cause) {
+	if c.tat > 0 {
+		c.s.raise(c.tat+(int64(c.req.Cost)-1-c.burst)*c.t, 0, limit, cause)
 	}
-	if also != nil {
-		rec, res.also = alsoRecord(also, req.Cost, rec), req.alsoNames()
+}
+
+// feedback is log.lua's reading of what the upstream said: a pause or an
+// exhausted budget holds the slot back (or refuses it, into res, returning
+// false), a learned limit counts like one more limit, and a learned pace is
+// reserved on the key's paced state, the stricter of it and the request's.
+func (c *logCall) feedback(f *memFeedback, res *Reservation) bool {
+	cost := int64(c.req.Cost)
+	h := f.hold(c.now, cost, microsDown(c.req.serverWait()))
+	if h.refuse {
+		res.Cause, res.RetryAfter = CauseUpstream, usDuration(h.until-c.now)
+		return false
 	}
-	if pace > 0 {
+	if h.until > c.now {
+		c.held = h.until
+		if h.until >= c.s.at { // the hold wins a tie
+			c.s = slot{h.until, 0, 0, CauseUpstream}
+		}
+	}
+	c.budgetReset = h.budgetReset
+	if n, w, ok := f.learned(c.now, c.maxW); ok {
+		c.s.raise(c.lg.admits(n, w, c.req.Cost), 0, 0, CauseLearned)
+	}
+	pt, pb, ok := f.pace(c.now)
+	if ok {
+		c.moved = f.pm
+	}
+	if ok && (c.t == 0 || pt > c.t || pb < c.burst) {
+		pb = max(pb, cost-1) // a cost above it is one send
+		if c.t == 0 {
+			c.ps, c.tat = c.m.paceState(c.key, c.now)
+			c.t, c.burst = pt, pb
+		} else {
+			c.t, c.burst = max(c.t, pt), min(c.burst, pb)
+		}
+		c.paceSlot(0, CauseLearned)
+	}
+	return true
+}
+
+// slowStart is log.lua's: a pace that starts slowly has earned no burst with
+// no TAT yet, nor at the end of a pause that holds it back.
+func (c *logCall) slowStart() {
+	if c.keep == 0 {
+		return
+	}
+	from := c.held
+	if c.tat == 0 {
+		from = max(from, c.now)
+	}
+	if from > 0 && (c.tat == 0 || from+c.burst*c.t > c.tat) {
+		c.tat = from + c.burst*c.t
+		c.paceSlot(c.pidx, CauseLimit)
+	}
+}
+
+// record records the granted units: the budget, the entries at the latest
+// time they may be sent in every log, the paced state (pace.lua); res gets
+// what Cancel needs.
+func (c *logCall) record(res *Reservation) {
+	req, s := c.req, c.s.at
+	if c.budgetReset > 0 && s < c.budgetReset {
+		c.m.feedback[c.key].budget -= int64(req.Cost)
+	}
+	allowance := micros(req.Allowance)
+	rec := max(s+allowance, c.lg.last())
+	if c.also != nil {
+		rec, res.also = alsoRecord(c.also, req.Cost, rec), req.alsoNames()
+	}
+	if c.t > 0 {
 		// Recorded from the latest time the units may be sent (pace.lua).
-		ps.tat = max(tat, s+allowance) + int64(req.Cost)*pace
-		ps.expires = ps.tat + keep + 1000
-		res.tat, res.spacing, res.moved = ps.tat, pace, moved
+		c.ps.tat = max(c.tat, s+allowance) + int64(req.Cost)*c.t
+		c.ps.expires = c.ps.tat + c.keep + 1000
+		res.tat, res.spacing, res.moved = c.ps.tat, c.t, c.moved
 	}
-	if !paced || maxW > 0 {
-		for range req.Cost {
-			lg.times = append(lg.times, rec)
-		}
-		if lg.head > 32 && lg.head*2 > len(lg.times) {
-			lg.times = append(lg.times[:0], lg.times[lg.head:]...)
-			lg.head = 0
-		}
-		// Like the script's PEXPIRE, never shortened.
-		lg.expires = max(lg.expires, rec+maxW+1000)
+	if c.windows {
+		c.lg.record(rec, req.Cost, c.maxW)
 	}
-	res.Allowed, res.Delay, res.slot, res.entry = true, usDuration(wait), s, rec
-	return res, nil
+	res.slot, res.entry = s, rec
 }
 
 // Cancel implements Store.

@@ -168,9 +168,9 @@ func (r *Redis) cancelAlsoCall(call scriptCall, res Reservation) scriptCall {
 // repairAlso repairs the parts' logs after the script found a key in a
 // wrong state (it does not say which): off the common path. A part still
 // wrong after it fails the retry (see healed).
-func (r *Redis) repairAlso(ctx context.Context, req *Request, horizon int64) {
-	for _, p := range req.Also {
-		_ = r.repair(ctx, p.Key, SlidingLog, false, horizon)
+func (r *Redis) repairAlso(ctx context.Context, req *Request) {
+	for i := range req.Also {
+		_ = r.repair(ctx, req.Also[i].Key, SlidingLog, false, req.partHorizon(&req.Also[i]))
 	}
 }
 
@@ -249,69 +249,36 @@ func hashTag(name string) string {
 // memAlso is a part's log in the Memory store during one Reserve.
 type memAlso struct {
 	lg   *memLog
-	live []int64
 	maxW int64
 }
 
-// alsoSlot is also.lua's also_slot: the parts' logs, trimmed, and the slot,
-// part, limit and cause once they are counted; m.mu is held.
-func (m *Memory) alsoSlot(req *Request, now, s int64, part, limit int, cause Cause) ([]memAlso, int64, int, int, Cause) {
+// alsoSlot is also.lua's also_slot: the parts' logs, trimmed, once s is
+// raised to what each allows (its limits, then its order); m.mu is held.
+func (m *Memory) alsoSlot(req *Request, now int64, s *slot) []memAlso {
 	parts := make([]memAlso, len(req.Also))
-	allowance := micros(req.Allowance)
 	for i, p := range req.Also {
-		lg := m.logs[p.Key]
-		if lg != nil && lg.expires <= now {
-			delete(m.logs, p.Key)
-			lg = nil
-		}
-		if lg == nil {
-			lg = &memLog{}
-			m.logs[p.Key] = lg
-		}
 		var maxW int64
 		for _, l := range p.Limits {
 			maxW = max(maxW, micros(l.Per))
 		}
-		if n := len(lg.times); n > lg.head {
-			horizon := min(now, lg.times[n-1]) - maxW
-			for lg.head < n && lg.times[lg.head] <= horizon {
-				lg.head++
-			}
-		}
-		live := lg.times[lg.head:]
-		parts[i] = memAlso{lg, live, maxW}
-		for j, l := range p.Limits {
-			if k := l.N - req.Cost + 1; k <= len(live) {
-				if t := live[len(live)-k] + micros(l.Per); t > s {
-					s, part, limit, cause = t, i+1, j, CauseLimit
-				}
-			}
-		}
-		if allowance == 0 && len(live) > 0 && live[len(live)-1] > s {
-			s, part, limit, cause = live[len(live)-1], 0, 0, CauseOrder
+		lg := m.openLog(p.Key, now, maxW, true)
+		parts[i] = memAlso{lg, maxW}
+		lg.slot(s, p.Limits, req.Cost, i+1)
+		if last := lg.last(); req.Allowance == 0 && last > s.at {
+			*s = slot{last, 0, 0, CauseOrder}
 		}
 	}
-	return parts, s, part, limit, cause
+	return parts
 }
 
 // alsoRecord is also.lua's also_record: the units recorded at the latest of
 // rec and every part's last entry, which it returns; m.mu is held.
 func alsoRecord(parts []memAlso, cost int, rec int64) int64 {
 	for _, p := range parts {
-		if n := len(p.live); n > 0 {
-			rec = max(rec, p.live[n-1])
-		}
+		rec = max(rec, p.lg.last())
 	}
 	for _, p := range parts {
-		lg := p.lg
-		for range cost {
-			lg.times = append(lg.times, rec)
-		}
-		if lg.head > 32 && lg.head*2 > len(lg.times) {
-			lg.times = append(lg.times[:0], lg.times[lg.head:]...)
-			lg.head = 0
-		}
-		lg.expires = max(lg.expires, rec+p.maxW+1000)
+		p.lg.record(rec, cost, p.maxW)
 	}
 	return rec
 }

@@ -276,8 +276,8 @@ func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservati
 		// Off the common path: one key in a wrong state is that key's
 		// error alone (keystate.go).
 		maxPer, _, _ := req.valid(key)
-		horizon := microsDown(req.MaxWait) + micros(MaxAllowance) + maxPer
-		r.repairAlso(ctx, &req, horizon) // multikey.go
+		horizon := req.horizon(maxPer) // keystate.go
+		r.repairAlso(ctx, &req)        // multikey.go
 		if reply, err = r.healed(ctx, key, req.Algorithm, req.Algorithm == SlidingLog, horizon, err, run); err != nil {
 			var ks *KeyStateError
 			if errors.As(err, &ks) {

@@ -248,9 +248,12 @@ func (r Request) invalid(key string) error {
 	return r.Algorithm.validate(r.Limits)
 }
 
-// MaxAllowance bounds Request.Allowance: a day, far above any lateness a
-// sender could measure, and far below where Lua's numbers lose precision.
-const MaxAllowance = 24 * time.Hour
+// MaxAllowance bounds Request.Allowance: 5 minutes, far above any lateness a
+// sender could measure (the throttle Transport's allowance stays within a
+// minute). It also bounds how far ahead a key's state may lie: a time
+// beyond a request's MaxWait, MaxAllowance and its longest window is
+// repaired as a wrong state (see KeyStateError).
+const MaxAllowance = 5 * time.Minute
 
 // Cause says what set a reservation's slot, or its refusal.
 type Cause uint8

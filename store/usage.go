@@ -221,6 +221,40 @@ func (r *Redis) Delete(ctx context.Context, key string) (int64, error) {
 	return n, nil
 }
 
+// logUsage is Usage of the log, as usage.lua: the log's slot rule and the
+// feedback's, as a reservation of cost 1 reads them (the order left out),
+// without trimming; m.mu is held.
+func (m *Memory) logUsage(u *Usage, key string, req Request, now, maxW int64, f *memFeedback) {
+	lg := &noLog
+	if l := m.logs[key]; l != nil && l.expires > now {
+		lg = l
+	}
+	live := lg.live()
+	after := func(t int64) int {
+		return len(live) - sort.Search(len(live), func(i int) bool { return live[i] > t })
+	}
+	future := after(now)
+	for _, l := range req.Limits {
+		u.Limits = append(u.Limits, LimitUsage{Limit: l, Used: after(now-micros(l.Per)) - future, Reserved: future})
+	}
+	u.Entries = len(live)
+	if len(live) > 0 {
+		u.Last = usDuration(lg.last() - now)
+	}
+	s := slot{at: now}
+	lg.slot(&s, req.Limits, 1, 0)
+	if f != nil {
+		h := f.hold(now, 1, usageServerWait)
+		if h.until > now && h.until >= s.at {
+			s = slot{h.until, 0, 0, CauseUpstream}
+		}
+		if n, w, ok := f.learned(now, maxW); ok {
+			s.raise(lg.admits(n, w, 1), 0, 0, CauseLearned)
+		}
+	}
+	u.Next, u.NextCause, u.NextLimit = usDuration(s.at-now), s.cause, s.limit
+}
+
 // Usage implements Inspector, with the rules of usage.lua. It changes
 // nothing, not even an expired key (which reads as empty).
 func (m *Memory) Usage(ctx context.Context, key string, req Request) (Usage, error) {
@@ -253,48 +287,16 @@ func (m *Memory) Usage(ctx context.Context, key string, req Request) (Usage, err
 		maxW = max(maxW, window(req.Algorithm, l))
 	}
 	if req.Algorithm == SlidingLog {
-		var live []int64
-		if lg := m.logs[key]; lg != nil && lg.expires > now {
-			live = lg.times[lg.head:]
-		}
-		after := func(t int64) int {
-			return len(live) - sort.Search(len(live), func(i int) bool { return live[i] > t })
-		}
-		future := after(now)
-		for _, l := range req.Limits {
-			u.Limits = append(u.Limits, LimitUsage{Limit: l, Used: after(now-micros(l.Per)) - future, Reserved: future})
-		}
-		s, limit, cause := now, 0, CauseNone
-		u.Entries = len(live)
-		if len(live) > 0 {
-			u.Last = usDuration(live[len(live)-1] - now)
-			for i, l := range req.Limits {
-				if l.N <= len(live) {
-					if t := live[len(live)-l.N] + micros(l.Per); t > s {
-						s, limit, cause = t, i, CauseLimit
-					}
-				}
-			}
-		}
-		if f != nil {
-			h := f.hold(now, 1, usageServerWait)
-			if h.until > now && h.until >= s {
-				s, limit, cause = h.until, 0, CauseUpstream
-			}
-			if n, w, ok := f.learned(now, maxW); ok && len(live) > 0 {
-				if k := max(n, 1); k <= int64(len(live)) {
-					if t := live[int64(len(live))-k] + w; t > s {
-						s, limit, cause = t, 0, CauseLearned
-					}
-				}
-			}
-		}
-		u.Next, u.NextCause, u.NextLimit = usDuration(s-now), cause, limit
-		return u, nil
+		m.logUsage(&u, key, req, now, maxW, f)
+	} else {
+		m.countsUsage(&u, key, req, now, maxW, f)
 	}
+	return u, nil
+}
 
-	// The counting algorithms: reserveCounts' search, on a copy of the
-	// limits, recording nothing.
+// countsUsage is Usage of a counting algorithm: reserveCounts' search, on a
+// copy of the limits, recording nothing; m.mu is held.
+func (m *Memory) countsUsage(u *Usage, key string, req Request, now, maxW int64, f *memFeedback) {
 	limits := append([]Limit(nil), req.Limits...)
 	start, cause := now, CauseNone
 	var tightened []bool
@@ -355,5 +357,4 @@ func (m *Memory) Usage(ctx context.Context, key string, req Request) (Usage, err
 		}
 		u.Limits = append(u.Limits, lu)
 	}
-	return u, nil
 }

@@ -41,11 +41,11 @@ do
   for j, part in ipairs(also.parts) do part.key = KEYS[k0 + j] end
 end
 
--- also_entry reads entry i of a part's log as a time (marks stripped), or
--- returns nil, KEYSTATE when it is not a number; third, whether it was
--- marked.
-local function also_entry(key, i)
-  local e = redis.call('LINDEX', key, i)
+-- also_last reads the newest entry of a part's log as a time (its mark
+-- stripped), or returns nil, KEYSTATE when it is not a number; third,
+-- whether it was marked.
+local function also_last(key)
+  local e = redis.call('LINDEX', key, -1)
   if not e then return nil end
   e = tonumber(e)
   if not e then return nil, redis.error_reply('KEYSTATE an entry is not a number') end
@@ -58,7 +58,7 @@ end
 local function also_slot(s, limit, cause, allowance)
   local j = also.base
   for _, part in ipairs(also.parts) do
-    local last, bad, marked = also_entry(part.key, -1)
+    local last, bad, marked = also_last(part.key)
     if bad then return s, limit, cause, bad end
     part.last, part.marked, part.max_n, part.max_w = last, marked, 0, 0
     local latest = last or 0
@@ -67,16 +67,13 @@ local function also_slot(s, limit, cause, allowance)
       j = j + 1
       if n > part.max_n then part.max_n = n end
       if w > part.max_w then part.max_w = w end
-      local e = last
-      local k = n - cost + 1
-      if last and k > 1 then
-        e, bad = also_entry(part.key, -k)
-        if bad then return s, limit, cause, bad end
-        if e and e > latest then latest = e end
-      end
-      if e and e + w > s then s, limit, cause = e + w, j, LIMIT end
+      local e, entry
+      e, entry, bad = log_after(part.key, last, n, w)
+      if bad then return s, limit, cause, bad end
+      if entry and entry > latest then latest = entry end
+      if e and e > s then s, limit, cause = e, j, LIMIT end
     end
-    if latest > now + max_wait + 86400000000 + part.max_w then
+    if implausible(latest, part.max_w) then
       return s, limit, cause, redis.error_reply('KEYSTATE an entry lies implausibly far in the future')
     end
     if allowance == 0 and last and last > s then s, limit, cause = last, 0, ORDER end

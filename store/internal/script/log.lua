@@ -24,13 +24,13 @@
 -- reservations were made before it.
 -- Or the error KEYSTATE when an entry it reads is not a plausible time (the
 -- Go side then repairs the log with the repair script and retries once):
--- not a number, or later than now + max wait + MaxAllowance (a day) + the
--- longest window. A legitimate entry is at most its caller's now + max wait
--- + allowance (its slot is refused past the max wait; the allowance is at
--- most MaxAllowance; an entry never goes before the last, which was bounded
--- alike when written), so only a caller whose max wait exceeds this one's by
--- more than a day and a window, or a client clock (WithClientTime) ahead by
--- as much, could have written it.
+-- not a number, or later than now + max wait + MaxAllowance (5 minutes) +
+-- the longest window (see prelude's implausible). A legitimate entry is at
+-- most its caller's now + max wait + allowance (its slot is refused past the
+-- max wait; the allowance is at most MaxAllowance; an entry never goes
+-- before the last, which was bounded alike when written), so only a caller
+-- whose max wait exceeds this one's by more than 5 minutes and a window, or
+-- a client clock (WithClientTime) ahead by as much, could have written it.
 --
 -- The slot s is max(now, max_i(entry[-(N_i - cost + 1)] + W_i)), and the
 -- entries are recorded at e = max(s + allowance, last entry): the latest time
@@ -66,51 +66,46 @@ if last then
   if last < 0 then last = -last else marked = false end
 end
 
--- One pass over the limits: the slot they allow, and the largest N and W
--- (for the trim and the TTL). Entries too old to matter may still be in the
--- log (trimming is lazy, below): they are at least max_w before now, so they
--- never set a slot.
-local s, limit, cause = now, 0, NONE
-local tat
-if pace then
-  local e, bad
-  tat, e, bad = pace_slot()
-  if bad then return bad end
-  if e > s then s, limit, cause = e, pace.index, LIMIT end
-end
+-- The largest N and W (for the trim and the TTL), and the span of the
+-- horizon (see prelude's implausible): the longest window, or the spacings
+-- the paced time may run ahead of its slot when they are longer. The Go side
+-- repairs with the same horizon (store.Request.horizon).
 local max_w, max_n = 0, 0
-local last_bad = 0 -- an older entry later than the last (the log is ordered)
 for i = first, argc, 2 do
   local n, w = ARGV[i] + 0, ARGV[i + 1] + 0
   if w > max_w then max_w = w end
   if n > max_n then max_n = n end
-  if last then
-    local k = n - cost + 1
-    local e = last
-    if k > 1 then
-      e = redis.call('LINDEX', key, -k)
-      if e then
-        e = tonumber(e)
-        if not e then return redis.error_reply('KEYSTATE an entry is not a number') end
-        if e < 0 then e = -e end
-        if e > last then last_bad = e end
-      end
-    end
-    if e then
-      e = e + w
-      if e > s then
-        -- The limit's index in the request: the paced one sits among them.
-        local j = (i - first) / 2 + 1
-        if pace and j >= pace.index then j = j + 1 end
-        s, limit, cause = e, j, LIMIT
-      end
-    end
+end
+local span = max_w
+if pace then span = math.max(span, (pace.burst + cost + 1) * pace.t) end
+
+-- One pass over the limits: the slot they allow. Entries too old to matter
+-- may still be in the log (trimming is lazy, below): they are at least max_w
+-- before now, so they never set a slot.
+local s, limit, cause = now, 0, NONE
+local tat
+if pace then
+  local e, bad
+  tat, e, bad = pace_slot(span)
+  if bad then return bad end
+  if e > s then s, limit, cause = e, pace.index, LIMIT end
+end
+local last_bad = 0 -- an older entry later than the last (the log is ordered)
+for i = first, argc, 2 do
+  local e, entry, bad = log_after(key, last, ARGV[i] + 0, ARGV[i + 1] + 0)
+  if bad then return bad end
+  if entry and entry > last then last_bad = entry end
+  if e and e > s then
+    -- The limit's index in the request: the paced one sits among them.
+    local j = (i - first) / 2 + 1
+    if pace and j >= pace.index then j = j + 1 end
+    s, limit, cause = e, j, LIMIT
   end
 end
 
 -- An entry past the horizon (see the header) would hold the key back for as
 -- long as it lies ahead: a wrong state, not a limit.
-if last and math.max(last, last_bad) > now + max_wait + 86400000000 + max_w then
+if last and implausible(math.max(last, last_bad), span) then
   return redis.error_reply('KEYSTATE an entry lies implausibly far in the future')
 end
 
@@ -130,18 +125,10 @@ if fb and marked then
   if refusal then return refusal end
   held = till
   if till >= s then s, limit, cause = till, 0, UPSTREAM end
-  if n and last and w <= max_w then
-    local e = last
-    local k = math.max(n - cost + 1, 1)
-    if k > 1 then
-      e = redis.call('LINDEX', key, -k)
-      if e then
-        e = tonumber(e)
-        if not e then return redis.error_reply('KEYSTATE an entry is not a number') end
-        e = math.abs(e)
-      end
-    end
-    if e and e + w > s then s, limit, cause = e + w, 0, LEARNED end
+  if n and w <= max_w then
+    local e, _, bad = log_after(key, last, n, w)
+    if bad then return bad end
+    if e and e > s then s, limit, cause = e, 0, LEARNED end
   end
   if pt and (not pace or pt > pace.t or pb < pace.burst) then
     -- A cost above the burst + 1 goes as one send: its units are not
@@ -153,7 +140,7 @@ if fb and marked then
       if tat then e = tat + (cost - 1 - pace.burst) * pace.t end
     else
       pace = { t = pt, burst = pb, index = 0, keep = 0 }
-      tat, e, bad = pace_slot()
+      tat, e, bad = pace_slot(span)
       if bad then return bad end
     end
     if e and e > s then s, limit, cause = e, 0, LEARNED end

@@ -24,7 +24,9 @@
 --
 -- Everything under the store's prefix is the store's own, so what its
 -- scripts cannot read may go. Removing entries from a log only loosens its
--- windows, and only by what no script could count anyway.
+-- windows, and only by what no script could count anyway. A log, feedback or
+-- pace key kept without a TTL (another program wrote it) gets one: twice
+-- the horizon (MaxFeedback for the feedback), past anything it may hold.
 
 local function fix(key, want, horizon)
   local t = redis.call('TYPE', key)['ok']
@@ -68,10 +70,20 @@ local function fix_pace(key, horizon)
   return 1
 end
 
+-- expiring gives key, when it exists without a TTL, one of us microseconds.
+local function expiring(key, us)
+  if redis.call('PTTL', key) == -1 then
+    redis.call('PEXPIRE', key, string.format('%.0f', math.floor(us / 1000) + 1))
+  end
+end
+
 local now = clock(ARGV[2])
 -- The state's hash holds counters, not times: no horizon.
 local horizon = nil
 if ARGV[1] == 'list' then horizon = now + tonumber(ARGV[3]) end
 local done = { fix(KEYS[1], ARGV[1], horizon), fix(KEYS[2], 'hash', now + tonumber(ARGV[4])) }
 if KEYS[3] then done[3] = fix_pace(KEYS[3], now + tonumber(ARGV[3])) end
+if horizon then expiring(KEYS[1], 2 * tonumber(ARGV[3])) end
+expiring(KEYS[2], tonumber(ARGV[4]))
+if KEYS[3] then expiring(KEYS[3], 2 * tonumber(ARGV[3])) end
 return done

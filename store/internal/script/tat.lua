@@ -8,16 +8,15 @@
 -- pace_slot returns the TAT (nil when none: a limit that starts slowly
 -- counts one older than its keep as none, whether or not Redis has expired
 -- it yet) and the earliest slot the paced limit allows (0 when none), or,
--- third, the error KEYSTATE when the TAT is
--- not a plausible time: not a number, or later than now + max wait +
--- MaxAllowance (a day) + (burst + cost + 1) spacings, past what any
--- reservation of a caller with this max wait could have left (as for the
--- log's entries; see log).
-local function pace_slot()
+-- third, the error KEYSTATE when the TAT is not a plausible time: not a
+-- number, or implausible (see prelude) with the larger of span and
+-- (burst + cost + 1) spacings, past what any reservation of a caller with
+-- this max wait could have left (as for the log's entries; see log).
+local function pace_slot(span)
   local tat = redis.call('GET', KEYS[3])
   if not tat then return nil, 0 end
   tat = tonumber(tat)
-  if not tat or tat > now + max_wait + 86400000000 + (pace.burst + cost + 1) * pace.t then
+  if not tat or implausible(tat, math.max(span, (pace.burst + cost + 1) * pace.t)) then
     return nil, 0, redis.error_reply('KEYSTATE the pace time is not a plausible time')
   end
   if pace.keep > 0 and tat + pace.keep <= now then return nil, 0 end

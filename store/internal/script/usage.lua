@@ -83,25 +83,24 @@ if alg == 'log' then
     per[#per + 1] = future
     per[#per + 1] = 0
   end
+  local newest -- the newest entry's time (nil: the log is empty)
   if len > 0 then
-    last = at(len - 1) - now
-    -- As log.lua, for a cost of 1: the N-th newest entry plus W.
-    for i = 1, #n do
-      if n[i] <= len then
-        local e = at(len - n[i]) + w[i]
-        if e > s then s, limit, cause = e, i, LIMIT end
-      end
-    end
+    newest = at(len - 1)
+    last = newest - now
+  end
+  -- The log's slot rule (prelude), for a cost of 1: the N-th newest entry plus W.
+  for i = 1, #n do
+    local e, _, bad = log_after(key, newest, n[i], w[i])
+    if bad then return bad end
+    if e and e > s then s, limit, cause = e, i, LIMIT end
   end
   local bad, till, _, hn, hw = hold(fb)
   if bad then return bad end -- a KEYSTATE error: nothing else refuses within usageServerWait
   if till >= s then s, limit, cause = till, 0, UPSTREAM end
-  if hn and len > 0 and hw <= max_w then
-    local k = math.max(hn, 1)
-    if k <= len then
-      local e = at(len - k) + hw
-      if e > s then s, limit, cause = e, 0, LEARNED end
-    end
+  if hn and hw <= max_w then
+    local e, _, bad2 = log_after(key, newest, hn, hw)
+    if bad2 then return bad2 end
+    if e and e > s then s, limit, cause = e, 0, LEARNED end
   end
 else
   -- The counting algorithms: the counters a search from now reads, and the

@@ -80,11 +80,15 @@ local function log_expire(key, rec, max_w, last)
       -- The log did not exist: no TTL to keep.
       redis.call('PEXPIRE', key, ttl)
     else
-      -- Every write of a log sets a TTL, so it has one: PEXPIRE GT (Redis 7.0)
-      -- extends it in one call. An older server answers GT with an error;
-      -- then the TTL is read and compared.
+      -- The store's writes give a log a TTL, so it has one: PEXPIRE GT
+      -- (Redis 7.0) extends it in one call. GT counts a key without a TTL
+      -- (made by another program's RPUSH) as never expiring and leaves it
+      -- so: when it declines, which a log of the store's own meets only
+      -- where a longer window set a longer TTL, the TTL is read and set if
+      -- there is none. An older server answers GT with an error; then the
+      -- TTL is read and compared.
       local r = redis.pcall('PEXPIRE', key, ttl, 'GT')
-      if type(r) == 'table' and r.err then
+      if r == 0 or type(r) == 'table' and r.err then
         if redis.call('PTTL', key) < ttl then
           redis.call('PEXPIRE', key, ttl)
         end

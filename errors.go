@@ -44,8 +44,9 @@ type LimitError struct {
 	// deadline: the deadline refused it, at once, rather than the limit.
 	BeyondDeadline bool
 	// InFlight is set when the rule's InFlight cap refused the request: no
-	// lease came free within the time it could wait (RetryAfter: when the
-	// earliest lease held expires, at the latest).
+	// lease came free within the time it could wait. RetryAfter is then a
+	// guess (docs/concurrency.md): a lease frees when a response body is
+	// closed.
 	InFlight bool
 }
 

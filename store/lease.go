@@ -171,8 +171,8 @@ func (r *Redis) parseLeased(key string, req Request, l Lease, reply []any) (Rese
 }
 
 // inFlight is the refusal of a request that found no lease free: retry is
-// the time until the earliest lease expires; deadline, if not 0, how long
-// the caller stays in the queue (a ticket).
+// lease_retry's (lease.lua); deadline, if not 0, how long the caller stays
+// in the queue (a ticket).
 func inFlight(l Lease, req Request, retry, deadline int64) Reservation {
 	res := Reservation{Cause: CauseInFlight, RetryAfter: usDuration(retry), key: l.key, cost: int32(req.Cost)}
 	if deadline != 0 {

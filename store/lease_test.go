@@ -36,7 +36,7 @@ func leases(t *testing.T, s store.Store) store.Leases {
 func TestLeaseConformance(t *testing.T) { runCases(t, leaseCases) }
 
 var leaseCases = []conformanceCase{
-	{"N leases, then refused in flight until the earliest expires", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+	{"N leases, then refused in flight until one is released", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		r := capped(2, 10*time.Second, 0)
 		a := reserve(t, s, key, r)
 		require.True(t, a.Allowed)
@@ -47,13 +47,39 @@ var leaseCases = []conformanceCase{
 		c := reserve(t, s, key, r)
 		assert.False(t, c.Allowed)
 		assert.Equal(t, store.CauseInFlight, c.Cause)
-		assert.Equal(t, 9*time.Second, c.RetryAfter, "the first lease expires 10s after it was taken")
+		assert.Equal(t, time.Millisecond, c.RetryAfter, "a lease was taken just now: retry soon (at least 1ms)")
 		assert.False(t, c.Lease.Held() || c.Lease.Queued(), "no wait: no ticket")
 		require.NoError(t, leases(t, s).Release(ctx, a.Lease))
 		d := reserve(t, s, key, r)
 		assert.True(t, d.Allowed, "a release frees a lease at once")
 		require.NoError(t, leases(t, s).Release(ctx, a.Lease), "releasing twice is harmless")
 		assert.False(t, reserve(t, s, key, r).Allowed, "and frees nothing more")
+	}},
+	{"a refusal in flight retries after as long as since a lease was last taken", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		ls := leases(t, s)
+		r := capped(2, 10*time.Second, 0)
+		a := reserve(t, s, key, r)
+		clock.Advance(100 * time.Millisecond)
+		b := reserve(t, s, key, r)
+		clock.Advance(300 * time.Millisecond)
+		res := reserve(t, s, key, r)
+		require.Equal(t, store.CauseInFlight, res.Cause)
+		assert.Equal(t, 300*time.Millisecond, res.RetryAfter, "the newest lease was taken 300ms ago: as long again")
+		w := reserve(t, s, key, capped(2, 10*time.Second, time.Minute))
+		require.True(t, w.Lease.Queued())
+		res = reserve(t, s, key, r)
+		assert.Equal(t, 600*time.Millisecond, res.RetryAfter, "one waiter ahead: two leases to free")
+		clock.Advance(400 * time.Millisecond)
+		require.NoError(t, ls.Release(ctx, a.Lease)) // handed to the waiter
+		res = reserve(t, s, key, r)
+		require.Equal(t, store.CauseInFlight, res.Cause)
+		assert.Equal(t, time.Millisecond, res.RetryAfter, "a lease changed hands just now")
+		clock.Advance(9 * time.Second)
+		res = reserve(t, s, key, r)
+		require.Equal(t, store.CauseInFlight, res.Cause)
+		assert.Equal(t, 300*time.Millisecond, res.RetryAfter, "at most until the earliest lease expires (b's, taken at 100ms, at 10.1s)")
+		require.NoError(t, ls.Release(ctx, b.Lease))
+		require.NoError(t, ls.Release(ctx, w.Lease))
 	}},
 	{"a reservation the rate refuses takes no lease", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		r := capped(2, time.Hour, 0, lim(1, time.Second))

@@ -32,8 +32,6 @@ func (c *rule) compileInFlight(fail func(string, ...any) error) error {
 		return nil
 	case c.InFlight < 0:
 		return fail("negative InFlight %d", c.InFlight)
-	case c.Also != nil:
-		return fail("InFlight with Also is not supported: the cap is on one key")
 	case c.InFlight == 0:
 		return fail("LeaseFor %s without InFlight", c.LeaseFor)
 	case c.LeaseFor == 0:

@@ -81,6 +81,40 @@ var leaseCases = []conformanceCase{
 		require.NoError(t, ls.Release(ctx, b.Lease))
 		require.NoError(t, ls.Release(ctx, w.Lease))
 	}},
+	{"a cap in flight with more keys: the cap on the own key, each key's limits, one call", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		k := tagged(key, "token", "token2", "app")
+		r := func() store.Request {
+			r := capped(2, time.Hour, 0, lim(100, time.Second))
+			r.Also = []store.Part{{Key: k[2], Limits: []store.Limit{lim(3, time.Hour)}}}
+			return r
+		}
+		a := reserve(t, s, k[0], r())
+		require.True(t, a.Allowed)
+		require.True(t, a.Lease.Held())
+		b := reserve(t, s, k[0], r())
+		require.True(t, b.Allowed)
+		c := reserve(t, s, k[0], r())
+		assert.Equal(t, store.CauseInFlight, c.Cause, "the cap is on the request's own key")
+		d := reserve(t, s, k[1], r())
+		require.True(t, d.Allowed, "another token has its own cap")
+		e := reserve(t, s, k[1], r())
+		require.False(t, e.Allowed)
+		assert.Equal(t, store.CauseLimit, e.Cause, "the app's limit: 3 sent, the refused in flight not counted")
+		assert.Equal(t, 1, e.Part)
+		require.NoError(t, leases(t, s).Release(ctx, a.Lease))
+		assert.Equal(t, store.CauseLimit, reserve(t, s, k[0], r()).Cause, "a lease free, the app's limit refuses; no lease taken")
+		require.NoError(t, leases(t, s).Release(ctx, d.Lease))
+		require.NoError(t, s.Cancel(ctx, b))
+		require.NoError(t, leases(t, s).Release(ctx, b.Lease))
+		f := reserve(t, s, k[1], r())
+		require.True(t, f.Allowed, "a cancel gives the app's unit back")
+		assert.True(t, f.Lease.Held())
+		p := capped(1, time.Hour, 0, store.Limit{N: 10, Per: time.Second, Paced: true, Burst: 2})
+		p.Also = []store.Part{{Key: k[2] + "p", Limits: []store.Limit{lim(5, time.Hour)}}}
+		pk := tagged(key, "paced")[0]
+		require.True(t, reserve(t, s, pk, p).Allowed, "a paced limit with more keys takes a lease")
+		assert.Equal(t, store.CauseInFlight, reserve(t, s, pk, p).Cause)
+	}},
 	{"a reservation the rate refuses takes no lease", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		r := capped(2, time.Hour, 0, lim(1, time.Second))
 		require.True(t, reserve(t, s, key, r).Allowed)

@@ -124,7 +124,7 @@ func TestInFlightRefused(t *testing.T) {
 		require.ErrorAs(t, err, &le)
 		assert.True(t, le.InFlight)
 		assert.ErrorIs(t, err, throttle.ErrLimited)
-		assert.Contains(t, err.Error(), "too many requests in flight")
+		assert.Contains(t, err.Error(), "1 of 1 requests in flight (responses whose bodies are not yet closed)")
 		assert.Equal(t, time.Millisecond, le.RetryAfter, "the lease was taken just now: not the whole LeaseFor")
 		assert.Equal(t, int32(1), body.closes.Load())
 		d := decisions.last(t)
@@ -140,6 +140,50 @@ func TestInFlightRefused(t *testing.T) {
 
 		require.NoError(t, first.Body.Close())
 		send(t, tr, testURL)
+	})
+}
+
+// TestInFlightUnclosedBody: a response body never closed holds its lease
+// for ten LeaseFor at most (renewed meanwhile); then the lease is given
+// back, counted, and a warning names the rule and the body not closed. A
+// Close after it gives back nothing more.
+func TestInFlightUnclosedBody(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var up concurrent
+		var logs logRecorder
+		tr := newTransport(t, up.base(), newMemory(t), inFlightRule(1, throttle.FailFast, 0), logs.option())
+		st := func() throttle.InFlightStats { return tr.Stats().Rules[0].InFlight }
+		req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
+		leaked, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+
+		time.Sleep(9900 * time.Millisecond)
+		synctest.Wait()
+		require.Equal(t, int64(1), st().Held, "held (renewed) for up to ten LeaseFor")
+		req, _ = newRequest(t, context.Background(), http.MethodGet, testURL)
+		_, err = tr.RoundTrip(req)
+		require.ErrorIs(t, err, throttle.ErrLimited)
+		logs.take()
+
+		time.Sleep(200 * time.Millisecond)
+		synctest.Wait()
+		assert.Equal(t, int64(0), st().Held)
+		assert.Equal(t, uint64(1), st().Reclaimed)
+		assert.Zero(t, st().Lost)
+		lines := logs.take()
+		require.Len(t, lines, 1)
+		assert.Contains(t, lines[0], "WARN")
+		assert.Contains(t, lines[0], `rule "gw"`)
+		assert.Contains(t, lines[0], "response body was not closed")
+
+		req, _ = newRequest(t, context.Background(), http.MethodGet, testURL)
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err, "the lease came back")
+		require.NoError(t, leaked.Body.Close())
+		assert.Equal(t, int64(1), st().Held, "the late Close gives back nothing more")
+		require.NoError(t, resp.Body.Close())
+		assert.Equal(t, int64(0), st().Held)
 	})
 }
 

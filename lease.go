@@ -26,8 +26,8 @@ const DefaultLeaseFor = 30 * time.Second
 // of it, one store call each time.
 const minLeaseFor = 100 * time.Millisecond
 
-// longestHold bounds how long a request holds its lease, in LeaseFor: a
-// response body never closed gives its lease back after it (renewed every
+// longestHold bounds how long a response body holds its request's lease, in
+// LeaseFor: one never closed gives the lease back after it (renewed every
 // half LeaseFor, so twice as many renewals).
 const longestHold = 10
 
@@ -171,7 +171,8 @@ type leaseHold struct {
 
 	mu      sync.Mutex
 	timer   *time.Timer
-	renewed int // the timer's firings: every apart from the hold's start
+	renewed int  // the timer's firings since bound, every apart
+	bound   bool // to a response (bind): its body holds the lease
 	done    bool
 }
 
@@ -200,7 +201,9 @@ func (c *core) leaseTimeout() time.Duration {
 // reclaims the lease instead.
 func (h *leaseHold) renew() {
 	h.mu.Lock()
-	h.renewed++
+	if h.bound {
+		h.renewed++
+	}
 	longest := h.renewed >= 2*longestHold
 	h.mu.Unlock()
 	if longest {
@@ -276,6 +279,9 @@ func (h *leaseHold) bind(resp *http.Response) {
 		h.release()
 		return
 	}
+	h.mu.Lock()
+	h.bound = true // the longest hold counts from here, not from the slot's wait
+	h.mu.Unlock()
 	resp.Body = &leasedBody{resp.Body, h}
 }
 

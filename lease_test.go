@@ -187,6 +187,32 @@ func TestInFlightUnclosedBody(t *testing.T) {
 	})
 }
 
+// TestInFlightLongWaitKeepsItsLease: the longest hold counts from the
+// response: a request that holds its lease while it waits a minute for its
+// slot (sixty LeaseFor) is sent with it.
+func TestInFlightLongWaitKeepsItsLease(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var up concurrent
+		tr := newTransport(t, up.base(), newMemory(t), throttle.WithRule(throttle.Rule{
+			Name: "slow", Host: "api.example.com", Limits: []throttle.Limit{throttle.PerMinute(1)},
+			Key: throttle.Fixed("slow"), Mode: throttle.Wait, MaxWait: 2 * time.Minute, Margin: throttle.NoMargin,
+			InFlight: 2, LeaseFor: time.Second, Bursts: true,
+		}))
+		for range 2 {
+			req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
+			resp, err := tr.RoundTrip(req)
+			require.NoError(t, err)
+			require.NoError(t, resp.Body.Close())
+		}
+		st := tr.Stats().Rules[0]
+		assert.Zero(t, st.InFlight.Reclaimed)
+		assert.Equal(t, int64(0), st.InFlight.Held)
+		assert.Equal(t, uint64(2), st.Requests[throttle.Sent])
+		assert.Positive(t, st.Wait.Sum, "the second waited for its slot")
+	})
+}
+
 // TestInFlightRelease: the lease goes back on every path: a response read to
 // its end, a response without a body, an error from the base transport, a
 // context that ends while the request waits in the queue.

@@ -44,9 +44,12 @@ type LimitError struct {
 	// deadline: the deadline refused it, at once, rather than the limit.
 	BeyondDeadline bool
 	// InFlight is set when the rule's InFlight cap refused the request: no
-	// lease came free within the time it could wait (RetryAfter: when the
-	// earliest lease held expires, at the latest).
+	// lease came free within the time it could wait. RetryAfter is then a
+	// guess (docs/concurrency.md): a lease frees when a response body is
+	// closed.
 	InFlight bool
+
+	inFlightCap int // the cap that refused, when known (for Error)
 }
 
 func (e *LimitError) Error() string {
@@ -57,8 +60,11 @@ func (e *LimitError) Error() string {
 	if e.Upstream {
 		s += ", paused by the upstream"
 	}
-	if e.InFlight {
-		s += ", too many requests in flight"
+	switch {
+	case e.InFlight && e.inFlightCap > 0:
+		s += fmt.Sprintf(", %d of %d requests in flight (responses whose bodies are not yet closed)", e.inFlightCap, e.inFlightCap)
+	case e.InFlight:
+		s += ", every lease held by requests in flight (responses whose bodies are not yet closed)"
 	}
 	s += ", retry after " + e.RetryAfter.String()
 	if e.BeyondDeadline {

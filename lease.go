@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"sync"
@@ -25,6 +26,11 @@ const defaultLeaseFor = 30 * time.Second
 // of it, one store call each time.
 const minLeaseFor = 100 * time.Millisecond
 
+// longestHold bounds how long a response body holds its request's lease, in
+// LeaseFor: one never closed gives the lease back after it (renewed every
+// half LeaseFor, so twice as many renewals).
+const longestHold = 10
+
 // compileInFlight checks and completes the in-flight fields of c.
 func (c *rule) compileInFlight(fail func(string, ...any) error) error {
 	switch {
@@ -32,8 +38,6 @@ func (c *rule) compileInFlight(fail func(string, ...any) error) error {
 		return nil
 	case c.InFlight < 0:
 		return fail("negative InFlight %d", c.InFlight)
-	case c.Also != nil:
-		return fail("InFlight with Also is not supported: the cap is on one key")
 	case c.InFlight == 0:
 		return fail("LeaseFor %s without InFlight", c.LeaseFor)
 	case c.LeaseFor == 0:
@@ -112,7 +116,11 @@ func (l *leased) await(ctx context.Context, c *core, r *rule, k keyed, from stor
 	end := func(o Outcome, err error) { d.Outcome, d.Err = o, err }
 	refuse := func() {
 		d.RetryAfter, d.InFlight = res.RetryAfter, true
-		end(Limited, &LimitError{Rule: r.Name, Key: k.key, RetryAfter: res.RetryAfter, InFlight: true})
+		e := &LimitError{Rule: r.Name, Key: k.key, RetryAfter: res.RetryAfter, InFlight: true}
+		if !d.Local {
+			e.inFlightCap = r.InFlight // the local limiter's is a share of it
+		}
+		end(Limited, e)
 	}
 	ls, ok := from.(store.Leases)
 	if !res.Lease.Queued() || !ok {
@@ -150,8 +158,10 @@ func (l *leased) drop(d *Decision) {
 }
 
 // leaseHold is a lease of a request in flight: renewed every half of its
-// duration until released, and released once.
+// duration until released, and released once; reclaimed after longestHold.
 type leaseHold struct {
+	c       *core
+	rule    string
 	from    store.Store
 	ls      store.Leases
 	l       store.Lease
@@ -159,14 +169,16 @@ type leaseHold struct {
 	timeout time.Duration
 	stats   *ruleStats
 
-	mu    sync.Mutex
-	timer *time.Timer
-	done  bool
+	mu      sync.Mutex
+	timer   *time.Timer
+	renewed int  // the timer's firings since bound, every apart
+	bound   bool // to a response (bind): its body holds the lease
+	done    bool
 }
 
 // hold starts the renewal of l, a lease from from.
 func (c *core) hold(r *rule, from store.Store, l store.Lease) *leaseHold {
-	h := &leaseHold{from: from, ls: from.(store.Leases), l: l, every: r.LeaseFor / 2, timeout: c.leaseTimeout(), stats: r.stats}
+	h := &leaseHold{c: c, rule: r.Name, from: from, ls: from.(store.Leases), l: l, every: r.LeaseFor / 2, timeout: c.leaseTimeout(), stats: r.stats}
 	h.stats.leases.Add(1)
 	h.mu.Lock()
 	h.timer = time.AfterFunc(h.every, h.renew)
@@ -185,8 +197,19 @@ func (c *core) leaseTimeout() time.Duration {
 
 // renew runs on the timer: it renews the lease and arms the next renewal,
 // unless the lease was released meanwhile or had expired (then lost: the
-// request stays in flight, uncapped; counted in Stats).
+// request stays in flight, uncapped; counted in Stats). At longestHold it
+// reclaims the lease instead.
 func (h *leaseHold) renew() {
+	h.mu.Lock()
+	if h.bound {
+		h.renewed++
+	}
+	longest := h.renewed >= 2*longestHold
+	h.mu.Unlock()
+	if longest {
+		h.reclaim()
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
 	err := h.ls.Renew(ctx, h.l)
 	cancel()
@@ -202,15 +225,38 @@ func (h *leaseHold) renew() {
 	}
 }
 
-// release gives the lease back, once. It is safe on a nil h.
-func (h *leaseHold) release() {
-	if h == nil {
+// reclaim gives back the lease of a response whose body was not closed
+// within longestHold, counts it and warns, unless it was released meanwhile.
+func (h *leaseHold) reclaim() {
+	if !h.giveBack() {
 		return
 	}
+	h.stats.leasesReclaimed.Add(1)
+	c := h.c
+	ctx := context.Background()
+	if c.logger == nil || !c.logger.Enabled(ctx, slog.LevelWarn) ||
+		!c.logFull(ctx, slog.LevelWarn, logKind{rule: h.rule, feedback: bodyNotClosed}) {
+		return
+	}
+	most := longestHold * 2 * h.every
+	c.logger.LogAttrs(ctx, slog.LevelWarn,
+		fmt.Sprintf("throttle: rule %q: a response body was not closed within %s: its lease under InFlight is given back; close every response body", h.rule, most),
+		slog.String("rule", h.rule), slog.Duration("held", most))
+}
+
+// release gives the lease back, once. It is safe on a nil h.
+func (h *leaseHold) release() {
+	if h != nil {
+		h.giveBack()
+	}
+}
+
+// giveBack gives the lease back and reports whether it was still held.
+func (h *leaseHold) giveBack() bool {
 	h.mu.Lock()
 	if h.done {
 		h.mu.Unlock()
-		return
+		return false
 	}
 	h.done = true
 	h.timer.Stop()
@@ -220,6 +266,7 @@ func (h *leaseHold) release() {
 	defer cancel()
 	// A failed release leaves the lease to expire.
 	_ = h.ls.Release(ctx, h.l)
+	return true
 }
 
 // bind gives the lease back when resp's body is read to its end or closed,
@@ -232,6 +279,9 @@ func (h *leaseHold) bind(resp *http.Response) {
 		h.release()
 		return
 	}
+	h.mu.Lock()
+	h.bound = true // the longest hold counts from here, not from the slot's wait
+	h.mu.Unlock()
 	resp.Body = &leasedBody{resp.Body, h}
 }
 

@@ -3,6 +3,7 @@ package throttle_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/throttle-go/throttle"
 	"github.com/throttle-go/throttle/internal/fakestore"
+	"github.com/throttle-go/throttle/internal/redistest"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -122,16 +124,92 @@ func TestInFlightRefused(t *testing.T) {
 		require.ErrorAs(t, err, &le)
 		assert.True(t, le.InFlight)
 		assert.ErrorIs(t, err, throttle.ErrLimited)
-		assert.Contains(t, err.Error(), "too many requests in flight")
-		assert.Equal(t, time.Second, le.RetryAfter, "the lease expires a LeaseFor after it was taken")
+		assert.Contains(t, err.Error(), "1 of 1 requests in flight (responses whose bodies are not yet closed)")
+		assert.Equal(t, time.Millisecond, le.RetryAfter, "the lease was taken just now: not the whole LeaseFor")
 		assert.Equal(t, int32(1), body.closes.Load())
 		d := decisions.last(t)
 		assert.Equal(t, throttle.Limited, d.Outcome)
 		assert.True(t, d.InFlight)
 		assert.Equal(t, uint64(1), tr.Stats().Rules[0].InFlight.Refused)
 
+		time.Sleep(300 * time.Millisecond)
+		req, _ = newRequest(t, context.Background(), http.MethodGet, testURL)
+		_, err = tr.RoundTrip(req)
+		require.ErrorAs(t, err, &le)
+		assert.Equal(t, 300*time.Millisecond, le.RetryAfter, "as long again as the lease has been held")
+
 		require.NoError(t, first.Body.Close())
 		send(t, tr, testURL)
+	})
+}
+
+// TestInFlightUnclosedBody: a response body never closed holds its lease
+// for ten LeaseFor at most (renewed meanwhile); then the lease is given
+// back, counted, and a warning names the rule and the body not closed. A
+// Close after it gives back nothing more.
+func TestInFlightUnclosedBody(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var up concurrent
+		var logs logRecorder
+		tr := newTransport(t, up.base(), newMemory(t), inFlightRule(1, throttle.FailFast, 0), logs.option())
+		st := func() throttle.InFlightStats { return tr.Stats().Rules[0].InFlight }
+		req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
+		leaked, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+
+		time.Sleep(9900 * time.Millisecond)
+		synctest.Wait()
+		require.Equal(t, int64(1), st().Held, "held (renewed) for up to ten LeaseFor")
+		req, _ = newRequest(t, context.Background(), http.MethodGet, testURL)
+		_, err = tr.RoundTrip(req)
+		require.ErrorIs(t, err, throttle.ErrLimited)
+		logs.take()
+
+		time.Sleep(200 * time.Millisecond)
+		synctest.Wait()
+		assert.Equal(t, int64(0), st().Held)
+		assert.Equal(t, uint64(1), st().Reclaimed)
+		assert.Zero(t, st().Lost)
+		lines := logs.take()
+		require.Len(t, lines, 1)
+		assert.Contains(t, lines[0], "WARN")
+		assert.Contains(t, lines[0], `rule "gw"`)
+		assert.Contains(t, lines[0], "response body was not closed")
+
+		req, _ = newRequest(t, context.Background(), http.MethodGet, testURL)
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err, "the lease came back")
+		require.NoError(t, leaked.Body.Close())
+		assert.Equal(t, int64(1), st().Held, "the late Close gives back nothing more")
+		require.NoError(t, resp.Body.Close())
+		assert.Equal(t, int64(0), st().Held)
+	})
+}
+
+// TestInFlightLongWaitKeepsItsLease: the longest hold counts from the
+// response: a request that holds its lease while it waits a minute for its
+// slot (sixty LeaseFor) is sent with it.
+func TestInFlightLongWaitKeepsItsLease(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var up concurrent
+		tr := newTransport(t, up.base(), newMemory(t), throttle.WithRule(throttle.Rule{
+			Name: "slow", Host: "api.example.com", Limits: []throttle.Limit{throttle.PerMinute(1)},
+			Key: throttle.Fixed("slow"), Mode: throttle.WaitForSlot, MaxWait: 2 * time.Minute, Margin: throttle.NoMargin,
+			InFlight: 2, LeaseFor: time.Second, NoDefaultPace: true,
+		}))
+		for range 2 {
+			req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
+			resp, err := tr.RoundTrip(req)
+			require.NoError(t, err)
+			require.NoError(t, resp.Body.Close())
+		}
+		st := tr.Stats().Rules[0]
+		assert.Zero(t, st.InFlight.Reclaimed)
+		assert.Equal(t, int64(0), st.InFlight.Held)
+		assert.Equal(t, uint64(2), st.Requests[throttle.Sent])
+		assert.Positive(t, st.Wait.Sum, "the second waited for its slot")
 	})
 }
 
@@ -234,19 +312,66 @@ func TestInFlightConfig(t *testing.T) {
 	require.NoError(t, err, "LeaseFor defaults")
 }
 
-// A cap in flight goes with one key: a rule with Also, or a Limiter, that
-// sets one is refused at construction.
-func TestInFlightRefusedWithAlsoAndLimiter(t *testing.T) {
+// A Limiter, which sees no response, cannot cap uses in flight.
+func TestInFlightRefusedWithLimiter(t *testing.T) {
 	t.Parallel()
-	st := newMemory(t)
-	_, err := throttle.New(nil, st, throttle.WithRule(throttle.Rule{Host: "api.example.com", Limits: []throttle.Limit{throttle.PerSecond(10)}, InFlight: 2,
-		Also: []throttle.KeyLimit{{Name: "app", Key: throttle.Fixed("app"), Limits: []throttle.Limit{throttle.PerSecond(20)}}}}))
+	_, err := throttle.NewLimiter(newMemory(t), throttle.Rule{Name: "jobs", Limits: []throttle.Limit{throttle.PerSecond(10)}, InFlight: 2})
 	var ce *throttle.ConfigError
 	require.ErrorAs(t, err, &ce)
-	assert.Contains(t, ce.Reason, "InFlight with Also")
-	_, err = throttle.NewLimiter(st, throttle.Rule{Name: "jobs", Limits: []throttle.Limit{throttle.PerSecond(10)}, InFlight: 2})
-	require.ErrorAs(t, err, &ce)
 	assert.Contains(t, ce.Reason, "a Limiter does not cap uses in flight")
+}
+
+// TestInFlightWithAlso: GitHub's shape, a cap in flight per token beside an
+// app-wide limit (Also). The cap is on each token; the app's limit counts
+// every token's sends; on the memory store and on a real Redis.
+func TestInFlightWithAlso(t *testing.T) {
+	t.Parallel()
+	rule := throttle.Rule{
+		Name: "github", Host: "api.example.com", Key: throttle.ByQuery("access_token"),
+		Limits: []throttle.Limit{throttle.PerHour(5000)}, Mode: throttle.FailFast, Margin: throttle.NoMargin, NoDefaultPace: true,
+		InFlight: 2,
+		Also:     []throttle.KeyLimit{{Name: "app", Key: throttle.Fixed("my-app"), Limits: []throttle.Limit{throttle.PerHour(4)}, HashTag: true}},
+	}
+	run := func(t *testing.T, st store.Store) {
+		var up concurrent
+		tr := newTransport(t, up.base(), st, throttle.WithRule(rule))
+		get := func(token string) (*http.Response, error) {
+			req, err := http.NewRequest(http.MethodGet, "https://api.example.com/x?access_token="+token, nil)
+			require.NoError(t, err)
+			return tr.RoundTrip(req)
+		}
+		a1, err := get("a")
+		require.NoError(t, err)
+		a2, err := get("a")
+		require.NoError(t, err)
+		var le *throttle.LimitError
+		_, err = get("a")
+		require.ErrorAs(t, err, &le)
+		assert.True(t, le.InFlight, "token a's cap: %v", err)
+		b1, err := get("b")
+		require.NoError(t, err, "token b has its own cap")
+		require.NoError(t, a1.Body.Close())
+		a3, err := get("a")
+		require.NoError(t, err, "a's lease came back; the app's fourth")
+		_, err = get("b")
+		require.ErrorAs(t, err, &le)
+		assert.False(t, le.InFlight)
+		assert.Equal(t, "my-app", le.Key, "the app's limit counts every token: %v", err)
+		for _, r := range []*http.Response{a2, a3, b1} {
+			require.NoError(t, r.Body.Close())
+		}
+		assert.Equal(t, int32(4), up.sends.Load())
+		assert.Equal(t, int32(3), up.most.Load(), "two of a's and one of b's at once")
+		assert.Equal(t, int64(0), tr.Stats().Rules[0].InFlight.Held)
+	}
+	t.Run("memory", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) { run(t, newMemory(t)) })
+	})
+	t.Run("redis", func(t *testing.T) {
+		st, err := store.NewRedis(redistest.Shared(t).Client(t), store.WithPrefix(fmt.Sprintf("inflight-also-%d:", time.Now().UnixNano())))
+		require.NoError(t, err)
+		run(t, st)
+	})
 }
 
 // A rule with InFlight and no LeaseFor takes DefaultLeaseFor (it was left at

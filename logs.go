@@ -33,6 +33,7 @@ const (
 	noFeedback      feedbackKind = iota
 	throttledAnswer              // a 429, a 503 with Retry-After, or a pause
 	feedbackFailed               // the store failed to record feedback
+	bodyNotClosed                // a lease reclaimed from a body not closed (lease.go)
 )
 
 // name is what the events of kind k are: an outcome ("limited",
@@ -43,6 +44,8 @@ func (k logKind) name() string {
 		return "throttled"
 	case feedbackFailed:
 		return "feedback_failed"
+	case bodyNotClosed:
+		return "body_not_closed"
 	}
 	if k.local {
 		return k.outcome.String() + "_local"

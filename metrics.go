@@ -103,6 +103,9 @@ type InFlightStats struct {
 	// stalled longer than LeaseFor/2, and its request was no longer
 	// counted in the cap.
 	Lost uint64
+	// Reclaimed counts the leases given back because a response body was
+	// not closed within ten LeaseFor (a warning to the logger each).
+	Reclaimed uint64
 }
 
 // StoreFailureStats counts the requests that met a failed store, or one
@@ -159,6 +162,7 @@ type ruleStats struct {
 
 	leases                                  atomic.Int64 // held now (lease.go)
 	leasesQueued, leasesRefused, leasesLost atomic.Uint64
+	leasesReclaimed                         atomic.Uint64
 }
 
 // bindStats gives every rule the counters of its name, shared by the rules of
@@ -242,7 +246,8 @@ func (s *ruleStats) snapshot() RuleStats {
 		Retakes:  s.retakes.Load(),
 		Store:    StoreFailureStats{Refused: s.refused.Load(), Open: s.open.Load(), Local: s.local.Load()},
 		Upstream: s.upstream(),
-		InFlight: InFlightStats{Held: s.leases.Load(), Queued: s.leasesQueued.Load(), Refused: s.leasesRefused.Load(), Lost: s.leasesLost.Load()},
+		InFlight: InFlightStats{Held: s.leases.Load(), Queued: s.leasesQueued.Load(), Refused: s.leasesRefused.Load(), Lost: s.leasesLost.Load(),
+			Reclaimed: s.leasesReclaimed.Load()},
 	}
 	for i := range s.outcomes {
 		r.Requests[i] = s.outcomes[i].Load()
@@ -272,6 +277,7 @@ func (r *RuleStats) add(o RuleStats) {
 	r.InFlight.Queued += o.InFlight.Queued
 	r.InFlight.Refused += o.InFlight.Refused
 	r.InFlight.Lost += o.InFlight.Lost
+	r.InFlight.Reclaimed += o.InFlight.Reclaimed
 }
 
 func (f *FeedbackStats) add(o FeedbackStats) {

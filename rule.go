@@ -123,13 +123,16 @@ type Rule struct {
 	// in flight at once, across every process sharing the store: a
 	// request holds a lease from its reservation until its response body
 	// is read to the end or closed (at once on an error or without a
-	// body). Waiting requests are served in order, within MaxWait; one that
-	// cannot get a lease in time is refused with a *LimitError whose
-	// InFlight is set. Zero: no cap. See docs/concurrency.md.
+	// body), for ten LeaseFor at most. Waiting requests are served in
+	// order, within MaxWait; one that cannot get a lease in time is
+	// refused with a *LimitError whose InFlight is set. With Also, the cap
+	// is on the rule's own key. Zero: no cap. See docs/concurrency.md.
 	InFlight int
 	// LeaseFor is how long a lease outlives a process that dies holding
-	// it; a live process renews its leases every half of it. From 100ms to
-	// 24h; zero: 30 seconds (InFlight only).
+	// it; a live process renews its leases every half of it, for ten
+	// LeaseFor at most (a response body not closed by then gives its lease
+	// back, with a warning). From 100ms to 24h; zero: 30 seconds
+	// (InFlight only).
 	LeaseFor time.Duration
 }
 

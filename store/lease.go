@@ -74,7 +74,7 @@ const MaxLease = 24 * time.Hour
 func (r *Request) leaseValid() bool {
 	return r.InFlight == 0 && r.LeaseFor == 0 && r.Held.id == "" ||
 		r.InFlight >= 1 && r.InFlight <= math32 && r.LeaseFor >= time.Millisecond && r.LeaseFor <= MaxLease &&
-			(r.Held.id == "" || r.Held.Held()) && r.Also == nil
+			(r.Held.id == "" || r.Held.Held())
 }
 
 const math32 = 1<<31 - 1
@@ -83,9 +83,6 @@ const math32 = 1<<31 - 1
 func (r *Request) leaseInvalid() error {
 	if r.leaseValid() {
 		return nil
-	}
-	if r.InFlight > 0 && r.Also != nil {
-		return fmt.Errorf("%w: a cap in flight (InFlight) on a request with extra keys (Also) is not supported", ErrInvalidRequest)
 	}
 	return fmt.Errorf("%w: InFlight %d, LeaseFor %s: InFlight must be 0 (no cap, and no LeaseFor or Held), or 1 to %d with LeaseFor from 1ms to %s, and Held a held lease",
 		ErrInvalidRequest, r.InFlight, r.LeaseFor, math32, MaxLease)
@@ -130,16 +127,33 @@ var (
 		Buckets:        newScript(script.Leased(Buckets.String())),
 	}
 	leasedPacedScript = newScript(script.Leased("paced"))
-	leaseOpsScript    = newScript(script.LeaseOps())
+	// With more keys (Request.Also; multikey.go): the cap on the own key.
+	leasedAlsoScript      = newScript(script.Leased("log+also"))
+	leasedPacedAlsoScript = newScript(script.Leased("paced+also"))
+	leaseOpsScript        = newScript(script.LeaseOps())
 )
+
+// leaseScripts adds the scripts of this file to Scripts' map.
+func leaseScripts(out map[string]string) {
+	for a, s := range leasedScripts {
+		out["reserve "+Algorithm(a).String()+", leased"] = s.src
+	}
+	out["reserve paced, leased"], out["lease ops"] = leasedPacedScript.src, leaseOpsScript.src
+	out["reserve log+also, leased"], out["reserve paced+also, leased"] = leasedAlsoScript.src, leasedPacedAlsoScript.src
+}
 
 // withLease makes call the leased variant of itself: its script, and the
 // lease's keys and arguments at the ends (lease_open.lua takes them off).
 func (r *Redis) withLease(call *scriptCall, key string, req Request) Lease {
 	l := req.lease(key, newLeaseID)
-	if call.script.Hash() == pacedScript.Hash() {
+	switch call.script.Hash() {
+	case pacedScript.Hash():
 		call.script = leasedPacedScript
-	} else {
+	case reserveAlsoScript.Hash():
+		call.script = leasedAlsoScript
+	case reservePacedAlsoScript.Hash():
+		call.script = leasedPacedAlsoScript
+	default:
 		call.script = leasedScripts[req.Algorithm]
 	}
 	lk, qk, inbox := r.leaseKeys(key)
@@ -171,8 +185,8 @@ func (r *Redis) parseLeased(key string, req Request, l Lease, reply []any) (Rese
 }
 
 // inFlight is the refusal of a request that found no lease free: retry is
-// the time until the earliest lease expires; deadline, if not 0, how long
-// the caller stays in the queue (a ticket).
+// lease_retry's (lease.lua); deadline, if not 0, how long the caller stays
+// in the queue (a ticket).
 func inFlight(l Lease, req Request, retry, deadline int64) Reservation {
 	res := Reservation{Cause: CauseInFlight, RetryAfter: usDuration(retry), key: l.key, cost: int32(req.Cost)}
 	if deadline != 0 {

@@ -82,6 +82,22 @@ func leaseEarliest(ls *memLeases, now int64) int64 {
 	return max(e-now, 0)
 }
 
+// leaseRetry is lease_retry: the RetryAfter of a refusal in flight.
+func leaseRetry(ls *memLeases, l Lease, now int64) int64 {
+	var earliest, newest int64
+	for _, exp := range ls.held {
+		if earliest == 0 || exp < earliest {
+			earliest = exp
+		}
+		newest = max(newest, exp)
+	}
+	if earliest == 0 {
+		return 0
+	}
+	since := max(now-(newest-l.dur), 1000)
+	return max(min(since*int64(len(ls.queue)+1), earliest-now), 0)
+}
+
 // leaseBefore is lease_open for Reserve: the lease the request holds or may
 // take, and, when none is free, the refusal (ok false; the request joined
 // the queue if it may wait); m.mu is held.
@@ -100,13 +116,13 @@ func (m *Memory) leaseBefore(key string, req *Request, now int64) (l Lease, refu
 	if mine || n < l.cap {
 		return l, Reservation{}, true
 	}
-	var deadline int64
+	retry, deadline := leaseRetry(ls, l, now), int64(0)
 	if w := microsDown(req.MaxWait); w > 0 {
 		deadline = now + w
 		ls.queue = append(ls.queue, memWaiter{deadline, l.id})
 		m.lease.woken[l.id] = make(chan struct{})
 	}
-	return l, inFlight(l, *req, leaseEarliest(ls, now), deadline), false
+	return l, inFlight(l, *req, retry, deadline), false
 }
 
 // leaseAfter is lease_close: a granted reservation records its lease (a held

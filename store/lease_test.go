@@ -36,7 +36,7 @@ func leases(t *testing.T, s store.Store) store.Leases {
 func TestLeaseConformance(t *testing.T) { runCases(t, leaseCases) }
 
 var leaseCases = []conformanceCase{
-	{"N leases, then refused in flight until the earliest expires", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+	{"N leases, then refused in flight until one is released", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		r := capped(2, 10*time.Second, 0)
 		a := reserve(t, s, key, r)
 		require.True(t, a.Allowed)
@@ -47,13 +47,73 @@ var leaseCases = []conformanceCase{
 		c := reserve(t, s, key, r)
 		assert.False(t, c.Allowed)
 		assert.Equal(t, store.CauseInFlight, c.Cause)
-		assert.Equal(t, 9*time.Second, c.RetryAfter, "the first lease expires 10s after it was taken")
+		assert.Equal(t, time.Millisecond, c.RetryAfter, "a lease was taken just now: retry soon (at least 1ms)")
 		assert.False(t, c.Lease.Held() || c.Lease.Queued(), "no wait: no ticket")
 		require.NoError(t, leases(t, s).Release(ctx, a.Lease))
 		d := reserve(t, s, key, r)
 		assert.True(t, d.Allowed, "a release frees a lease at once")
 		require.NoError(t, leases(t, s).Release(ctx, a.Lease), "releasing twice is harmless")
 		assert.False(t, reserve(t, s, key, r).Allowed, "and frees nothing more")
+	}},
+	{"a refusal in flight retries after as long as since a lease was last taken", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		ls := leases(t, s)
+		r := capped(2, 10*time.Second, 0)
+		a := reserve(t, s, key, r)
+		clock.Advance(100 * time.Millisecond)
+		b := reserve(t, s, key, r)
+		clock.Advance(300 * time.Millisecond)
+		res := reserve(t, s, key, r)
+		require.Equal(t, store.CauseInFlight, res.Cause)
+		assert.Equal(t, 300*time.Millisecond, res.RetryAfter, "the newest lease was taken 300ms ago: as long again")
+		w := reserve(t, s, key, capped(2, 10*time.Second, time.Minute))
+		require.True(t, w.Lease.Queued())
+		res = reserve(t, s, key, r)
+		assert.Equal(t, 600*time.Millisecond, res.RetryAfter, "one waiter ahead: two leases to free")
+		clock.Advance(400 * time.Millisecond)
+		require.NoError(t, ls.Release(ctx, a.Lease)) // handed to the waiter
+		res = reserve(t, s, key, r)
+		require.Equal(t, store.CauseInFlight, res.Cause)
+		assert.Equal(t, time.Millisecond, res.RetryAfter, "a lease changed hands just now")
+		clock.Advance(9 * time.Second)
+		res = reserve(t, s, key, r)
+		require.Equal(t, store.CauseInFlight, res.Cause)
+		assert.Equal(t, 300*time.Millisecond, res.RetryAfter, "at most until the earliest lease expires (b's, taken at 100ms, at 10.1s)")
+		require.NoError(t, ls.Release(ctx, b.Lease))
+		require.NoError(t, ls.Release(ctx, w.Lease))
+	}},
+	{"a cap in flight with more keys: the cap on the own key, each key's limits, one call", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		k := tagged(key, "token", "token2", "app")
+		r := func() store.Request {
+			r := capped(2, time.Hour, 0, lim(100, time.Second))
+			r.Also = []store.Part{{Key: k[2], Limits: []store.Limit{lim(3, time.Hour)}}}
+			return r
+		}
+		a := reserve(t, s, k[0], r())
+		require.True(t, a.Allowed)
+		require.True(t, a.Lease.Held())
+		b := reserve(t, s, k[0], r())
+		require.True(t, b.Allowed)
+		c := reserve(t, s, k[0], r())
+		assert.Equal(t, store.CauseInFlight, c.Cause, "the cap is on the request's own key")
+		d := reserve(t, s, k[1], r())
+		require.True(t, d.Allowed, "another token has its own cap")
+		e := reserve(t, s, k[1], r())
+		require.False(t, e.Allowed)
+		assert.Equal(t, store.CauseLimit, e.Cause, "the app's limit: 3 sent, the refused in flight not counted")
+		assert.Equal(t, 1, e.Part)
+		require.NoError(t, leases(t, s).Release(ctx, a.Lease))
+		assert.Equal(t, store.CauseLimit, reserve(t, s, k[0], r()).Cause, "a lease free, the app's limit refuses; no lease taken")
+		require.NoError(t, leases(t, s).Release(ctx, d.Lease))
+		require.NoError(t, s.Cancel(ctx, b))
+		require.NoError(t, leases(t, s).Release(ctx, b.Lease))
+		f := reserve(t, s, k[1], r())
+		require.True(t, f.Allowed, "a cancel gives the app's unit back")
+		assert.True(t, f.Lease.Held())
+		p := capped(1, time.Hour, 0, store.Limit{N: 10, Per: time.Second, Paced: true, Burst: 2})
+		p.Also = []store.Part{{Key: k[2] + "p", Limits: []store.Limit{lim(5, time.Hour)}}}
+		pk := tagged(key, "paced")[0]
+		require.True(t, reserve(t, s, pk, p).Allowed, "a paced limit with more keys takes a lease")
+		assert.Equal(t, store.CauseInFlight, reserve(t, s, pk, p).Cause)
 	}},
 	{"a reservation the rate refuses takes no lease", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		r := capped(2, time.Hour, 0, lim(1, time.Second))

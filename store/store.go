@@ -140,7 +140,7 @@ type Request struct {
 	// taken in the same call, until Leases.Release. When none is free,
 	// nothing is recorded: the reservation is refused with CauseInFlight
 	// and, if MaxWait is positive, its Lease is a ticket in the key's queue
-	// (Leases.Await). Zero: no cap. Not with Also.
+	// (Leases.Await). Zero: no cap. With Also, the cap is on key alone.
 	InFlight int
 	// LeaseFor is how long a lease lasts unless renewed (Leases.Renew): a
 	// holder that dies gives its lease back after it. Required with

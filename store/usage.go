@@ -182,10 +182,7 @@ func Scripts() map[string]string {
 	for name, s := range alsoScripts { // multikey.go
 		out[name] = s.src
 	}
-	for a, s := range leasedScripts { // lease.go
-		out["reserve "+Algorithm(a).String()+", leased"] = s.src
-	}
-	out["reserve paced, leased"], out["lease ops"] = leasedPacedScript.src, leaseOpsScript.src
+	leaseScripts(out) // lease.go
 	return out
 }
 

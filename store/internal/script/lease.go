@@ -5,11 +5,15 @@ package script
 // lease and the reservation), and the operations on one lease.
 var (
 	leased = map[string]string{
-		"log":     assemble("reserve log, leased", "time", "prelude", "hold", "nopace", "tat", "write", "lease", "lease_open", "noalso", "log", "lease_close"),
-		"paced":   assemble("reserve paced, leased", "time", "prelude", "hold", "pace", "tat", "write", "lease", "lease_open", "noalso", "log", "lease_close"),
-		"fixed":   assemble("reserve fixed, leased", "time", "prelude", "hold", "floor", "counting", "fixed", "lease", "lease_open", "counts", "lease_close"),
-		"counter": assemble("reserve counter, leased", "time", "prelude", "hold", "floor", "counting", "counter", "lease", "lease_open", "counts", "lease_close"),
-		"buckets": assemble("reserve buckets, leased", "time", "prelude", "hold", "floor", "counting", "lease", "lease_open", "buckets", "lease_close"),
+		"log":   assemble("reserve log, leased", "time", "prelude", "hold", "nopace", "tat", "write", "lease", "lease_open", "noalso", "log", "lease_close"),
+		"paced": assemble("reserve paced, leased", "time", "prelude", "hold", "pace", "tat", "write", "lease", "lease_open", "noalso", "log", "lease_close"),
+		// With more keys (store.Request.Also): the cap stays on the
+		// request's own key.
+		"log+also":   assemble("reserve log+also, leased", "time", "prelude", "hold", "nopace", "tat", "write", "lease", "lease_open", "also", "log", "lease_close"),
+		"paced+also": assemble("reserve paced+also, leased", "time", "prelude", "hold", "pace", "tat", "write", "lease", "lease_open", "also", "log", "lease_close"),
+		"fixed":      assemble("reserve fixed, leased", "time", "prelude", "hold", "floor", "counting", "fixed", "lease", "lease_open", "counts", "lease_close"),
+		"counter":    assemble("reserve counter, leased", "time", "prelude", "hold", "floor", "counting", "counter", "lease", "lease_open", "counts", "lease_close"),
+		"buckets":    assemble("reserve buckets, leased", "time", "prelude", "hold", "floor", "counting", "lease", "lease_open", "buckets", "lease_close"),
 	}
 	leaseOps = assemble("lease ops", "time", "lease", "lease_ops")
 )

@@ -37,3 +37,19 @@ local function lease_earliest(lk, now)
   if e[2] then return math.max(tonumber(e[2]) - now, 0) end
   return 0
 end
+
+-- lease_retry is the RetryAfter of a request refused for want of a lease: a
+-- lease frees when its holder's response body is closed, which no store can
+-- foresee, so it guesses from the turnover. As long as it has been since a
+-- lease was last taken or renewed (the newest score, less the duration), at
+-- least 1 ms, once for the request and once for each waiter ahead of it in
+-- the queue; at most until the earliest lease expires. A key whose leases
+-- change hands often retries soon; one whose holders are stuck backs off
+-- about twofold at each refusal.
+local function lease_retry(lk, qk, dur, now)
+  local e = redis.call('ZRANGE', lk, 0, 0, 'WITHSCORES')
+  if not e[2] then return 0 end
+  local l = redis.call('ZRANGE', lk, -1, -1, 'WITHSCORES')
+  local since = math.max(now - (tonumber(l[2]) - dur), 1000)
+  return math.max(math.min(since * (redis.call('LLEN', qk) + 1), tonumber(e[2]) - now), 0)
+end

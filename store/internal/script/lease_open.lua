@@ -13,7 +13,7 @@
 -- reclaimed and the queue is served: a newcomer never passes a waiter. When
 -- none is free, nothing is recorded and the reply is
 --   { 0, wait, 0, 0, INFLIGHT, deadline }
--- with wait the time until the earliest lease expires, and deadline, when
+-- with wait the time to retry after (see lease_retry), and deadline, when
 -- the max wait is positive, the time the caller waits in the queue until
 -- (it joined it; 0 otherwise). The algorithm's part below runs as a function;
 -- a lease is recorded only when it grants the reservation (lease_close).
@@ -29,13 +29,13 @@ if lease_held then
   lease_held = s and tonumber(s) > now
 end
 if not lease_held and lease_n >= lease_cap then
-  local deadline = 0
+  local wait, deadline = lease_retry(lease_key, lease_queue, lease_dur, now), 0
   if max_wait > 0 then
     deadline = now + max_wait
     redis.call('RPUSH', lease_queue, string.format('%.0f', deadline) .. ' ' .. lease_id .. ' ' .. lease_inbox)
     expire(lease_queue, deadline, now)
   end
-  return { 0, lease_earliest(lease_key, now), 0, 0, INFLIGHT, deadline }
+  return { 0, wait, 0, 0, INFLIGHT, deadline }
 end
 
 local function lease_body()

@@ -109,7 +109,7 @@ func Register(m metric.Meter, tr Source, attrs ...attribute.KeyValue) (metric.Re
 	ins.reshape = counter("throttle.upstream.reshapes", "{reshape}",
 		"Moves to a stricter shape (a pace without a burst) recorded after a 429 that came although the fleet kept its limits.")
 	ins.inFlight = counter("throttle.in_flight.events", "{request}",
-		"What the cap on requests in flight did: queued (waited for a lease), refused (none within the wait) or lost (a lease found expired when renewed).")
+		"What the cap on requests in flight did: queued (waited for a lease), refused (none within the wait), lost (a lease found expired when renewed) or reclaimed (given back because a response body was not closed in time).")
 	leases, err := m.Int64ObservableGauge("throttle.in_flight.leases", metric.WithUnit("{lease}"),
 		metric.WithDescription("Leases this process holds under Rule.InFlight: requests whose response body is not yet closed."))
 	errs = append(errs, err)
@@ -173,6 +173,7 @@ func (ins *instruments) observe(o metric.Observer, s throttle.Stats) {
 		o.ObserveInt64(ins.inFlight, clamp(r.InFlight.Queued), ins.with(rule, EventKey.String("queued")))
 		o.ObserveInt64(ins.inFlight, clamp(r.InFlight.Refused), ins.with(rule, EventKey.String("refused")))
 		o.ObserveInt64(ins.inFlight, clamp(r.InFlight.Lost), ins.with(rule, EventKey.String("lost")))
+		o.ObserveInt64(ins.inFlight, clamp(r.InFlight.Reclaimed), ins.with(rule, EventKey.String("reclaimed")))
 	}
 	rule := RuleKey.String("")
 	o.ObserveInt64(ins.requests, clamp(s.Unmatched.Requests[throttle.Unmatched]),

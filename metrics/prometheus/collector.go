@@ -65,7 +65,7 @@ func NewCollector(tr Source) *Collector {
 		leases: prometheus.NewDesc("throttle_in_flight_leases",
 			"Leases this process holds under Rule.InFlight: requests whose response body is not yet closed.", rule, nil),
 		inFlight: prometheus.NewDesc("throttle_in_flight_total",
-			"What the cap on requests in flight did: queued (waited for a lease), refused (none within the wait) or lost (a lease found expired when renewed).",
+			"What the cap on requests in flight did: queued (waited for a lease), refused (none within the wait), lost (a lease found expired when renewed) or reclaimed (given back because a response body was not closed in time).",
 			[]string{"rule", "event"}, nil),
 	}
 	for _, b := range throttle.WaitBuckets() {
@@ -117,6 +117,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.inFlight, r.InFlight.Queued, r.Rule, "queued")
 		counter(c.inFlight, r.InFlight.Refused, r.Rule, "refused")
 		counter(c.inFlight, r.InFlight.Lost, r.Rule, "lost")
+		counter(c.inFlight, r.InFlight.Reclaimed, r.Rule, "reclaimed")
 	}
 	counter(c.requests, s.Unmatched.Requests[throttle.Unmatched], "", throttle.Unmatched.String())
 	c.upstreamMetrics(ch, s.Unmatched)

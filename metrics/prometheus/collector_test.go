@@ -241,12 +241,14 @@ func TestCollectorInFlightAndLimiter(t *testing.T) {
 # TYPE throttle_in_flight_leases gauge
 throttle_in_flight_leases{rule="capped",source="transport"} 1
 throttle_in_flight_leases{rule="jobs",source="limiter"} 0
-# HELP throttle_in_flight_total What the cap on requests in flight did: queued (waited for a lease), refused (none within the wait) or lost (a lease found expired when renewed).
+# HELP throttle_in_flight_total What the cap on requests in flight did: queued (waited for a lease), refused (none within the wait), lost (a lease found expired when renewed) or reclaimed (given back because a response body was not closed in time).
 # TYPE throttle_in_flight_total counter
 throttle_in_flight_total{event="lost",rule="capped",source="transport"} 0
 throttle_in_flight_total{event="lost",rule="jobs",source="limiter"} 0
 throttle_in_flight_total{event="queued",rule="capped",source="transport"} 0
 throttle_in_flight_total{event="queued",rule="jobs",source="limiter"} 0
+throttle_in_flight_total{event="reclaimed",rule="capped",source="transport"} 0
+throttle_in_flight_total{event="reclaimed",rule="jobs",source="limiter"} 0
 throttle_in_flight_total{event="refused",rule="capped",source="transport"} 1
 throttle_in_flight_total{event="refused",rule="jobs",source="limiter"} 0
 `

@@ -147,7 +147,9 @@ func WithClientTime(now func() time.Time) RedisOption {
 // *redis.ClusterClient, a *redis.Ring, a Sentinel failover client or any
 // redis.UniversalClient. It does no I/O: the first Reserve checks that the
 // server will not evict the store's keys (see WithEvictionCheck; by default
-// every Reserve fails while it may).
+// every Reserve fails while it may). To a *redis.Client it adds a hook that
+// sees its dials, so that a refused connection fails the store's calls at
+// once rather than after go-redis's retries; it changes nothing else.
 func NewRedis(client redis.Scripter, opts ...RedisOption) (*Redis, error) {
 	return newRedis(client, opts, false)
 }

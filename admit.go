@@ -180,7 +180,8 @@ func (c *core) take(ctx context.Context, a *admission) bool {
 		up := res.Cause == store.CauseUpstream
 		a.d.RetryAfter, a.d.Upstream = res.RetryAfter, up
 		return a.end(Limited, &LimitError{Rule: r.Name, Key: lkey, Limit: a.d.Limit, RetryAfter: res.RetryAfter, Upstream: up,
-			BeyondDeadline: beyondDeadline(r, a.maxWait, req.MaxWait, res.RetryAfter, up)})
+			BeyondDeadline: beyondDeadline(r, a.maxWait, req.MaxWait, res.RetryAfter, up),
+			BeyondMaxWait:  beyondMaxWait(r, a.maxWait, res.RetryAfter, up)})
 	}
 	a.lease.take(c, r, g.from, res)
 	a.g = g
@@ -301,6 +302,13 @@ func beyondDeadline(r *rule, limit, asked, retryAfter time.Duration, upstream bo
 		bound = min(bound, r.maxServerWait)
 	}
 	return limit > 0 && asked < limit && retryAfter <= bound
+}
+
+// beyondMaxWait reports whether a refusal came from limit, the rule's MaxWait
+// in Wait mode: the slot, retryAfter away, lay beyond it, and for a wait the
+// upstream imposed, MaxServerWait was not the nearer bound.
+func beyondMaxWait(r *rule, limit, retryAfter time.Duration, upstream bool) bool {
+	return limit > 0 && retryAfter > limit && (!upstream || limit <= r.maxServerWait)
 }
 
 // maxWait is the longest a request may wait for its slot: the rule's MaxWait,

@@ -68,16 +68,17 @@ func TestWaitModeRefusals(t *testing.T) {
 		timeout time.Duration
 		wantErr bool
 		// beyond: the deadline refused the request, not MaxWait
-		// (LimitError.BeyondDeadline).
-		beyond bool
+		// (LimitError.BeyondDeadline); overMax: MaxWait refused it
+		// (LimitError.BeyondMaxWait).
+		beyond, overMax bool
 	}{
 		{name: "slot within MaxWait", maxWait: w},
-		{name: "slot beyond MaxWait", maxWait: w - time.Microsecond, wantErr: true},
+		{name: "slot beyond MaxWait", maxWait: w - time.Microsecond, wantErr: true, overMax: true},
 		{name: "slot before the deadline", timeout: w + time.Millisecond},
 		{name: "slot beyond the deadline", timeout: w - time.Millisecond, wantErr: true, beyond: true},
 		{name: "deadline nearer than MaxWait", maxWait: time.Hour, timeout: w / 2, wantErr: true, beyond: true},
-		{name: "MaxWait nearer than deadline", maxWait: w / 2, timeout: time.Hour, wantErr: true},
-		{name: "slot beyond both", maxWait: w / 2, timeout: w / 4, wantErr: true},
+		{name: "MaxWait nearer than deadline", maxWait: w / 2, timeout: time.Hour, wantErr: true, overMax: true},
+		{name: "slot beyond both", maxWait: w / 2, timeout: w / 4, wantErr: true, overMax: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -106,8 +107,9 @@ func TestWaitModeRefusals(t *testing.T) {
 				assert.Zero(t, took)
 				var le *throttle.LimitError
 				require.ErrorAs(t, err, &le)
-				assert.Equal(t, throttle.LimitError{Rule: "r", Key: "k", Limit: throttle.Per(1, w), RetryAfter: w, BeyondDeadline: tc.beyond}, *le)
+				assert.Equal(t, throttle.LimitError{Rule: "r", Key: "k", Limit: throttle.Per(1, w), RetryAfter: w, BeyondDeadline: tc.beyond, BeyondMaxWait: tc.overMax}, *le)
 				assert.Equal(t, tc.beyond, strings.HasSuffix(le.Error(), ", beyond the context's deadline"), le.Error())
+				assert.Equal(t, tc.overMax, strings.HasSuffix(le.Error(), ", beyond the rule's MaxWait"), le.Error())
 				assert.Equal(t, 1, sent.count())
 
 				// Nothing was recorded: a request after the window is sent at once.

@@ -43,6 +43,11 @@ type LimitError struct {
 	// wait the upstream imposed) but the slot lay beyond its context's
 	// deadline: the deadline refused it, at once, rather than the limit.
 	BeyondDeadline bool
+	// BeyondMaxWait is set when the slot lay beyond the rule's MaxWait (Wait
+	// mode): MaxWait refused the request, whatever the context's deadline.
+	// It is not set when the upstream's wait also exceeded a shorter
+	// MaxServerWait (see Upstream).
+	BeyondMaxWait bool
 	// InFlight is set when the rule's InFlight cap refused the request: no
 	// lease came free within the time it could wait. RetryAfter is then a
 	// guess (docs/concurrency.md): a lease frees when a response body is
@@ -67,8 +72,11 @@ func (e *LimitError) Error() string {
 		s += ", every lease held by requests in flight (responses whose bodies are not yet closed)"
 	}
 	s += ", retry after " + e.RetryAfter.String()
-	if e.BeyondDeadline {
+	switch {
+	case e.BeyondDeadline:
 		s += ", beyond the context's deadline"
+	case e.BeyondMaxWait:
+		s += ", beyond the rule's MaxWait"
 	}
 	return s
 }

@@ -208,6 +208,7 @@ func TestPauseIsFleetWide(t *testing.T) {
 		assert.Equal(t, 45*time.Second, le.RetryAfter)
 		assert.Contains(t, le.Error(), "paused by the upstream")
 		assert.False(t, le.BeyondDeadline, "MaxServerWait refused it, with no deadline")
+		assert.False(t, le.BeyondMaxWait, "MaxServerWait refused it, not MaxWait")
 		last := decisions.last(t)
 		assert.Equal(t, throttle.Limited, last.Outcome)
 		assert.True(t, last.Upstream)
@@ -227,6 +228,13 @@ func TestPauseIsFleetWide(t *testing.T) {
 			require.ErrorAs(t, err, &le)
 			assert.Equal(t, beyond, le.BeyondDeadline)
 		}
+		// A MaxWait nearer than MaxServerWait refuses the pause itself.
+		e := newTransport(t, up, st, rule(func(r *throttle.Rule) { r.MaxServerWait, r.MaxWait = time.Minute, 10*time.Second }))
+		_, err = do(t, e, context.Background())
+		require.ErrorAs(t, err, &le)
+		assert.True(t, le.Upstream)
+		assert.True(t, le.BeyondMaxWait)
+		assert.Contains(t, le.Error(), "paused by the upstream, retry after 45s, beyond the rule's MaxWait")
 		assert.Equal(t, 45*time.Second, elapsed(func() {
 			_, err := do(t, c, context.Background())
 			require.NoError(t, err)

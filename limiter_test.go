@@ -51,12 +51,13 @@ func TestLimiterWait(t *testing.T) {
 		rule    throttle.Rule
 		timeout time.Duration
 		// wait is the 3rd Wait's; zero with refused.
-		wait   time.Duration
-		beyond bool // refused by the deadline (LimitError.BeyondDeadline)
+		wait    time.Duration
+		beyond  bool // refused by the deadline (LimitError.BeyondDeadline)
+		overMax bool // refused by MaxWait (LimitError.BeyondMaxWait)
 	}{
 		{name: "waits for the slot", wait: slot},
 		{name: "within the deadline", timeout: slot + time.Millisecond, wait: slot},
-		{name: "beyond MaxWait", rule: throttle.Rule{MaxWait: slot - time.Microsecond}},
+		{name: "beyond MaxWait", rule: throttle.Rule{MaxWait: slot - time.Microsecond}, overMax: true},
 		{name: "beyond the deadline", timeout: slot - time.Millisecond, beyond: true},
 		{name: "FailFast", rule: throttle.Rule{Mode: throttle.FailFast}},
 	}
@@ -90,6 +91,8 @@ func TestLimiterWait(t *testing.T) {
 				assert.ErrorIs(t, err, throttle.ErrLimited)
 				assert.Equal(t, slot, le.RetryAfter)
 				assert.Equal(t, tc.beyond, le.BeyondDeadline)
+				assert.Equal(t, tc.overMax, le.BeyondMaxWait)
+				assert.Equal(t, tc.overMax, strings.Contains(le.Error(), "beyond the rule's MaxWait"), le.Error())
 				assert.Equal(t, "api", le.Rule)
 				assert.Equal(t, throttle.Limited, d.Outcome)
 				s := l.Stats().Rules[0]
@@ -198,6 +201,7 @@ func TestLimiterReserve(t *testing.T) {
 		var le *throttle.LimitError
 		require.ErrorAs(t, err, &le, "beyond MaxWait")
 		assert.Equal(t, 2*slot, le.RetryAfter)
+		assert.True(t, le.BeyondMaxWait)
 		r4.Cancel()
 
 		var outcomes []throttle.Outcome

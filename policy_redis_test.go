@@ -2,10 +2,15 @@ package throttle_test
 
 import (
 	"context"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -142,4 +147,122 @@ func anys(ss []string) []any {
 		out[i] = s
 	}
 	return out
+}
+
+// dialCounter is a go-redis hook that counts dial attempts.
+type dialCounter struct{ n *atomic.Int32 }
+
+func (d dialCounter) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		d.n.Add(1)
+		return next(ctx, network, addr)
+	}
+}
+func (dialCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (dialCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestRefusedRedisIsNotATimeout: the quick start against a port where
+// nothing listens (go-redis's default options) is refused with a
+// *StoreError that says the connection was refused and matches
+// syscall.ECONNREFUSED and *net.OpError, through the *url.Error of
+// http.Client, after the first refused dial rather than after the store
+// timeout (an hour here; go-redis alone dials 5 times per attempt over 4
+// attempts). The request's deadline is only a guard. The store is then
+// marked down, and the next request is not tried and says why.
+func TestRefusedRedisIsNotATimeout(t *testing.T) {
+	port, err := redistest.FreePort()
+	require.NoError(t, err)
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port), Password: secret})
+	t.Cleanup(func() { _ = client.Close() })
+	dials := new(atomic.Int32)
+	client.AddHook(dialCounter{dials})
+	st, err := store.NewRedis(client)
+	require.NoError(t, err)
+	var sent atomic.Int32
+	tr := newTransport(t, roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		sent.Add(1)
+		return okResponse(r), nil
+	}), st, throttle.WithStoreTimeout(time.Hour),
+		throttle.WithDefault(throttle.Rule{Name: "all", Key: throttle.ByHost(), Limits: []throttle.Limit{throttle.PerSecond(100)}}))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	get := func() error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://api.example.com/x", nil)
+		require.NoError(t, err)
+		resp, err := (&http.Client{Transport: tr}).Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+
+	err = get()
+	n := dials.Load()
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, context.DeadlineExceeded)
+	assert.NotErrorIs(t, err, throttle.ErrStoreTimeout)
+	assert.ErrorIs(t, err, throttle.ErrStoreUnavailable)
+	assert.ErrorIs(t, err, syscall.ECONNREFUSED)
+	var se *throttle.StoreError
+	require.ErrorAs(t, err, &se)
+	assert.False(t, se.NotTried)
+	var op *net.OpError
+	assert.ErrorAs(t, err, &op)
+	assert.Contains(t, err.Error(), "connection refused")
+	assert.NotContains(t, err.Error(), secret)
+	assert.Less(t, n, int32(5), "dial attempts before the refusal was reported: fewer than one go-redis dial sequence")
+
+	err = get() // within the first probe's backoff of 40ms at the least
+	require.ErrorAs(t, err, &se)
+	if se.NotTried {
+		assert.ErrorIs(t, err, syscall.ECONNREFUSED)
+	}
+	assert.Zero(t, sent.Load())
+}
+
+// TestSlowRedisIsATimeout: a server that accepts connections and never
+// answers still reads as no answer within WithStoreTimeout, not as a
+// refusal.
+func TestSlowRedisIsATimeout(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // read nothing, answer nothing
+			mu.Unlock()
+		}
+	})
+	t.Cleanup(func() {
+		l.Close()
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	client := redis.NewClient(&redis.Options{Addr: l.Addr().String(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = client.Close() })
+	st, err := store.NewRedis(client)
+	require.NoError(t, err)
+	tr := newTransport(t, roundTripperFunc(func(r *http.Request) (*http.Response, error) { return okResponse(r), nil }), st,
+		throttle.WithStoreTimeout(50*time.Millisecond),
+		throttle.WithDefault(throttle.Rule{Name: "all", Key: throttle.ByHost(), Limits: []throttle.Limit{throttle.PerSecond(100)}}))
+	req, err := http.NewRequest(http.MethodGet, "https://api.example.com/x", nil)
+	require.NoError(t, err)
+	_, err = tr.RoundTrip(req)
+	require.ErrorIs(t, err, throttle.ErrStoreTimeout)
+	assert.ErrorIs(t, err, throttle.ErrStoreUnavailable)
+	assert.NotErrorIs(t, err, syscall.ECONNREFUSED)
+	assert.Contains(t, err.Error(), "no answer within 50ms (WithStoreTimeout)")
 }

@@ -55,6 +55,9 @@ type Redis struct {
 	tlsConfig *tls.Config
 	// inboxes wake the waiters for a lease (lease.go).
 	inboxes inboxes
+	// refusals ends the calls in flight when a dial is refused (refused.go);
+	// nil unless the client is a *redis.Client.
+	refusals *refusals
 }
 
 // ErrReplicaAck is matched, with errors.Is, by the error of a reservation
@@ -144,7 +147,9 @@ func WithClientTime(now func() time.Time) RedisOption {
 // *redis.ClusterClient, a *redis.Ring, a Sentinel failover client or any
 // redis.UniversalClient. It does no I/O: the first Reserve checks that the
 // server will not evict the store's keys (see WithEvictionCheck; by default
-// every Reserve fails while it may).
+// every Reserve fails while it may). To a *redis.Client it adds a hook that
+// sees its dials, so that a refused connection fails the store's calls at
+// once rather than after go-redis's retries; it changes nothing else.
 func NewRedis(client redis.Scripter, opts ...RedisOption) (*Redis, error) {
 	return newRedis(client, opts, false)
 }
@@ -187,6 +192,7 @@ func newRedis(client redis.Scripter, opts []RedisOption, fromURL bool) (*Redis, 
 			return nil, fmt.Errorf("store: WithReplicaAck needs a *redis.Client or *redis.ClusterClient, not %T", client)
 		}
 	}
+	r.refusals = watchRefusals(client)
 	return r, nil
 }
 
@@ -210,8 +216,19 @@ func (r *Redis) keyFor(key string, alg Algorithm) string {
 	return r.logKey(key) + ":" + alg.String()
 }
 
-// Reserve implements Store.
+// Reserve implements Store. A refused connection fails it at once (see
+// refused.go), with an error that matches syscall.ECONNREFUSED.
 func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservation, error) {
+	wctx, w := r.refusals.watch(ctx)
+	res, err := r.reserve(wctx, key, req)
+	if refused := w.end(ctx, err != nil); refused != nil {
+		return Reservation{}, fmt.Errorf("store: redis reserve: %w", refused)
+	}
+	return res, err
+}
+
+// reserve is Reserve, on a context that a refused dial ends.
+func (r *Redis) reserve(ctx context.Context, key string, req Request) (Reservation, error) {
 	if err := req.Validate(key); err != nil {
 		return Reservation{}, err
 	}
@@ -343,6 +360,16 @@ func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
 	if !res.Allowed || res.cost < 1 {
 		return nil
 	}
+	wctx, w := r.refusals.watch(ctx)
+	err := r.cancel(wctx, res)
+	if refused := w.end(ctx, err != nil); refused != nil {
+		return fmt.Errorf("store: redis cancel: %w", refused)
+	}
+	return err
+}
+
+// cancel is Cancel, on a context that a refused dial ends.
+func (r *Redis) cancel(ctx context.Context, res Reservation) error {
 	call := scriptCall{cancelScript, []string{r.logKey(res.key)}, []any{strconv.FormatInt(res.entry, 10), res.cost}}
 	if res.tat != 0 {
 		call.script = cancelPacedScript
@@ -494,6 +521,16 @@ func (r *Redis) Learn(ctx context.Context, key string, l Learned) error {
 	if l.empty() {
 		return nil
 	}
+	wctx, w := r.refusals.watch(ctx)
+	err := r.learn(wctx, key, l)
+	if refused := w.end(ctx, err != nil); refused != nil {
+		return fmt.Errorf("store: redis feedback: %w", refused)
+	}
+	return err
+}
+
+// learn is Learn, on a context that a refused dial ends.
+func (r *Redis) learn(ctx context.Context, key string, l Learned) error {
 	now := ""
 	if r.clock != nil {
 		now = strconv.FormatInt(r.clock().UnixMicro(), 10)

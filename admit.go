@@ -39,9 +39,6 @@ type admission struct {
 	// storeSlot is the slot on the shared store's clock (microseconds),
 	// placed again at the wake-up and on the wire; 0 if not known.
 	storeSlot int64
-	// spread is the part of the allowance that covers the clocks' bounds
-	// (clock.go); -1 when there were none yet.
-	spread time.Duration
 	// due is when the slot was due as the wire measures it (lateness.go):
 	// an upper bound, from before the store call; zero when not measured.
 	due   time.Time
@@ -58,18 +55,19 @@ func newAdmission(r *rule, k keyed, maxWait time.Duration) admission {
 	return admission{r: r, k: k, maxWait: maxWait, d: Decision{Rule: r.Name, Key: k.key, Cost: k.cost}}
 }
 
-// own is the part of late, a's lateness at now, that the process's
-// allowance learns (clock.go): all of it but what the spread covered, or,
-// when the reservation was made before any bounds, from the latest its slot
-// may be; all of it when the slot was not placed on the store's clock.
+// own is the part of late, a's lateness at now, that is the process's own
+// and that its allowance learns (clock.go): from the latest its slot may be,
+// as the clocks' bounds stand now (a.latest, placed again at the wake-up and
+// on the wire), to now: the wake-up and the wire. The bounds' width is not
+// the process's: a reservation adds it as it will be (storeClock.spread),
+// and a slow reply from the store, which left them wide, says nothing of
+// how late the process sends. All of late when the slot was not placed on
+// the store's clock.
 func (a *admission) own(now time.Time, late time.Duration) time.Duration {
 	if a.storeSlot == 0 {
 		return late
 	}
-	if a.spread < 0 {
-		return max(now.Sub(a.latest), 0)
-	}
-	return late - min(a.latest.Sub(a.slot), a.spread)
+	return max(now.Sub(a.latest), 0)
 }
 
 // end decides a: it sets the outcome and the error of a.d. It returns false,
@@ -138,11 +136,7 @@ func (c *core) take(ctx context.Context, a *admission) bool {
 	// The log records the request at its slot plus this process's
 	// allowance (lateness.go); only the sliding log takes one.
 	if r.Margin > 0 && r.Algorithm == store.SlidingLog {
-		sp, ok := c.clock.spread(a.k.skey, a.asked) // clock.go
-		req.Allowance = c.late.allowance(a.asked, r.Margin/2) + sp
-		if a.spread = -1; ok {
-			a.spread = sp
-		}
+		req.Allowance = c.late.allowance(a.asked, r.Margin/2) + c.clock.spread(a.k.skey, a.asked) // clock.go
 	}
 	a.d.Allowance = req.Allowance
 	a.lease.ask(r, &req, a.d.Queued)

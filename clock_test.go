@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptrace"
+	"slices"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -167,4 +171,185 @@ func TestWideSampleIsNotLearned(t *testing.T) {
 			assert.Zero(t, d.Retaken, i+1)
 		}
 	})
+}
+
+// stallStore is a shared store in another process: a Memory store whose
+// clock runs 3h ahead of this process's, whose calls take rtt (half before
+// the decision, half after), and which holds every call made during a stall
+// until it ends, as Redis does under CLIENT PAUSE.
+type stallStore struct {
+	*store.Memory
+	rtt         time.Duration
+	from, until time.Time // a call made in [from, until) is decided at until
+}
+
+func newStallStore(t *testing.T, rtt time.Duration) *stallStore {
+	m, err := store.NewMemory(store.WithClock(func() time.Time { return time.Now().Add(3 * time.Hour) }))
+	require.NoError(t, err)
+	return &stallStore{Memory: m, rtt: rtt}
+}
+
+func (s *stallStore) hold() {
+	now := time.Now()
+	if !now.Before(s.from) && now.Before(s.until) {
+		time.Sleep(s.until.Sub(now))
+		return
+	}
+	time.Sleep(s.rtt / 2)
+}
+
+func (s *stallStore) Reserve(ctx context.Context, key string, req store.Request) (store.Reservation, error) {
+	s.hold()
+	res, err := s.Memory.Reserve(ctx, key, req)
+	time.Sleep(s.rtt / 2)
+	return res, err
+}
+
+func (s *stallStore) Cancel(ctx context.Context, r store.Reservation) error {
+	s.hold()
+	err := s.Memory.Cancel(ctx, r)
+	time.Sleep(s.rtt / 2)
+	return err
+}
+
+// TestStallEndsWhenTheStoreAnswers: four processes of eight workers send at
+// 100 per second through a store on another clock, which stalls for about
+// a second (CLIENT PAUSE, DEBUG SLEEP). The replies after the stall are a
+// second wide as samples of the store's clock, but they say nothing about
+// how late the processes send: the reservations after it carry the
+// allowance they carried before it, and the full rate is back within a
+// second of the stall's end. (Before, the stall was learned as each
+// process's lateness, its allowance of 0.7-1 s was paid into the shared
+// pace at every request, and the fleet served a few requests a second for
+// most of the 5 s after the stall.)
+func TestStallEndsWhenTheStoreAnswers(t *testing.T) {
+	t.Parallel()
+	for _, stall := range []time.Duration{900 * time.Millisecond, 1000 * time.Millisecond, 1100 * time.Millisecond} {
+		t.Run(stall.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { testStall(t, stall) })
+		})
+	}
+}
+
+func testStall(t *testing.T, stall time.Duration) {
+	const rtt = 200 * time.Microsecond
+	st := newStallStore(t, rtt)
+	start := time.Now()
+	st.from = start.Add(3 * time.Second)
+	st.until = st.from.Add(stall)
+	end := st.until.Add(5 * time.Second)
+
+	var mu sync.Mutex
+	var sent []time.Time
+	type decided struct {
+		at time.Time
+		d  Decision
+	}
+	var decisions []decided
+	base := roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		if trace := httptrace.ContextClientTrace(req.Context()); trace != nil && trace.GotConn != nil {
+			trace.GotConn(httptrace.GotConnInfo{})
+		}
+		mu.Lock()
+		sent = append(sent, time.Now())
+		mu.Unlock()
+		return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
+	})
+	rule := Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerSecond(100)}}
+	var wg sync.WaitGroup
+	for range 4 {
+		tr, err := New(base, st, WithRule(rule), WithStoreTimeout(2*time.Second), WithOnDecision(func(d Decision) {
+			mu.Lock()
+			decisions = append(decisions, decided{time.Now(), d})
+			mu.Unlock()
+		}))
+		require.NoError(t, err)
+		tr.sleep = timerSleep // fake time: a nanosleep would only cost real time
+		for range 8 {
+			wg.Go(func() {
+				for time.Now().Before(end) {
+					req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
+					if !assert.NoError(t, err) {
+						return
+					}
+					resp, err := tr.RoundTrip(req)
+					if !assert.NoError(t, err) {
+						return
+					}
+					resp.Body.Close()
+				}
+			})
+		}
+	}
+	wg.Wait()
+
+	perSecond := make([]int, 5) // from the stall's end
+	for _, s := range sent {
+		if i := int(s.Sub(st.until) / time.Second); s.After(st.until) && i < len(perSecond) {
+			perSecond[i]++
+		}
+	}
+	var before, after time.Duration // the largest allowances
+	retaken := 0                    // by the requests decided after the stall
+	for _, d := range decisions {
+		if d.at.After(st.from) {
+			retaken += d.d.Retaken
+		}
+		switch {
+		case d.at.After(start.Add(time.Second)) && d.at.Before(st.from):
+			before = max(before, d.d.Allowance)
+		case d.at.After(st.until.Add(time.Second)):
+			after = max(after, d.d.Allowance)
+		}
+	}
+	t.Logf("stall %v: served per second from its end %v; largest allowance before %v, after %v; %d retakes after it", stall, perSecond, before, after, retaken)
+	assert.LessOrEqual(t, after, before+rtt, "the allowance after the stall is what it was before")
+	for i, n := range perSecond[1:] {
+		assert.GreaterOrEqual(t, n, 95, "second %d after the stall: the full rate", i+1)
+	}
+	slices.SortFunc(sent, func(a, b time.Time) int { return a.Compare(b) })
+	for i := 100; i < len(sent); i++ {
+		require.GreaterOrEqual(t, sent[i].Sub(sent[i-100]), time.Second, "at most 100 sends in any second")
+	}
+}
+
+// TestStoreClockKeepsBoundsThroughAStall: after a second with no reply, a
+// reply a second wide (the store was paused) meets the bounds of before,
+// aged by the drift, rather than replacing them: the slot is placed to
+// within them, and the next reservation's spread is theirs, not the
+// stall's. A sample far slower than the recent ones does not set the spread
+// of a key without fresh bounds either.
+func TestStoreClockKeepsBoundsThroughAStall(t *testing.T) {
+	t.Parallel()
+	srv := newFakeServer(t)
+	base := time.Unix(1_700_000_000, 0)
+	c := &storeClock{perKey: true, drift: clockDrift, base: base}
+	const theta, rtt = time.Hour, 200 * time.Microsecond
+	now := base
+	call := func(key string, fwd, back time.Duration) (due, at time.Time) {
+		t.Helper()
+		decided := now.Add(fwd)
+		res, _ := srv.reserve(key, decided.Add(theta))
+		replied := decided.Add(back)
+		due, at = c.place(key, res, now, replied)
+		now = replied
+		return due, at
+	}
+	for range 20 {
+		now = now.Add(10 * time.Millisecond)
+		call("k", rtt/2, rtt/2)
+	}
+	assert.Equal(t, rtt, c.spread("k", now))
+	call("idle", rtt/2, rtt/2) // another key, last heard of now
+
+	const stall = 1100 * time.Millisecond
+	due, at := call("k", stall, rtt/2) // asked as the stall began
+	// Aged over the 1.1003s since the last reply of "k": by 1.1003ms on
+	// the side the stall's sample leaves open.
+	aged := rtt + time.Duration(int64(stall+3*rtt/2)*clockDrift/1e6)
+	assert.Equal(t, aged, at.Sub(due), "the bounds of before, aged, not the stall's")
+	assert.Equal(t, aged, c.spread("k", now))
+
+	now = now.Add(2 * time.Second) // "idle"'s bounds are stale
+	assert.Equal(t, 4*rtt, c.spread("idle", now), "no more than 4 × the fastest recent round trip")
 }

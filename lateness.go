@@ -28,9 +28,11 @@ import (
 // (httptrace's GotConn: a dial, a TLS handshake, a full pool), from the
 // earliest its slot may be on this process's clock: an upper bound, for the
 // store's clock is known only to within the fastest recent round trip
-// (clock.go). Of it, the part from the latest the slot may be is this
-// process's own, and only that is learned here: a reservation adds the
-// clocks' width as it is then (storeClock.spread). (Without the store's
+// (clock.go). Of it, the part from the latest the slot may be, as the
+// bounds stand then, is this process's own (admission.own), and only that
+// is learned here: a reservation adds the clocks' width as it is then
+// (storeClock.spread), and a slow reply from the store, which left the
+// bounds wide, is no lateness of the process's sends. (Without the store's
 // clock, the whole round trip of the call is in the sample; a decision of
 // the in-process limiter under FailLocal is measured from its reply: the
 // failed call to the shared store before it is no lateness.)

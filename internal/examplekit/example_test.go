@@ -31,8 +31,11 @@ func ExampleTally() {
 	}
 	u, _ := url.Parse(srv.URL)
 	tally := examplekit.NewTally(nil) // no progress lines
+	// NoMargin: a worker the machine runs late must not retake its slot
+	// (under FailFast a retake behind the other worker's finds none), so
+	// that the line below holds on a loaded machine too.
 	tr, err := throttle.New(nil, st,
-		throttle.WithRule(throttle.Rule{Host: u.Host, Limits: []throttle.Limit{throttle.PerHour(5)}, Mode: throttle.FailFast}),
+		throttle.WithRule(throttle.Rule{Host: u.Host, Limits: []throttle.Limit{throttle.PerHour(5)}, Mode: throttle.FailFast, Margin: throttle.NoMargin}),
 		throttle.WithOnDecision(tally.OnDecision))
 	if err != nil {
 		panic(err)

@@ -41,7 +41,8 @@ func unanswered(err error) bool {
 // watches the current generation, a context that the hook cancels with the
 // dial's error and replaces; a nil *refusals watches nothing.
 type refusals struct {
-	gen atomic.Pointer[generation]
+	gen    atomic.Pointer[generation]
+	client *redis.Client
 }
 
 // generation is one context that a refused dial cancels.
@@ -61,7 +62,7 @@ func watchRefusals(client redis.Scripter) *refusals {
 	if !ok {
 		return nil
 	}
-	f := &refusals{}
+	f := &refusals{client: c}
 	f.gen.Store(newGeneration())
 	c.AddHook(f)
 	return f
@@ -103,7 +104,12 @@ type watched struct {
 // watch returns the context for one call of the store, which a refused dial
 // ends, and the watch to end with it.
 func (f *refusals) watch(ctx context.Context) (context.Context, watched) {
-	if f == nil {
+	// A call that finds an idle connection in the pool dials nothing,
+	// unless the connection turns out broken: it goes unwatched, which
+	// saves the watch's allocations on the common path. When the server
+	// is gone, its broken connections leave the pool, and the calls after
+	// them are watched.
+	if f == nil || f.client.PoolStats().IdleConns > 0 {
 		return ctx, watched{}
 	}
 	g := f.gen.Load()

@@ -303,7 +303,11 @@ func testStall(t *testing.T, stall time.Duration) {
 		}
 	}
 	t.Logf("stall %v: served per second from its end %v; largest allowance before %v, after %v; %d retakes after it", stall, perSecond, before, after, retaken)
-	assert.LessOrEqual(t, after, before+rtt, "the allowance after the stall is what it was before")
+	// What it was before, to within a round trip, and a quarter more for
+	// the bounds' aging by the drift (1,000 ppm), which varies with the
+	// order in which the bubble runs the replies of one instant; before
+	// the fix, a stall of 0.9 s left it 0.6 ms above.
+	assert.LessOrEqual(t, after, before+rtt+rtt/4, "the allowance after the stall is what it was before")
 	for i, n := range perSecond[1:] {
 		assert.GreaterOrEqual(t, n, 95, "second %d after the stall: the full rate", i+1)
 	}

@@ -238,39 +238,7 @@ func (r *Redis) reserve(ctx context.Context, key string, req Request) (Reservati
 	if err := r.evictionGate(ctx); err != nil {
 		return Reservation{}, err
 	}
-	args := make([]any, 0, 5+3*len(req.Limits))
-	args = append(args, req.Cost, microsDown(req.MaxWait))
-	if r.clock != nil {
-		args = append(args, r.clock().UnixMicro())
-	} else {
-		args = append(args, "")
-	}
-	args = append(args, microsDown(req.serverWait()))
-	if req.Algorithm == SlidingLog {
-		args = append(args, micros(req.Allowance))
-	}
-	p := req.paced()
-	if p >= 0 {
-		l := req.Limits[p]
-		args = append(args, l.interval(), l.Burst, p+1, l.keep())
-	}
-	for i, l := range req.Limits {
-		switch {
-		case i == p:
-		case req.Algorithm == Buckets:
-			args = append(args, l.N, l.precision(), l.buckets())
-		default:
-			args = append(args, l.N, micros(l.Per))
-		}
-	}
-	call := scriptCall{reserveScripts[req.Algorithm], []string{r.keyFor(key, req.Algorithm), r.feedbackKey(key)}, args}
-	if req.Algorithm == SlidingLog {
-		// Read only under a paced limit, the request's or a learned one.
-		call.keys = append(call.keys, r.paceKey(key))
-	}
-	if p >= 0 {
-		call.script = pacedScript
-	}
+	call, p := r.reserveCall(key, req)
 	if req.Also != nil {
 		call = r.alsoCall(call, &req, p >= 0) // multikey.go
 	}
@@ -310,6 +278,46 @@ func (r *Redis) reserve(ctx context.Context, key string, req Request) (Reservati
 		return r.parseLeased(key, req, lease, reply)
 	}
 	return r.parseReserve(key, req, reply)
+}
+
+// reserveCall is the script call of a reservation of key: the algorithm's
+// script (or the paced one), its keys and its arguments, without the extra
+// keys or a lease. p is the index of the request's paced limit, or -1.
+func (r *Redis) reserveCall(key string, req Request) (call scriptCall, p int) {
+	args := make([]any, 0, 5+3*len(req.Limits))
+	args = append(args, req.Cost, microsDown(req.MaxWait))
+	if r.clock != nil {
+		args = append(args, r.clock().UnixMicro())
+	} else {
+		args = append(args, "")
+	}
+	args = append(args, microsDown(req.serverWait()))
+	if req.Algorithm == SlidingLog {
+		args = append(args, micros(req.Allowance))
+	}
+	p = req.paced()
+	if p >= 0 {
+		l := req.Limits[p]
+		args = append(args, l.interval(), l.Burst, p+1, l.keep())
+	}
+	for i, l := range req.Limits {
+		switch {
+		case i == p:
+		case req.Algorithm == Buckets:
+			args = append(args, l.N, l.precision(), l.buckets())
+		default:
+			args = append(args, l.N, micros(l.Per))
+		}
+	}
+	call = scriptCall{reserveScripts[req.Algorithm], []string{r.keyFor(key, req.Algorithm), r.feedbackKey(key)}, args}
+	if req.Algorithm == SlidingLog {
+		// Read only under a paced limit, the request's or a learned one.
+		call.keys = append(call.keys, r.paceKey(key))
+	}
+	if p >= 0 {
+		call.script = pacedScript
+	}
+	return call, p
 }
 
 // parseReserve reads the reply of a reserve script.

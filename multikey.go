@@ -157,35 +157,19 @@ func (r *rule) limitOf(res store.Reservation, k keyed) (key string, l Limit) {
 }
 
 // checkAlso refuses, at construction, rules with Also that a sharded store
-// could not reserve (no HashTag to co-locate their keys), and rules of one
-// name whose Also differ (they share their logs).
+// could not reserve: no HashTag to co-locate their keys.
 func checkAlso(st store.Store, rules []*rule) error {
-	sharded := false
-	if s, ok := st.(interface{ Sharded() bool }); ok {
-		sharded = s.Sharded()
+	s, ok := st.(interface{ Sharded() bool })
+	if !ok || !s.Sharded() {
+		return nil
 	}
-	byName := map[string]*rule{}
 	for _, r := range rules {
-		if r == nil {
-			continue
-		}
-		if r.also != nil && r.tag < 0 && sharded {
+		if r != nil && r.also != nil && r.tag < 0 {
 			return &ConfigError{Rule: r.Name, Reason: fmt.Sprintf("the store is sharded (%T on a Redis Cluster or Ring): "+
 				"the keys of one request must share a hash tag; set HashTag on one of Also (docs/keys.md)", st)}
 		}
-		if o, ok := byName[r.Name]; ok && !sameAlso(o, r) {
-			return &ConfigError{Rule: r.Name, Reason: "rules of the same name share their logs and must have the same Also"}
-		}
-		byName[r.Name] = r
 	}
 	return nil
-}
-
-// sameAlso reports whether a and b count their Also alike.
-func sameAlso(a, b *rule) bool {
-	return a.tag == b.tag && slices.EqualFunc(a.also, b.also, func(x, y alsoKey) bool {
-		return x.Name == y.Name && slices.Equal(x.eff, y.eff)
-	})
 }
 
 // alsoShare cuts the limits of parts to the local share s (FailLocal), nil

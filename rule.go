@@ -300,6 +300,39 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 	return c, nil
 }
 
+// checkNames refuses rules of one name (nil rules skipped) that would count
+// differently: they share their keys in the store, so the limits with their
+// margin and default pace, the algorithm, Also, InFlight and LeaseFor must
+// agree.
+func checkNames(rules []*rule) error {
+	byName := map[string]*rule{}
+	for _, r := range rules {
+		if r == nil {
+			continue
+		}
+		o, ok := byName[r.Name]
+		if !ok {
+			byName[r.Name] = r
+			continue
+		}
+		var differ string
+		switch {
+		case !slices.Equal(o.eff, r.eff) || o.Algorithm != r.Algorithm:
+			differ = "Limits, Margin and Algorithm"
+		case o.tag != r.tag || !slices.EqualFunc(o.also, r.also, func(x, y alsoKey) bool {
+			return x.Name == y.Name && slices.Equal(x.eff, y.eff)
+		}):
+			differ = "Also"
+		case o.InFlight != r.InFlight || o.LeaseFor != r.LeaseFor:
+			differ = "InFlight and LeaseFor"
+		default:
+			continue
+		}
+		return &ConfigError{Rule: r.Name, Reason: "rules of the same name share their keys and must have the same " + differ}
+	}
+	return nil
+}
+
 // matches reports whether c applies to req, and how specifically: a longer
 // PathPrefix first, then a Method, then a port, then an exact host.
 func (c *rule) matches(req *http.Request) (score int, ok bool) {

@@ -32,18 +32,18 @@ const minLeaseFor = 100 * time.Millisecond
 const longestHold = 10
 
 // compileInFlight checks and completes the in-flight fields of c.
-func (c *rule) compileInFlight(fail func(string, ...any) error) error {
+func (c *rule) compileInFlight() error {
 	switch {
 	case c.InFlight == 0 && c.LeaseFor == 0:
 		return nil
 	case c.InFlight < 0:
-		return fail("negative InFlight %d", c.InFlight)
+		return c.fail("negative InFlight %d", c.InFlight)
 	case c.InFlight == 0:
-		return fail("LeaseFor %s without InFlight", c.LeaseFor)
+		return c.fail("LeaseFor %s without InFlight", c.LeaseFor)
 	case c.LeaseFor == 0:
 		c.LeaseFor = defaultLeaseFor
 	case c.LeaseFor < minLeaseFor || c.LeaseFor > store.MaxLease:
-		return fail("LeaseFor %s must be from %s to %s", c.LeaseFor, minLeaseFor, store.MaxLease)
+		return c.fail("LeaseFor %s must be from %s to %s", c.LeaseFor, minLeaseFor, store.MaxLease)
 	}
 	return nil
 }

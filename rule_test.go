@@ -175,7 +175,7 @@ func TestConfigErrorNamesRule(t *testing.T) {
 // TestRulesOfOneNameAgree: rules of one name share their keys in the store,
 // so New refuses them unless they count alike: the same limits with their
 // margin and default pace, algorithm, Also, InFlight and LeaseFor. What only
-// one request sees (Host, Mode, MaxWait) may differ.
+// one request sees (Host, Mode) may differ.
 func TestRulesOfOneNameAgree(t *testing.T) {
 	t.Parallel()
 	lim := []throttle.Limit{throttle.PerSecond(10)}
@@ -187,7 +187,7 @@ func TestRulesOfOneNameAgree(t *testing.T) {
 		def   bool   // the second rule is the default rule, the first named "default"
 		want  string // a fragment of the error; "" means valid
 	}{
-		{name: "valid, other host, mode and wait", other: func(r *throttle.Rule) {
+		{name: "valid, other host and mode", other: func(r *throttle.Rule) {
 			r.Host, r.Mode = "b.example", throttle.FailFast
 		}},
 		{name: "other limits", other: func(r *throttle.Rule) { r.Limits = []throttle.Limit{throttle.PerSecond(11)} },

@@ -32,35 +32,29 @@ const minLeaseFor = 100 * time.Millisecond
 const longestHold = 10
 
 // compileInFlight checks and completes the in-flight fields of c.
-func (c *rule) compileInFlight(fail func(string, ...any) error) error {
+func (c *rule) compileInFlight() error {
 	switch {
 	case c.InFlight == 0 && c.LeaseFor == 0:
 		return nil
 	case c.InFlight < 0:
-		return fail("negative InFlight %d", c.InFlight)
+		return c.fail("negative InFlight %d", c.InFlight)
 	case c.InFlight == 0:
-		return fail("LeaseFor %s without InFlight", c.LeaseFor)
+		return c.fail("LeaseFor %s without InFlight", c.LeaseFor)
 	case c.LeaseFor == 0:
 		c.LeaseFor = defaultLeaseFor
 	case c.LeaseFor < minLeaseFor || c.LeaseFor > store.MaxLease:
-		return fail("LeaseFor %s must be from %s to %s", c.LeaseFor, minLeaseFor, store.MaxLease)
+		return c.fail("LeaseFor %s must be from %s to %s", c.LeaseFor, minLeaseFor, store.MaxLease)
 	}
 	return nil
 }
 
-// checkLeases fails when a rule caps requests in flight and st cannot, or
-// when rules of the same name (which share their keys) cap them differently.
+// checkLeases fails when a rule caps requests in flight and st cannot.
 func checkLeases(st store.Store, rules []*rule) error {
-	caps := map[string]*rule{}
+	if _, ok := st.(store.Leases); ok {
+		return nil
+	}
 	for _, r := range rules {
-		if r == nil {
-			continue
-		}
-		if o, ok := caps[r.Name]; ok && (o.InFlight != r.InFlight || o.LeaseFor != r.LeaseFor) {
-			return &ConfigError{Rule: r.Name, Reason: "rules of the same name share their keys and must have the same InFlight and LeaseFor"}
-		}
-		caps[r.Name] = r
-		if _, ok := st.(store.Leases); r.InFlight > 0 && !ok {
+		if r != nil && r.InFlight > 0 {
 			return &ConfigError{Rule: r.Name, Reason: fmt.Sprintf("InFlight needs a store that keeps leases (store.Leases); %T does not", st)}
 		}
 	}

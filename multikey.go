@@ -43,55 +43,63 @@ type alsoKey struct {
 }
 
 // compileAlso validates c's Also and prepares it; c.scope and c.eff are set.
-func compileAlso(c *rule, fail func(format string, args ...any) error) error {
-	c.tag = -1
+func (c *rule) compileAlso() error {
 	if c.Also == nil {
 		return nil
 	}
 	if len(c.Also) == 0 {
-		return fail("Also is empty (nil for none)")
+		return c.fail("Also is empty (nil for none)")
 	}
 	if c.Algorithm != SlidingLog {
-		return fail("Also needs the SlidingLog algorithm, not %s", c.Algorithm)
+		return c.fail("Also needs the SlidingLog algorithm, not %s", c.Algorithm)
 	}
 	c.Also = slices.Clone(c.Also) // the caller may reuse its slice
 	for i, a := range c.Also {
-		switch {
-		case a.Name == "" || strings.ContainsAny(a.Name, "{}"):
-			return fail("Also[%d]: Name %q must be set, without braces", i, a.Name)
-		case a.Key == nil:
-			return fail("Also[%d] (%s): no Key", i, a.Name)
-		case len(a.Limits) == 0:
-			return fail("Also[%d] (%s): no Limits", i, a.Name)
+		if err := c.compileAlsoKey(i, a); err != nil {
+			return err
 		}
-		for _, o := range c.also {
-			if o.Name == a.Name {
-				return fail("Also[%d]: Name %q used twice", i, a.Name)
-			}
-		}
-		if a.HashTag {
-			if c.tag >= 0 {
-				return fail("Also[%d] (%s): HashTag set on two keys", i, a.Name)
-			}
-			c.tag = i
-		}
-		k := alsoKey{KeyLimit: a, scope: c.scope + a.Name + ":"}
-		for j, l := range a.Limits {
-			if l.N < 1 || l.Per < time.Millisecond || l.Per > maxPer {
-				return fail("Also[%d] (%s) limit %d (%s): N must be at least 1, Per from 1ms to %s", i, a.Name, j, l, maxPer)
-			}
-			e := l
-			e.Per += c.Margin
-			k.eff = append(k.eff, e)
-			c.minN = min(c.minN, l.N)
-		}
-		c.also = append(c.also, k)
 	}
 	// What the store would refuse on every request fails here instead.
 	probe := store.Request{Limits: c.eff, Cost: 1, Also: c.parts(nil)}
 	if err := probe.Validate("rule"); err != nil {
-		return fail("%s", strings.TrimPrefix(err.Error(), store.ErrInvalidRequest.Error()+": "))
+		return c.fail("%s", strings.TrimPrefix(err.Error(), store.ErrInvalidRequest.Error()+": "))
 	}
+	return nil
+}
+
+// compileAlsoKey validates a, c's Also[i], and appends it to c.also; c.tag
+// and c.minN take it into account.
+func (c *rule) compileAlsoKey(i int, a KeyLimit) error {
+	switch {
+	case a.Name == "" || strings.ContainsAny(a.Name, "{}"):
+		return c.fail("Also[%d]: Name %q must be set, without braces", i, a.Name)
+	case a.Key == nil:
+		return c.fail("Also[%d] (%s): no Key", i, a.Name)
+	case len(a.Limits) == 0:
+		return c.fail("Also[%d] (%s): no Limits", i, a.Name)
+	}
+	for _, o := range c.also {
+		if o.Name == a.Name {
+			return c.fail("Also[%d]: Name %q used twice", i, a.Name)
+		}
+	}
+	if a.HashTag {
+		if c.tag >= 0 {
+			return c.fail("Also[%d] (%s): HashTag set on two keys", i, a.Name)
+		}
+		c.tag = i
+	}
+	k := alsoKey{KeyLimit: a, scope: c.scope + a.Name + ":"}
+	for j, l := range a.Limits {
+		if l.N < 1 || l.Per < time.Millisecond || l.Per > maxPer {
+			return c.fail("Also[%d] (%s) limit %d (%s): N must be at least 1, Per from 1ms to %s", i, a.Name, j, l, maxPer)
+		}
+		e := l
+		e.Per += c.Margin
+		k.eff = append(k.eff, e)
+		c.minN = min(c.minN, l.N)
+	}
+	c.also = append(c.also, k)
 	return nil
 }
 
@@ -157,35 +165,19 @@ func (r *rule) limitOf(res store.Reservation, k keyed) (key string, l Limit) {
 }
 
 // checkAlso refuses, at construction, rules with Also that a sharded store
-// could not reserve (no HashTag to co-locate their keys), and rules of one
-// name whose Also differ (they share their logs).
+// could not reserve: no HashTag to co-locate their keys.
 func checkAlso(st store.Store, rules []*rule) error {
-	sharded := false
-	if s, ok := st.(interface{ Sharded() bool }); ok {
-		sharded = s.Sharded()
+	s, ok := st.(interface{ Sharded() bool })
+	if !ok || !s.Sharded() {
+		return nil
 	}
-	byName := map[string]*rule{}
 	for _, r := range rules {
-		if r == nil {
-			continue
-		}
-		if r.also != nil && r.tag < 0 && sharded {
+		if r != nil && r.also != nil && r.tag < 0 {
 			return &ConfigError{Rule: r.Name, Reason: fmt.Sprintf("the store is sharded (%T on a Redis Cluster or Ring): "+
 				"the keys of one request must share a hash tag; set HashTag on one of Also (docs/keys.md)", st)}
 		}
-		if o, ok := byName[r.Name]; ok && !sameAlso(o, r) {
-			return &ConfigError{Rule: r.Name, Reason: "rules of the same name share their logs and must have the same Also"}
-		}
-		byName[r.Name] = r
 	}
 	return nil
-}
-
-// sameAlso reports whether a and b count their Also alike.
-func sameAlso(a, b *rule) bool {
-	return a.tag == b.tag && slices.EqualFunc(a.also, b.also, func(x, y alsoKey) bool {
-		return x.Name == y.Name && slices.Equal(x.eff, y.eff)
-	})
 }
 
 // alsoShare cuts the limits of parts to the local share s (FailLocal), nil

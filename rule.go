@@ -171,58 +171,87 @@ func (r *Rule) displayName(isDefault bool) string {
 	return name + r.PathPrefix
 }
 
-// compile validates r and prepares it.
+// compile validates r and prepares it, one step after another: each checks
+// its fields and sets what it derives from them.
 func compile(r Rule, isDefault bool) (*rule, error) {
 	r.Name = r.displayName(isDefault)
-	fail := func(format string, args ...any) error {
-		return &ConfigError{Rule: r.Name, Reason: fmt.Sprintf(format, args...)}
+	c := &rule{Rule: r, auto: -1, tag: -1}
+	for _, step := range []func() error{
+		func() error { return c.compileMatch(isDefault) }, // Host, PathPrefix, Method
+		c.compileLimits,    // Limits and Margin
+		c.compileShape,     // the default pace and the retake
+		c.compileAlgorithm, // what the store would refuse on every request
+		c.compileWaits,     // Mode, MaxWait, MaxServerWait, Retries
+		c.compileKey,       // Key and the scope of the rule's keys
+		c.compileAlso,      // Also (multikey.go)
+		c.compileInFlight,  // InFlight and LeaseFor (lease.go)
+	} {
+		if err := step(); err != nil {
+			return nil, err
+		}
 	}
-	c := &rule{Rule: r}
+	return c, nil
+}
+
+// fail returns a *ConfigError of c that says what is wrong.
+func (c *rule) fail(format string, args ...any) error {
+	return &ConfigError{Rule: c.Name, Reason: fmt.Sprintf(format, args...)}
+}
+
+// compileMatch checks what c matches and sets host, wildcard and port. The
+// default rule matches every request.
+func (c *rule) compileMatch(isDefault bool) error {
 	if isDefault {
-		if r.Host != "" || r.PathPrefix != "" || r.Method != "" {
-			return nil, fail("the default rule matches every request: it takes no Host, PathPrefix or Method")
+		if c.Host != "" || c.PathPrefix != "" || c.Method != "" {
+			return c.fail("the default rule matches every request: it takes no Host, PathPrefix or Method")
 		}
-	} else {
-		if r.Host == "" {
-			return nil, fail("Host is empty (use WithDefault for a rule that matches every host)")
-		}
-		if strings.ContainsAny(r.Host, "/?#@ ") {
-			return nil, fail("Host %q must be a host name, optionally with a port, not a URL", r.Host)
-		}
-		host, port := splitHost(r.Host)
-		c.port = port
-		if rest, ok := strings.CutPrefix(host, "*."); ok {
-			host, c.wildcard = rest, true
-		}
-		if host == "" || strings.Contains(host, "*") {
-			return nil, fail("Host %q: a wildcard must be a leading \"*.\" before a domain", r.Host)
-		}
-		c.host = host
+		return nil
 	}
-	if r.PathPrefix != "" && !strings.HasPrefix(r.PathPrefix, "/") {
-		return nil, fail("PathPrefix %q must start with /", r.PathPrefix)
+	if c.Host == "" {
+		return c.fail("Host is empty (use WithDefault for a rule that matches every host)")
 	}
-	r.Method = strings.ToUpper(r.Method)
-	if len(r.Limits) == 0 {
-		return nil, fail("no Limits")
+	if strings.ContainsAny(c.Host, "/?#@ ") {
+		return c.fail("Host %q must be a host name, optionally with a port, not a URL", c.Host)
 	}
-	r.Limits = slices.Clone(r.Limits) // the caller may reuse its slice
+	host, port := splitHost(c.Host)
+	c.port = port
+	if rest, ok := strings.CutPrefix(host, "*."); ok {
+		host, c.wildcard = rest, true
+	}
+	if host == "" || strings.Contains(host, "*") {
+		return c.fail("Host %q: a wildcard must be a leading \"*.\" before a domain", c.Host)
+	}
+	c.host = host
+	if c.PathPrefix != "" && !strings.HasPrefix(c.PathPrefix, "/") {
+		return c.fail("PathPrefix %q must start with /", c.PathPrefix)
+	}
+	c.Method = strings.ToUpper(c.Method)
+	return nil
+}
+
+// compileLimits checks Limits and Margin, and sets eff, the limits with the
+// margin added to their windows, and minN, the largest cost they admit.
+func (c *rule) compileLimits() error {
+	if len(c.Limits) == 0 {
+		return c.fail("no Limits")
+	}
+	c.Limits = slices.Clone(c.Limits) // the caller may reuse its slice
 	switch {
-	case r.Margin == 0:
-		r.Margin = DefaultMargin
-	case r.Margin == NoMargin:
-		r.Margin = 0
-	case r.Margin < 0:
-		return nil, fail("negative Margin %s", r.Margin)
-	case r.Margin > maxMargin:
-		return nil, fail("Margin %s is above %s", r.Margin, maxMargin)
+	case c.Margin == 0:
+		c.Margin = DefaultMargin
+	case c.Margin == NoMargin:
+		c.Margin = 0
+	case c.Margin < 0:
+		return c.fail("negative Margin %s", c.Margin)
+	case c.Margin > maxMargin:
+		return c.fail("Margin %s is above %s", c.Margin, maxMargin)
 	}
-	for i, l := range r.Limits {
+	for i, l := range c.Limits {
 		if l.N < 1 {
-			return nil, fail("limit %d (%s): N must be at least 1", i, l)
+			return c.fail("limit %d (%s): N must be at least 1", i, l)
 		}
 		if l.Per < time.Millisecond || l.Per > maxPer {
-			return nil, fail("limit %d (%s): Per must be from 1ms to %s", i, l, maxPer)
+			return c.fail("limit %d (%s): Per must be from 1ms to %s", i, l, maxPer)
 		}
 		if c.minN == 0 || l.N < c.minN {
 			c.minN = l.N
@@ -231,73 +260,119 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 			c.minN = l.Burst + 1
 		}
 		e := l
-		e.Per += r.Margin
+		e.Per += c.Margin
 		c.eff = append(c.eff, e)
 	}
-	c.auto = -1
-	if p, ok := defaultPace(r); ok { // shape.go
-		c.auto = len(r.Limits)
-		r.Limits = append(r.Limits, p)
+	return nil
+}
+
+// compileShape adds the default pace (shape.go), if the rule takes one, to
+// its limits, and sets retake from the margin and the paced limits.
+func (c *rule) compileShape() error {
+	if p, ok := defaultPace(c.Rule); ok {
+		c.auto = len(c.Limits)
+		c.Limits = append(c.Limits, p)
 		e := p
-		e.Per += r.Margin
+		e.Per += c.Margin
 		c.eff = append(c.eff, e)
 	}
-	c.retake = r.Margin / 2
-	for _, l := range r.Limits {
+	c.retake = c.Margin / 2
+	for _, l := range c.Limits {
 		if l.Paced {
-			c.retake = min(c.retake, r.Margin/time.Duration(2*l.N))
+			c.retake = min(c.retake, c.Margin/time.Duration(2*l.N))
 		}
 	}
-	// What the store would refuse on every request (a Precision the
-	// algorithm cannot use, too many buckets) fails here instead.
-	probe := store.Request{Limits: c.eff, Cost: 1, Algorithm: r.Algorithm}
+	return nil
+}
+
+// compileAlgorithm fails here for what the store would refuse on every
+// request: an unknown algorithm, a Precision it cannot use, too many buckets.
+func (c *rule) compileAlgorithm() error {
+	probe := store.Request{Limits: c.eff, Cost: 1, Algorithm: c.Algorithm}
 	if err := probe.Validate("rule"); err != nil {
-		return nil, fail("%s", strings.TrimPrefix(err.Error(), store.ErrInvalidRequest.Error()+": "))
+		return c.fail("%s", strings.TrimPrefix(err.Error(), store.ErrInvalidRequest.Error()+": "))
 	}
-	switch r.Mode {
+	return nil
+}
+
+// compileWaits checks Mode, MaxWait, MaxServerWait and Retries, and sets
+// maxWait (0 in FailFast mode) and maxServerWait.
+func (c *rule) compileWaits() error {
+	switch c.Mode {
 	case WaitForSlot:
 		switch {
-		case r.MaxWait == 0:
+		case c.MaxWait == 0:
 			c.maxWait = defaultMaxWait
-		case r.MaxWait < 0:
-			return nil, fail("negative MaxWait %s", r.MaxWait)
+		case c.MaxWait < 0:
+			return c.fail("negative MaxWait %s", c.MaxWait)
 		default:
-			c.maxWait = r.MaxWait
+			c.maxWait = c.MaxWait
 		}
 	case FailFast:
-		if r.MaxWait != 0 {
-			return nil, fail("MaxWait is set but Mode is FailFast, which never waits")
+		if c.MaxWait != 0 {
+			return c.fail("MaxWait is set but Mode is FailFast, which never waits")
 		}
 	default:
-		return nil, fail("unknown Mode %d", r.Mode)
+		return c.fail("unknown Mode %d", c.Mode)
 	}
 	switch {
-	case r.MaxServerWait == 0:
+	case c.MaxServerWait == 0:
 		c.maxServerWait = defaultMaxServerWait
-	case r.MaxServerWait < 0:
-		return nil, fail("negative MaxServerWait %s", r.MaxServerWait)
+	case c.MaxServerWait < 0:
+		return c.fail("negative MaxServerWait %s", c.MaxServerWait)
 	default:
-		c.maxServerWait = r.MaxServerWait
+		c.maxServerWait = c.MaxServerWait
 	}
-	if r.Retries < 0 || r.Retries > maxRetries {
-		return nil, fail("Retries %d outside 0..%d", r.Retries, maxRetries)
+	if c.Retries < 0 || c.Retries > maxRetries {
+		return c.fail("Retries %d outside 0..%d", c.Retries, maxRetries)
 	}
-	if r.Retries > 0 && r.Mode == FailFast {
-		return nil, fail("Retries is set but Mode is FailFast, which never waits for a retry")
+	if c.Retries > 0 && c.Mode == FailFast {
+		return c.fail("Retries is set but Mode is FailFast, which never waits for a retry")
 	}
-	if r.Key == nil {
-		r.Key = ByHost()
+	return nil
+}
+
+// compileKey sets the default Key and the scope of the rule's store keys:
+// its name, so that rules of other names never share a key.
+func (c *rule) compileKey() error {
+	if c.Key == nil {
+		c.Key = ByHost()
 	}
-	c.Rule = r
-	c.scope = r.Name + ":"
-	if err := compileAlso(c, fail); err != nil { // multikey.go
-		return nil, err
+	c.scope = c.Name + ":"
+	return nil
+}
+
+// checkNames refuses rules of one name (nil rules skipped) that would count
+// differently: they share their keys in the store, so the limits with their
+// margin and default pace, the algorithm, Also, InFlight and LeaseFor must
+// agree.
+func checkNames(rules []*rule) error {
+	byName := map[string]*rule{}
+	for _, r := range rules {
+		if r == nil {
+			continue
+		}
+		o, ok := byName[r.Name]
+		if !ok {
+			byName[r.Name] = r
+			continue
+		}
+		var differ string
+		switch {
+		case !slices.Equal(o.eff, r.eff) || o.Algorithm != r.Algorithm:
+			differ = "Limits, Margin and Algorithm"
+		case o.tag != r.tag || !slices.EqualFunc(o.also, r.also, func(x, y alsoKey) bool {
+			return x.Name == y.Name && slices.Equal(x.eff, y.eff)
+		}):
+			differ = "Also"
+		case o.InFlight != r.InFlight || o.LeaseFor != r.LeaseFor:
+			differ = "InFlight and LeaseFor"
+		default:
+			continue
+		}
+		return &ConfigError{Rule: r.Name, Reason: "rules of the same name share their keys and must have the same " + differ}
 	}
-	// After c.Rule is set: it completes LeaseFor there.
-	if err := c.compileInFlight(fail); err != nil { // lease.go
-		return nil, err
-	}
-	return c, nil
+	return nil
 }
 
 // matches reports whether c applies to req, and how specifically: a longer

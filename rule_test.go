@@ -172,6 +172,68 @@ func TestConfigErrorNamesRule(t *testing.T) {
 	}
 }
 
+// TestRulesOfOneNameAgree: rules of one name share their keys in the store,
+// so New refuses them unless they count alike: the same limits with their
+// margin and default pace, algorithm, Also, InFlight and LeaseFor. What only
+// one request sees (Host, Mode) may differ.
+func TestRulesOfOneNameAgree(t *testing.T) {
+	t.Parallel()
+	lim := []throttle.Limit{throttle.PerSecond(10)}
+	app := []throttle.KeyLimit{{Name: "app", Key: throttle.Fixed("app"), Limits: []throttle.Limit{throttle.PerMinute(100)}}}
+	base := throttle.Rule{Name: "gw", Host: "a.example", Limits: lim, Also: app, InFlight: 4}
+	tests := []struct {
+		name  string
+		other func(r *throttle.Rule)
+		def   bool   // the second rule is the default rule, the first named "default"
+		want  string // a fragment of the error; "" means valid
+	}{
+		{name: "valid, other host and mode", other: func(r *throttle.Rule) {
+			r.Host, r.Mode = "b.example", throttle.FailFast
+		}},
+		{name: "other limits", other: func(r *throttle.Rule) { r.Limits = []throttle.Limit{throttle.PerSecond(11)} },
+			want: "must have the same Limits, Margin and Algorithm"},
+		{name: "other margin", other: func(r *throttle.Rule) { r.Margin = throttle.NoMargin },
+			want: "must have the same Limits, Margin and Algorithm"},
+		{name: "no default pace", other: func(r *throttle.Rule) { r.NoDefaultPace = true },
+			want: "must have the same Limits, Margin and Algorithm"},
+		{name: "other algorithm", other: func(r *throttle.Rule) { r.Algorithm, r.Also = throttle.FixedWindow, nil },
+			want: "must have the same Limits, Margin and Algorithm"},
+		{name: "no Also", other: func(r *throttle.Rule) { r.Also = nil }, want: "must have the same Also"},
+		{name: "other Also limits", other: func(r *throttle.Rule) {
+			r.Also = []throttle.KeyLimit{{Name: "app", Key: throttle.Fixed("app"), Limits: []throttle.Limit{throttle.PerMinute(99)}}}
+		}, want: "must have the same Also"},
+		{name: "Also with a HashTag", other: func(r *throttle.Rule) {
+			r.Also = []throttle.KeyLimit{{Name: "app", Key: throttle.Fixed("app"), Limits: app[0].Limits, HashTag: true}}
+		}, want: "must have the same Also"},
+		{name: "other InFlight", other: func(r *throttle.Rule) { r.InFlight = 5 }, want: "must have the same InFlight and LeaseFor"},
+		{name: "other LeaseFor", other: func(r *throttle.Rule) { r.LeaseFor = time.Minute }, want: "must have the same InFlight and LeaseFor"},
+		{name: "default rule and a rule named default", def: true, other: func(r *throttle.Rule) { r.InFlight = 0 },
+			want: "must have the same InFlight and LeaseFor"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			first, second := base, base
+			second.Host = "b.example"
+			tc.other(&second)
+			opts := []throttle.Option{throttle.WithRule(first), throttle.WithRule(second)}
+			if tc.def {
+				first.Name = "default"
+				second.Name, second.Host = "", ""
+				opts = []throttle.Option{throttle.WithRule(first), throttle.WithDefault(second)}
+			}
+			_, err := throttle.New(nil, newMemory(t), opts...)
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			var ce *throttle.ConfigError
+			require.ErrorAs(t, err, &ce)
+			assert.Equal(t, first.Name, ce.Rule)
+			assert.Contains(t, ce.Reason, tc.want)
+		})
+	}
+}
+
 // TestRulesKeepTheirOwnLogs: two rules whose KeyFuncs derive the same key (the
 // default ByHost on two paths of one host) count separately, and the short
 // window of one never trims the long window of the other; rules of the same

@@ -56,21 +56,14 @@ func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, er
 	if c.unmatchedSet && c.def != nil {
 		return nil, &ConfigError{Reason: "WithUnmatched and WithDefault: with a default rule every request matches one"}
 	}
-	// Rules of the same name share their logs, so they must count alike.
-	byName := map[string]*rule{}
-	for _, r := range append(slices.Clone(c.rules), c.def) {
-		if r == nil {
-			continue
-		}
-		if o, ok := byName[r.Name]; ok && (!slices.Equal(o.eff, r.eff) || o.Algorithm != r.Algorithm) {
-			return nil, &ConfigError{Rule: r.Name, Reason: "rules of the same name share their logs and must have the same Limits, Margin and Algorithm"}
-		}
-		byName[r.Name] = r
-	}
-	if err := checkAlso(st, append(slices.Clone(c.rules), c.def)); err != nil { // multikey.go
+	rules := append(slices.Clone(c.rules), c.def)
+	if err := checkNames(rules); err != nil {
 		return nil, err
 	}
-	if err := checkLeases(st, append(slices.Clone(c.rules), c.def)); err != nil { // lease.go
+	if err := checkAlso(st, rules); err != nil { // multikey.go
+		return nil, err
+	}
+	if err := checkLeases(st, rules); err != nil { // lease.go
 		return nil, err
 	}
 	k, err := newCore(st, c)

@@ -140,6 +140,22 @@ budget: 40 left until the reset in 20s
 	assert.Equal(t, "03:04:05.006  100/1s 97/100 +3  5000/1h 2345/5000 +3  next 12.3ms  pause 1.5s left", line)
 	assert.Equal(t, "03:04:05.006  100/1s 0/100  next now  pause none",
 		watchLine(time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC), tg, store.Usage{Limits: []store.LimitUsage{{Limit: throttle.PerSecond(100)}}}))
+
+	// The default pace after the rule's limits, and a learned pace.
+	tg.limits = tg.limits[:1]
+	pace := throttle.Paced(100, time.Second+5*time.Millisecond, 9)
+	u = store.Usage{
+		Limits: []store.LimitUsage{{Limit: throttle.Per(100, time.Second+5*time.Millisecond), Used: 40}, {Limit: pace, Used: 10, Reserved: 2}},
+		Next:   20 * time.Millisecond, NextCause: store.CauseLimit, NextLimit: 1,
+		LearnedPace: throttle.Paced(1, 20*time.Millisecond, 0), LearnedPaceFor: time.Minute,
+	}
+	b.Reset()
+	writeUsage(&b, tg, u)
+	assert.Contains(t, b.String(), "  default 100/1.005s/paced+9  1.005s   10/10         2\n")
+	assert.Contains(t, b.String(), "next free slot: in 20ms (the default pace)\n")
+	assert.Contains(t, b.String(), "learned pace: one per 20ms, 0 more at once, for 1m\n")
+	assert.Equal(t, "03:04:05.006  100/1s 40/100  default 100/1.005s/paced+9 10/10 +2  next 20ms  pause none",
+		watchLine(time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC), tg, u))
 }
 
 // runCLI runs the command in process.

@@ -56,12 +56,14 @@ func (t *Transport) StoreKey(rule, rateKey string) (string, error) {
 
 // Usage reports the state of one rate key of the rule named rule, in one
 // read-only call to the store (see store.Usage): units used per limit, the
-// next free slot, the upstream's pause, learned limit and budget. rateKey is
-// the key as the rule's KeyFunc returns it, not a raw token: derive it from a
-// token with CredentialKey. The stored key is derived as for a request (see
-// StoreKey), and the limits are the rule's with its Margin, under its
-// Algorithm. The Usage's Limits carry those effective limits (Per includes
-// the Margin).
+// next free slot a request of cost 1 would get, the upstream's pause,
+// learned limit, learned pace and budget. rateKey is the key as the rule's
+// KeyFunc returns it, not a raw token: derive it from a token with
+// CredentialKey. The stored key is derived as for a request (see StoreKey),
+// and the limits are those a request reserves, under the rule's Algorithm:
+// the rule's with its Margin (Per includes it), then, under the default
+// shape, the pace the rule keeps by default (Rule.NoDefaultPace), one more
+// entry of the Usage's Limits.
 //
 // Errors: ErrUnknownRule, a *KeyError for an empty key, ErrNoUsage, or the
 // store's error. It calls the store directly, not through the failure
@@ -76,7 +78,7 @@ func (t *Transport) Usage(ctx context.Context, rule, rateKey string) (store.Usag
 		return store.Usage{}, fmt.Errorf("%w (%T)", ErrNoUsage, t.policy.shared)
 	}
 	r := t.ruleNamed(rule)
-	return in.Usage(ctx, key, store.Request{Limits: r.windows(), Cost: 1, Algorithm: r.Algorithm})
+	return in.Usage(ctx, key, store.Request{Limits: r.limitsFor(1), Cost: 1, Algorithm: r.Algorithm})
 }
 
 // CredentialKey returns the rate key that a built-in KeyFunc derives from a

@@ -6,7 +6,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -91,4 +93,44 @@ func TestTransportUsage(t *testing.T) {
 	assert.True(t, errors.Is(err, throttle.ErrUnknownRule))
 	_, err = tr.Usage(context.Background(), "api", "")
 	assert.True(t, errors.Is(err, throttle.ErrNoKey))
+}
+
+// TestTransportUsageDefaultPace: under the default shape (a SlidingLog rule
+// paces its slowest limit), Usage after a run of requests says the next free
+// slot that the next request then gets, set by the default pace.
+func TestTransportUsageDefaultPace(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var sent sendLog
+		tr := newTransport(t, sent.base(), nil, throttle.WithRule(throttle.Rule{
+			Name: "api", Host: "api.example.com", Limits: []throttle.Limit{throttle.PerSecond(100)}, Key: throttle.Fixed("k"),
+		}))
+		get := func() {
+			req, err := http.NewRequest(http.MethodGet, "https://api.example.com/x", nil)
+			require.NoError(t, err)
+			resp, err := tr.RoundTrip(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+		}
+		var wg sync.WaitGroup
+		for range 12 {
+			wg.Go(get)
+			synctest.Wait() // reserve in order
+		}
+		u, err := tr.Usage(context.Background(), "api", "k")
+		require.NoError(t, err)
+		asked := time.Now()
+		require.Len(t, u.Limits, 2, "the window and the default pace")
+		pace := u.Limits[1].Limit
+		assert.True(t, pace.Paced)
+		assert.Equal(t, pace.Burst+1, u.Limits[1].Used, "the burst is spent")
+		assert.Equal(t, store.CauseLimit, u.NextCause)
+		assert.Equal(t, 1, u.NextLimit)
+		assert.Positive(t, u.Next)
+
+		wg.Go(get)
+		wg.Wait()
+		require.Equal(t, 13, sent.count())
+		assert.Equal(t, u.Next, sent.times[12].Sub(asked), "the next request goes at Usage's next free slot")
+	})
 }

@@ -261,6 +261,7 @@ type logCall struct {
 	pidx                     int
 	held, budgetReset, moved int64     // see feedback
 	also                     []memAlso // the other keys' logs (multikey.go)
+	peek                     bool      // Usage: read the paced state, never make it
 }
 
 // reserve is log.lua: the slot, then the refusal or the record, into res.
@@ -300,7 +301,7 @@ func (c *logCall) reserve(res *Reservation, paced bool) {
 func (c *logCall) ownPace() {
 	for i := range c.req.Limits {
 		if l := &c.req.Limits[i]; l.Paced {
-			c.ps, c.tat = c.m.paceState(c.key, c.now)
+			c.ps, c.tat = c.paceState()
 			c.t, c.burst, c.keep, c.pidx = l.interval(), int64(l.Burst), l.keep(), i
 			if c.keep > 0 && c.tat+c.keep <= c.now {
 				c.tat = 0 // as tat.lua: a limit that starts slowly counts it as none
@@ -347,7 +348,7 @@ func (c *logCall) feedback(f *memFeedback, res *Reservation) bool {
 	if ok && (c.t == 0 || pt > c.t || pb < c.burst) {
 		pb = max(pb, cost-1) // a cost above it is one send
 		if c.t == 0 {
-			c.ps, c.tat = c.m.paceState(c.key, c.now)
+			c.ps, c.tat = c.paceState()
 			c.t, c.burst = pt, pb
 		} else {
 			c.t, c.burst = max(c.t, pt), min(c.burst, pb)
@@ -424,6 +425,18 @@ func (m *Memory) Cancel(_ context.Context, res Reservation) error {
 		cancelFrom(lg, res.entry, int(res.cost))
 	}
 	return nil
+}
+
+// paceState is the key's paced state and its TAT (Memory.paceState), or for
+// Usage, which changes nothing, only its TAT (a nil state).
+func (c *logCall) paceState() (*memPace, int64) {
+	if c.peek {
+		if ps := c.m.paces[c.key]; ps != nil && ps.expires > c.now {
+			return nil, ps.tat
+		}
+		return nil, 0
+	}
+	return c.m.paceState(c.key, c.now)
 }
 
 // paceState returns key's paced state, made if missing, and its TAT if it

@@ -47,6 +47,12 @@ type Usage struct {
 	// for LearnedFor (N 0: none).
 	Learned    Limit
 	LearnedFor time.Duration
+	// LearnedPace is the pace the key moved to after a 429 despite
+	// compliance, still valid for LearnedPaceFor (N 0: none): 1 unit per
+	// Per, Burst more at once. SlidingLog reservations keep it beside a
+	// paced limit of their own, the stricter of the two.
+	LearnedPace    Limit
+	LearnedPaceFor time.Duration
 	// Budget units are left until BudgetReset from now (BudgetReset 0: no
 	// budget).
 	Budget      int
@@ -68,6 +74,14 @@ type LimitUsage struct {
 	Previous int
 }
 
+// A paced limit (Limit.Paced) keeps no window but a pace time, and its
+// LimitUsage says what that time holds at its own spacing Per/N: Used is the
+// part of its burst spent, out of Burst+1 units that may go at once (Used =
+// Burst+1: the next unit waits for the spacing), and Reserved the units
+// reserved beyond that, still waiting for their slot. Units count from the
+// latest time they may be sent (the Allowance). A limit that starts slowly
+// (SlowStart) with no pace time has not earned its burst: Used = Burst.
+
 // Inspector is implemented by stores that can report a key's usage without
 // changing it: Redis and Memory.
 type Inspector interface {
@@ -82,23 +96,30 @@ var (
 	_ Inspector = (*Memory)(nil)
 )
 
-// usageRequest is req as Usage reads it: cost 1, no waits, no allowance.
-// A paced limit is refused: Usage does not read its state yet.
+// usageRequest is req as Usage reads it: cost 1, no allowance, and a wait
+// beyond any pause (usageServerWait), so that nothing refuses.
 func usageRequest(key string, req Request) (Request, error) {
-	u := Request{Limits: req.Limits, Cost: 1, Algorithm: req.Algorithm}
-	if err := u.Validate(key); err != nil {
-		return u, err
-	}
-	for _, l := range u.Limits {
-		if l.Paced {
-			return u, fmt.Errorf("%w: limit %s: Usage does not read a paced limit's state", ErrInvalidRequest, l)
-		}
-	}
-	return u, nil
+	u := Request{Limits: req.Limits, Cost: 1, Algorithm: req.Algorithm, MaxWait: time.Duration(usageServerWait) * time.Microsecond}
+	return u, u.Validate(key)
 }
 
 // usageServerWait stands for "any pause": hold never refuses within it.
 const usageServerWait = int64(4 * MaxFeedback / time.Microsecond)
+
+// paceUsage is the LimitUsage of a paced limit l whose key holds the pace
+// time tat at now (0: none); see LimitUsage.
+func paceUsage(l Limit, tat, now int64) LimitUsage {
+	t, b := l.interval(), int64(l.Burst)
+	k := int64(0)
+	switch {
+	case tat > now:
+		k = (tat - now + t - 1) / t
+	case tat == 0 && l.SlowStart:
+		k = b
+	}
+	used := min(k, b+1)
+	return LimitUsage{Limit: l, Used: int(used), Reserved: int(k - used)}
+}
 
 // Usage implements Inspector: one read-only script call.
 func (r *Redis) Usage(ctx context.Context, key string, req Request) (Usage, error) {
@@ -106,23 +127,38 @@ func (r *Redis) Usage(ctx context.Context, key string, req Request) (Usage, erro
 	if err != nil {
 		return Usage{}, err
 	}
-	args := make([]any, 0, 5+2*len(req.Limits))
-	args = append(args, 1, 0)
+	// The max wait too: a pace time any caller may have left is plausible.
+	args := make([]any, 0, 9+3*len(req.Limits))
+	args = append(args, 1, usageServerWait)
 	if r.clock != nil {
 		args = append(args, r.clock().UnixMicro())
 	} else {
 		args = append(args, "")
 	}
 	args = append(args, usageServerWait, req.Algorithm.String())
-	for _, l := range req.Limits {
-		if req.Algorithm == Buckets {
+	p := req.paced()
+	if p >= 0 {
+		l := req.Limits[p]
+		args = append(args, l.interval(), l.Burst, p+1, l.keep())
+	}
+	for i, l := range req.Limits {
+		switch {
+		case i == p:
+		case req.Algorithm == Buckets:
 			args = append(args, l.N, l.precision(), l.buckets())
-		} else {
+		default:
 			args = append(args, l.N, micros(l.Per))
 		}
 	}
-	s := usageScripts[req.Algorithm]
-	reply, err := s.Run(ctx, r.client, []string{r.keyFor(key, req.Algorithm), r.feedbackKey(key)}, args...).Slice()
+	s, keys := usageScripts[req.Algorithm], []string{r.keyFor(key, req.Algorithm), r.feedbackKey(key)}
+	if req.Algorithm == SlidingLog {
+		// The pace time: of the request's paced limit, or of a learned pace.
+		keys = append(keys, r.paceKey(key))
+	}
+	if p >= 0 {
+		s = usagePacedScript
+	}
+	reply, err := s.Run(ctx, r.client, keys, args...).Slice()
 	if err != nil && badState(err) {
 		// Usage changes nothing, so it does not repair: the next Reserve will.
 		return Usage{}, &KeyStateError{Key: key, Reason: "its state cannot be read", Err: err}
@@ -139,7 +175,7 @@ func (r *Redis) Usage(ctx context.Context, key string, req Request) (Usage, erro
 		}
 		v[i] = x
 	}
-	if len(v) != 12+3*len(req.Limits) || v[1] < 0 || v[1] > int64(CauseLearned) || v[2] < 0 || v[2] > int64(len(req.Limits)) {
+	if len(v) != usageHead+3*len(req.Limits) || v[1] < 0 || v[1] > int64(CauseLearned) || v[2] < 0 || v[2] > int64(len(req.Limits)) {
 		return Usage{}, fmt.Errorf("store: redis usage: unexpected reply %v", v)
 	}
 	u := Usage{
@@ -153,12 +189,26 @@ func (r *Redis) Usage(ctx context.Context, key string, req Request) (Usage, erro
 	if v[5] > 0 {
 		u.Learned = Limit{N: int(v[5]), Per: usDuration(v[6])}
 	}
+	if v[12] > 0 {
+		u.LearnedPace, u.LearnedPaceFor = learnedPace(v[12], v[13]), usDuration(v[14])
+	}
 	for i, l := range req.Limits {
-		o := 12 + 3*i
+		o := usageHead + 3*i
 		u.Limits = append(u.Limits, LimitUsage{Limit: l, Used: int(v[o]), Reserved: int(v[o+1]), Previous: int(v[o+2])})
 	}
 	return u, nil
 }
+
+// usageHead is the length of usage.lua's reply before its rows.
+const usageHead = 15
+
+// learnedPace is a learned pace of spacing t µs and burst b as a Limit.
+func learnedPace(t, b int64) Limit {
+	return Limit{N: 1, Per: usDuration(t), Paced: true, Burst: int(b)}
+}
+
+// usagePacedScript is Usage of the log with a paced limit.
+var usagePacedScript = newScript(script.Usage("paced"))
 
 var usageScripts = map[Algorithm]luaScript{
 	SlidingLog:     newScript(script.Usage(SlidingLog.String())),
@@ -179,6 +229,7 @@ func Scripts() map[string]string {
 	for a, s := range usageScripts {
 		out["usage "+a.String()] = s.src
 	}
+	out["usage paced"] = usagePacedScript.src
 	for name, s := range alsoScripts { // multikey.go
 		out[name] = s.src
 	}
@@ -218,38 +269,41 @@ func (r *Redis) Delete(ctx context.Context, key string) (int64, error) {
 	return n, nil
 }
 
-// logUsage is Usage of the log, as usage.lua: the log's slot rule and the
-// feedback's, as a reservation of cost 1 reads them (the order left out),
-// without trimming; m.mu is held.
-func (m *Memory) logUsage(u *Usage, key string, req Request, now, maxW int64, f *memFeedback) {
-	lg := &noLog
-	if l := m.logs[key]; l != nil && l.expires > now {
-		lg = l
+// logUsage is Usage of the log, as usage.lua: Reserve's slot (logCall),
+// for a cost of 1, without the order of the log and without recording,
+// trimming or making any state; m.mu is held.
+func (m *Memory) logUsage(u *Usage, key string, req Request, now, maxW int64, paced bool, f *memFeedback) {
+	c := logCall{m: m, req: &req, key: key, now: now, maxW: maxW, windows: !paced || maxW > 0, peek: true}
+	c.lg = &noLog
+	if l := m.logs[key]; c.windows && l != nil && l.expires > now {
+		c.lg = l
 	}
-	live := lg.live()
+	c.s = slot{at: now}
+	if paced {
+		c.ownPace()
+	}
+	live := c.lg.live()
 	after := func(t int64) int {
 		return len(live) - sort.Search(len(live), func(i int) bool { return live[i] > t })
 	}
 	future := after(now)
 	for _, l := range req.Limits {
-		u.Limits = append(u.Limits, LimitUsage{Limit: l, Used: after(now-micros(l.Per)) - future, Reserved: future})
+		if l.Paced {
+			u.Limits = append(u.Limits, paceUsage(l, c.tat, now))
+		} else {
+			u.Limits = append(u.Limits, LimitUsage{Limit: l, Used: after(now-micros(l.Per)) - future, Reserved: future})
+		}
 	}
 	u.Entries = len(live)
 	if len(live) > 0 {
-		u.Last = usDuration(lg.last() - now)
+		u.Last = usDuration(c.lg.last() - now)
 	}
-	s := slot{at: now}
-	lg.slot(&s, req.Limits, 1, 0)
+	c.lg.slot(&c.s, req.Limits, 1, 0)
 	if f != nil {
-		h := f.hold(now, 1, usageServerWait)
-		if h.until > now && h.until >= s.at {
-			s = slot{h.until, 0, 0, CauseUpstream}
-		}
-		if n, w, ok := f.learned(now, maxW); ok {
-			s.raise(lg.admits(n, w, 1), 0, 0, CauseLearned)
-		}
+		c.feedback(f, &Reservation{}) // never refuses: the wait is beyond any pause
 	}
-	u.Next, u.NextCause, u.NextLimit = usDuration(s.at-now), s.cause, s.limit
+	c.slowStart()
+	u.Next, u.NextCause, u.NextLimit = usDuration(c.s.at-now), c.s.cause, c.s.limit
 }
 
 // Usage implements Inspector, with the rules of usage.lua. It changes
@@ -278,13 +332,20 @@ func (m *Memory) Usage(ctx context.Context, key string, req Request) (Usage, err
 		if f.reset > now {
 			u.Budget, u.BudgetReset = int(f.budget), usDuration(f.reset-now)
 		}
+		if f.pe > now {
+			u.LearnedPace, u.LearnedPaceFor = learnedPace(f.pt, f.pb), usDuration(f.pe-now)
+		}
 	}
-	maxW := int64(0)
+	maxW, paced := int64(0), false
 	for _, l := range req.Limits {
-		maxW = max(maxW, window(req.Algorithm, l))
+		if l.Paced {
+			paced = true
+		} else {
+			maxW = max(maxW, window(req.Algorithm, l))
+		}
 	}
 	if req.Algorithm == SlidingLog {
-		m.logUsage(&u, key, req, now, maxW, f)
+		m.logUsage(&u, key, req, now, maxW, paced, f)
 	} else {
 		m.countsUsage(&u, key, req, now, maxW, f)
 	}

@@ -130,12 +130,20 @@ func TestUsage(t *testing.T) { runCases(t, usageCases) }
 // the same random reservations, cancels, feedback and clock steps, and
 // compares their Usage after every step; and checks Usage against the next
 // reservation: a cost-1 request goes at Next (or, for the log without an
-// allowance, at its newest entry if that is later).
+// allowance, at its newest entry if that is later). The log runs plain and
+// with a paced limit (slow start or not), and learns paces.
 func TestUsageDifferential(t *testing.T) {
 	all := impls(t)
+	variants := []struct {
+		name string
+		alg  store.Algorithm
+		pace bool
+	}{{"log", store.SlidingLog, false}, {"paced", store.SlidingLog, true}, {"fixed", store.FixedWindow, false},
+		{"counter", store.SlidingCounter, false}, {"buckets", store.Buckets, false}}
 	for _, im := range all[1:] {
-		for _, alg := range []store.Algorithm{store.SlidingLog, store.FixedWindow, store.SlidingCounter, store.Buckets} {
-			t.Run(im.name+"/"+alg.String(), func(t *testing.T) {
+		for _, v := range variants {
+			alg := v.alg
+			t.Run(im.name+"/"+v.name, func(t *testing.T) {
 				// miniredis runs Lua in Go, slowly under -race: a shorter run.
 				seeds, steps := uint64(2), 300
 				if im.name == "miniredis" {
@@ -151,6 +159,11 @@ func TestUsageDifferential(t *testing.T) {
 					if alg == store.Buckets {
 						limits[0].Precision, limits[1].Precision = 100*time.Millisecond, time.Second
 					}
+					if v.pace {
+						p := paced(4+rng.IntN(8), time.Second, rng.IntN(3))
+						p.SlowStart = rng.IntN(2) == 0
+						limits = append(limits[:1], p, limits[1])
+					}
 					var granted []store.Reservation
 					for step := range steps {
 						switch op := rng.IntN(12); op {
@@ -161,6 +174,9 @@ func TestUsageDifferential(t *testing.T) {
 							}
 							if rng.IntN(2) == 0 {
 								l.Remaining, l.Reset = rng.IntN(10), time.Duration(rng.IntN(5000))*time.Millisecond
+							}
+							if alg == store.SlidingLog && rng.IntN(2) == 0 {
+								l.Pace, l.PaceTTL = paced(2+rng.IntN(8), time.Second, rng.IntN(2)), time.Duration(1+rng.IntN(8))*time.Second
 							}
 							require.NoError(t, mem.(store.Feedback).Learn(ctx, key, l))
 							require.NoError(t, red.(store.Feedback).Learn(ctx, key, l))
@@ -220,18 +236,24 @@ func TestUsageReadOnly(t *testing.T) {
 	c := srv.Client(t)
 	s, err := store.NewRedis(c)
 	require.NoError(t, err)
-	for _, alg := range []store.Algorithm{store.SlidingLog, store.FixedWindow, store.SlidingCounter, store.Buckets} {
+	// The last SlidingLog runs with a paced limit and a learned pace.
+	for i, alg := range []store.Algorithm{store.SlidingLog, store.FixedWindow, store.SlidingCounter, store.Buckets, store.SlidingLog} {
 		key := uniqueKey(t)
 		r := req(1, 10*time.Second, lim(3, time.Second), lim(10, time.Minute))
 		r.Algorithm = alg
 		if alg == store.Buckets {
 			r.Limits[0].Precision, r.Limits[1].Precision = 100*time.Millisecond, 10*time.Second
 		}
+		l := store.Learned{Pause: time.Second, Remaining: 3, Reset: time.Minute}
+		if i == 4 {
+			r.Limits = append(r.Limits, paced(5, time.Second, 1))
+			l.Pace, l.PaceTTL = paced(2, time.Second, 0), time.Minute
+		}
 		for range 20 {
 			_, err := s.Reserve(ctx, key, r)
 			require.NoError(t, err)
 		}
-		require.NoError(t, s.Learn(ctx, key, store.Learned{Pause: time.Second, Remaining: 3, Reset: time.Minute}))
+		require.NoError(t, s.Learn(ctx, key, l))
 		dump := func() string {
 			var out string
 			for _, k := range s.Keys(key) {

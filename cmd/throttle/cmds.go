@@ -153,7 +153,7 @@ func writeUsage(w io.Writer, t *target, u store.Usage) {
 		if i < len(t.limits) {
 			given = t.limits[i]
 		}
-		row := fmt.Sprintf("%s\t%s\t%d/%d\t%d\t", formatLimit(given), shortDuration(l.Limit.Per), l.Used, l.Limit.N, l.Reserved)
+		row := fmt.Sprintf("%s\t%s\t%d/%d\t%d\t", rowName(t, i, given), shortDuration(l.Limit.Per), l.Used, capacity(l.Limit), l.Reserved)
 		if prev {
 			row += fmt.Sprintf("%d\t", l.Previous)
 		}
@@ -170,6 +170,9 @@ func writeUsage(w io.Writer, t *target, u store.Usage) {
 	} else {
 		fmt.Fprintln(w, "learned limit: none")
 	}
+	if p := u.LearnedPace; p.N > 0 {
+		fmt.Fprintf(w, "learned pace: one per %s, %d more at once, for %s\n", human(p.Per), p.Burst, human(u.LearnedPaceFor))
+	}
 	if u.BudgetReset > 0 {
 		fmt.Fprintf(w, "budget: %d left until the reset in %s\n", u.Budget, human(u.BudgetReset))
 	} else {
@@ -185,13 +188,16 @@ func nextText(t *target, u store.Usage) string {
 	s := "in " + human(u.Next)
 	switch u.NextCause {
 	case store.CauseLimit:
-		if u.NextLimit < len(t.limits) {
+		switch {
+		case u.NextLimit < len(t.limits):
 			s += " (limit " + formatLimit(t.limits[u.NextLimit]) + ")"
+		case u.NextLimit < len(u.Limits):
+			s += " (the default pace)"
 		}
 	case store.CauseUpstream:
 		s += " (the upstream's pause or budget)"
 	case store.CauseLearned:
-		s += " (the learned limit)"
+		s += " (the learned limit or pace)"
 	}
 	if u.Capped {
 		s += " at least"
@@ -209,7 +215,7 @@ func watchLine(now time.Time, t *target, u store.Usage) string {
 		if i < len(t.limits) {
 			given = t.limits[i]
 		}
-		fmt.Fprintf(&b, "  %s %d/%d", formatLimit(given), l.Used, l.Limit.N)
+		fmt.Fprintf(&b, "  %s %d/%d", rowName(t, i, given), l.Used, capacity(l.Limit))
 		if l.Reserved > 0 {
 			fmt.Fprintf(&b, " +%d", l.Reserved)
 		}
@@ -219,6 +225,27 @@ func watchLine(now time.Time, t *target, u store.Usage) string {
 	}
 	fmt.Fprintf(&b, "  next %s  pause %s", nextShort(u), until(u.Pause))
 	return b.String()
+}
+
+// rowName names the i-th limit of a Usage: the limit as given, or the pace a
+// log rule keeps by default, with its margin, after them.
+func rowName(t *target, i int, l store.Limit) string {
+	if i < len(t.limits) {
+		return formatLimit(t.limits[i])
+	}
+	if l.Paced {
+		return "default " + formatLimit(l)
+	}
+	return formatLimit(l)
+}
+
+// capacity is what a limit's used units count against: N, or for a paced
+// limit the Burst+1 units that may go at once (store.LimitUsage).
+func capacity(l store.Limit) int {
+	if l.Paced {
+		return l.Burst + 1
+	}
+	return l.N
 }
 
 func nextShort(u store.Usage) string {

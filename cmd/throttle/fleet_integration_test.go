@@ -74,7 +74,8 @@ func TestFleetUsage(t *testing.T) {
 	t.Logf("throttle watch:\n%s", watchOut)
 	lines := strings.Split(strings.TrimSpace(watchOut), "\n")[1:]
 	require.GreaterOrEqual(t, len(lines), 2)
-	re := regexp.MustCompile(`^\d\d:\d\d:\d\d\.\d{3}  100/1s (\d+)/100( \+\d+)?  next (\S+)  pause none$`)
+	// The default pace's field follows the window's.
+	re := regexp.MustCompile(`^\d\d:\d\d:\d\d\.\d{3}  100/1s (\d+)/100( \+\d+)?  default 100/1.005s/paced\+9 \d+/10( \+\d+)?  next (\S+)  pause none$`)
 	busiest := 0
 	for _, l := range lines {
 		m := re.FindStringSubmatch(l)

@@ -37,7 +37,8 @@ func (l *limits) Set(s string) error {
 
 // parseLimit reads "N/DURATION" ("100/1s", "5000/1h", "10/500ms"), a unit
 // alone meaning one of it ("100/s", "5000/h"), and "d" a day ("1000/d"),
-// then optionally "/PRECISION" for the buckets algorithm ("5000/1h/1m").
+// then optionally "/PRECISION" for the buckets algorithm ("5000/1h/1m"), or
+// "/paced" or "/paced+BURST" for a paced limit ("100/1s/paced+9").
 func parseLimit(s string) (throttle.Limit, error) {
 	ns, per, ok := strings.Cut(strings.TrimSpace(s), "/")
 	if !ok {
@@ -45,6 +46,17 @@ func parseLimit(s string) (throttle.Limit, error) {
 	}
 	per, prec, hasPrec := strings.Cut(per, "/")
 	var precision time.Duration
+	burst := -1 // not paced
+	if b, ok := strings.CutPrefix(prec, "paced"); hasPrec && ok {
+		hasPrec, burst = false, 0
+		if b != "" {
+			k, err := strconv.Atoi(strings.TrimPrefix(b, "+"))
+			if err != nil || k < 0 || b[0] != '+' {
+				return throttle.Limit{}, fmt.Errorf("limit %q: want paced or paced+BURST, e.g. 100/1s/paced+9", s)
+			}
+			burst = k
+		}
+	}
 	if hasPrec {
 		l, err := parseLimit("1/" + prec)
 		if err != nil {
@@ -69,16 +81,24 @@ func parseLimit(s string) (throttle.Limit, error) {
 	} else if d, err = time.ParseDuration(per); err != nil || d < time.Microsecond {
 		return throttle.Limit{}, fmt.Errorf("limit %q: the window must be a duration of at least 1µs, e.g. 1s, 1h", s)
 	}
+	if burst >= 0 {
+		return throttle.Paced(n, d, burst), nil
+	}
 	l := throttle.Per(n, d)
 	l.Precision = precision
 	return l, nil
 }
 
 // formatLimit writes a limit as parseLimit reads it, shortly: "100/1s",
-// "5000/1h", "10/500ms".
+// "5000/1h", "10/500ms", "100/1s/paced+9".
 func formatLimit(l throttle.Limit) string {
 	s := strconv.Itoa(l.N) + "/" + shortDuration(l.Per)
-	if l.Precision != 0 {
+	switch {
+	case l.Paced && l.Burst > 0:
+		s += "/paced+" + strconv.Itoa(l.Burst)
+	case l.Paced:
+		s += "/paced"
+	case l.Precision != 0:
 		s += "/" + shortDuration(l.Precision)
 	}
 	return s
@@ -103,6 +123,7 @@ type keyFlags struct {
 	limits     limits
 	alg        string
 	margin     time.Duration
+	noPace     bool
 	key        string
 	token      string
 	tokenFile  string
@@ -116,6 +137,7 @@ func (k *keyFlags) register(fs *flag.FlagSet) {
 	fs.Var(&k.limits, "limit", "a limit of the rule, `N/DURATION[/PRECISION]` (100/1s, 5000/1h, 5000/1h/1m for buckets); repeat for each, in the rule's order")
 	fs.StringVar(&k.alg, "alg", "log", "the rule's algorithm: log, fixed, counter or buckets")
 	fs.DurationVar(&k.margin, "margin", throttle.DefaultMargin, "the rule's Margin (0 for a rule with NoMargin)")
+	fs.BoolVar(&k.noPace, "no-default-pace", false, "the rule sets NoDefaultPace (without it, a log rule with no paced limit paces its slowest limit)")
 	fs.StringVar(&k.key, "key", "", "the rate key as the rule's KeyFunc returns it (e.g. pg1, host:api.example.com, bearer:<hash>)")
 	fs.StringVar(&k.token, "token", "", "a raw credential, hashed as the library does (prefer -token-file: a flag shows in ps)")
 	fs.StringVar(&k.tokenFile, "token-file", "", "a `file` holding the raw credential (- for stdin)")
@@ -180,7 +202,7 @@ func (k *keyFlags) resolve(st store.Store, sec *secrets) (*target, error) {
 	if margin == 0 {
 		margin = throttle.NoMargin
 	}
-	rule := throttle.Rule{Name: k.rule, Limits: k.limits, Margin: margin, Algorithm: alg, Key: throttle.Fixed(rateKey)}
+	rule := throttle.Rule{Name: k.rule, Limits: k.limits, Margin: margin, Algorithm: alg, Key: throttle.Fixed(rateKey), NoDefaultPace: k.noPace}
 	opts := []throttle.Option{throttle.WithDefault(rule)}
 	if k.secretFile != "" {
 		secret, err := readSecretFile(k.secretFile)

@@ -29,16 +29,18 @@ func TestMain(m *testing.M) {
 
 func TestParseLimit(t *testing.T) {
 	for in, want := range map[string]throttle.Limit{
-		"100/1s":     throttle.PerSecond(100),
-		"100/s":      throttle.PerSecond(100),
-		"5000/1h":    throttle.PerHour(5000),
-		"5000/h":     throttle.PerHour(5000),
-		"10/500ms":   throttle.Per(10, 500*time.Millisecond),
-		"1000/d":     throttle.PerDay(1000),
-		"1000/2d":    throttle.Per(1000, 48*time.Hour),
-		" 7/1m30s ":  throttle.Per(7, 90*time.Second),
-		"5000/1h/1m": {N: 5000, Per: time.Hour, Precision: time.Minute},
-		"10/s/100ms": {N: 10, Per: time.Second, Precision: 100 * time.Millisecond},
+		"100/1s":         throttle.PerSecond(100),
+		"100/s":          throttle.PerSecond(100),
+		"5000/1h":        throttle.PerHour(5000),
+		"5000/h":         throttle.PerHour(5000),
+		"10/500ms":       throttle.Per(10, 500*time.Millisecond),
+		"1000/d":         throttle.PerDay(1000),
+		"1000/2d":        throttle.Per(1000, 48*time.Hour),
+		" 7/1m30s ":      throttle.Per(7, 90*time.Second),
+		"5000/1h/1m":     {N: 5000, Per: time.Hour, Precision: time.Minute},
+		"10/s/100ms":     {N: 10, Per: time.Second, Precision: 100 * time.Millisecond},
+		"100/1s/paced":   throttle.Paced(100, time.Second, 0),
+		"100/1s/paced+9": throttle.Paced(100, time.Second, 9),
 	} {
 		got, err := parseLimit(in)
 		require.NoError(t, err, in)
@@ -47,7 +49,7 @@ func TestParseLimit(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, got, back, "formatLimit(%q) = %q", in, formatLimit(got))
 	}
-	for _, in := range []string{"", "100", "0/1s", "-1/1s", "x/1s", "10/", "10/0s", "10/xs", "10/0d", "10/1ns", "10/1s/x", "10/1s/0s"} {
+	for _, in := range []string{"", "100", "0/1s", "-1/1s", "x/1s", "10/", "10/0s", "10/xs", "10/0d", "10/1ns", "10/1s/x", "10/1s/0s", "10/1s/paced9", "10/1s/paced+", "10/1s/paced+-1"} {
 		_, err := parseLimit(in)
 		assert.Error(t, err, in)
 	}
@@ -138,6 +140,22 @@ budget: 40 left until the reset in 20s
 	assert.Equal(t, "03:04:05.006  100/1s 97/100 +3  5000/1h 2345/5000 +3  next 12.3ms  pause 1.5s left", line)
 	assert.Equal(t, "03:04:05.006  100/1s 0/100  next now  pause none",
 		watchLine(time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC), tg, store.Usage{Limits: []store.LimitUsage{{Limit: throttle.PerSecond(100)}}}))
+
+	// The default pace after the rule's limits, and a learned pace.
+	tg.limits = tg.limits[:1]
+	pace := throttle.Paced(100, time.Second+5*time.Millisecond, 9)
+	u = store.Usage{
+		Limits: []store.LimitUsage{{Limit: throttle.Per(100, time.Second+5*time.Millisecond), Used: 40}, {Limit: pace, Used: 10, Reserved: 2}},
+		Next:   20 * time.Millisecond, NextCause: store.CauseLimit, NextLimit: 1,
+		LearnedPace: throttle.Paced(1, 20*time.Millisecond, 0), LearnedPaceFor: time.Minute,
+	}
+	b.Reset()
+	writeUsage(&b, tg, u)
+	assert.Contains(t, b.String(), "  default 100/1.005s/paced+9  1.005s   10/10         2\n")
+	assert.Contains(t, b.String(), "next free slot: in 20ms (the default pace)\n")
+	assert.Contains(t, b.String(), "learned pace: one per 20ms, 0 more at once, for 1m\n")
+	assert.Equal(t, "03:04:05.006  100/1s 40/100  default 100/1.005s/paced+9 10/10 +2  next 20ms  pause none",
+		watchLine(time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC), tg, u))
 }
 
 // runCLI runs the command in process.
@@ -200,6 +218,37 @@ func TestUsageCommand(t *testing.T) {
 	}
 }
 
+// TestUsageCommandDefaultPace: a log rule paces its slowest limit by
+// default, and usage reads that pace as the rule's requests reserve it: its
+// row (the burst of 9 spent, 11 reservations beyond it), and the next free
+// slot it sets; a paced limit given with -limit reads the same.
+func TestUsageCommandDefaultPace(t *testing.T) {
+	srv := realRedis(t)
+	url := "redis://" + srv.Addr + "/0"
+	rule := fmt.Sprintf("pace%d", time.Now().UnixNano())
+	st, err := store.NewRedis(srv.Client(t))
+	require.NoError(t, err)
+	// The limits a rule of 100/1m reserves: a spacing of 600.05ms.
+	pace := throttle.Paced(100, time.Minute+throttle.DefaultMargin, 9)
+	pace.SlowStart = true
+	limits := []store.Limit{{N: 100, Per: time.Minute + throttle.DefaultMargin}, pace}
+	for range 12 {
+		res, err := st.Reserve(context.Background(), rule+":pg1", store.Request{Limits: limits, Cost: 1, MaxWait: time.Minute})
+		require.NoError(t, err)
+		require.True(t, res.Allowed)
+	}
+	code, out, errOut := runCLI("usage", "-redis", url, "-rule", rule, "-limit", "100/1m", "-key", "pg1")
+	require.Equal(t, 0, code, errOut)
+	assert.Regexp(t, `(?m)^\s+100/1m\s+1m0.005s\s+1/100\s+11$`, out)
+	assert.Regexp(t, `(?m)^\s+default 100/1m0.005s/paced\+9\s+1m0.005s\s+10/10\s+11$`, out)
+	assert.Regexp(t, `(?m)^next free slot: in \d+(\.\d+)?s \(the default pace\)$`, out)
+
+	code, out, errOut = runCLI("usage", "-redis", url, "-rule", rule, "-limit", "100/1m", "-limit", "5000/1h/paced+9", "-key", "pg1")
+	require.Equal(t, 0, code, errOut)
+	assert.Regexp(t, `(?m)^\s+5000/1h/paced\+9\s+1h0m0.005s\s+\d+/10\s+\d+$`, out)
+	assert.NotContains(t, out, "default")
+}
+
 // A token is never printed; nor the password of the URL; bad flags exit 2.
 func TestNoSecretsInOutput(t *testing.T) {
 	srv := realRedis(t)
@@ -240,7 +289,7 @@ func TestWatchCommand(t *testing.T) {
 		_, err := st.Reserve(context.Background(), rule+":pg1", store.Request{Limits: []store.Limit{{N: 10, Per: time.Minute + throttle.DefaultMargin}}, Cost: 1})
 		require.NoError(t, err)
 	}
-	code, out, errOut := runCLI("watch", "-redis", "redis://"+srv.Addr+"/0", "-rule", rule, "-limit", "10/1m", "-key", "pg1", "-every", "20ms", "-for", "50ms")
+	code, out, errOut := runCLI("watch", "-redis", "redis://"+srv.Addr+"/0", "-rule", rule, "-limit", "10/1m", "-no-default-pace", "-key", "pg1", "-every", "20ms", "-for", "50ms")
 	require.Equal(t, 0, code, errOut)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.GreaterOrEqual(t, len(lines), 2, "the header and the first line:\n%s", out)

@@ -54,10 +54,11 @@ var (
 	// usage reads a key's state without writing (usage.lua); the log's
 	// borrows fixed's assembly and uses none of its windows.
 	usage = map[string]string{
-		"log":     assemble("usage log", "time", "prelude", "hold", "floor", "counting", "fixed", "usage"),
-		"fixed":   assemble("usage fixed", "time", "prelude", "hold", "floor", "counting", "fixed", "usage"),
-		"counter": assemble("usage counter", "time", "prelude", "hold", "floor", "counting", "counter", "usage"),
-		"buckets": assemble("usage buckets", "time", "prelude", "hold", "floor", "counting", "usage"),
+		"log":     assemble("usage log", "time", "prelude", "hold", "floor", "counting", "fixed", "nopace", "tat", "usage"),
+		"paced":   assemble("usage paced", "time", "prelude", "hold", "floor", "counting", "fixed", "pace", "tat", "usage"),
+		"fixed":   assemble("usage fixed", "time", "prelude", "hold", "floor", "counting", "fixed", "nopace", "usage"),
+		"counter": assemble("usage counter", "time", "prelude", "hold", "floor", "counting", "counter", "nopace", "usage"),
+		"buckets": assemble("usage buckets", "time", "prelude", "hold", "floor", "counting", "nopace", "usage"),
 	}
 	repair = assemble("repair", "time", "repair")
 )
@@ -98,7 +99,8 @@ func Feedback() string { return feedback }
 
 // Usage returns the read-only script that reports a key's state under an
 // algorithm named as store.Algorithm.String names it ("log", "fixed",
-// "counter", "buckets"), "" for any other.
+// "counter", "buckets"), or "paced" for the log with a paced limit; "" for
+// any other.
 func Usage(alg string) string { return usage[alg] }
 
 // Repair returns the script that puts a key's state and feedback back into

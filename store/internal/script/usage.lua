@@ -1,22 +1,31 @@
 -- usage: read a key's state without changing it (store.Redis.Usage; the
 -- Memory store's twin is in store/usage.go). It writes nothing: no trim, no
--- TTL, no mark. Assembled after time, prelude, hold, floor, counting and the
+-- TTL, no mark. Assembled after time, prelude, hold, floor, counting, the
 -- algorithm's windows (fixed or counter; the log and buckets use neither:
--- buckets has its search below, bucketFrom).
+-- buckets has its search below, bucketFrom), then nopace, or pace for the
+-- log with a paced limit, and for the log tat (pace_slot alone: it never
+-- records).
 --
 -- KEYS[1]   the key's state: the log (a LIST) or the counters (a HASH).
 -- KEYS[2]   the key's feedback (see hold).
+-- KEYS[3]   the log only: the pace key (see pace and tat), read under the
+--           request's paced limit or a learned pace.
 -- ARGV[1]   cost: 1 (the next free slot is a cost-1 request's).
--- ARGV[2]   unused (max wait); ARGV[3] now or ""; ARGV[4] a server wait
---           beyond any pause, so that hold never refuses.
+-- ARGV[2]   a max wait beyond any legitimate one, so that a pace time any
+--           caller left is plausible; ARGV[3] now or ""; ARGV[4] a server
+--           wait beyond any pause, so that hold never refuses.
 -- ARGV[5]   the algorithm: "log", "fixed", "counter" or "buckets".
--- ARGV[6..] the limits, as pairs: N, W (microseconds); for buckets, as
---           triples: N, P (bucket length), B (buckets per window).
+-- ARGV[6..9] the log with a paced limit: its spacing, burst, index and keep
+--           (see pace); the window limits then start at ARGV[10].
+-- ARGV[first..] the window limits, as pairs: N, W (microseconds); for
+--           buckets, as triples: N, P (bucket length), B (buckets per window).
 --
 -- Reply: { wait, cause, limit, capped, pause, ln, lw, lrem, budget, brem,
---          len, last, then per limit: used, reserved, previous }
+--          len, last, pt, pb, prem, then per limit of the request, in its
+--          order: used, reserved, previous }
 --   wait     microseconds from now to the earliest slot the limits and the
---            feedback allow a cost-1 request (the log's order left out);
+--            feedback allow a cost-1 request, as log reserves it (the log's
+--            order left out);
 --   cause, limit as the reserve scripts' (limit 1-based, 0 unless LIMIT);
 --   capped   1 when the counting search ran out of steps;
 --   pause    microseconds left of a pause (0: none);
@@ -24,22 +33,27 @@
 --   budget, brem  a live budget of units left, brem µs to its reset (brem 0: none);
 --   len      the log's entries, trimmed or not (0 for the counters);
 --   last     the newest entry's time minus now (0 when len is 0);
+--   pt, pb, prem  a live learned pace of spacing pt µs and burst pb, prem µs
+--            left (0s: none);
 --   used     log: entries in (now - W, now]; counting: the units of now's
 --            window (buckets: of the B buckets ending with now's);
 --   reserved entries after now (log), units of later windows or buckets;
 --   previous SlidingCounter: the units of the previous window (else 0).
+--   For the paced limit, with k = ceil((TAT - now) / its spacing), 0 without
+--   a TAT (its burst for a limit that starts slowly: not earned yet):
+--   used = min(k, burst + 1), reserved = k - used, previous 0.
 
 local alg, key, fb = ARGV[5], KEYS[1], KEYS[2]
 local n, w, p, b = {}, {}, {}, {}
 if alg == 'buckets' then
-  for i = 6, #ARGV, 3 do
+  for i = first, #ARGV, 3 do
     n[#n + 1] = ARGV[i] + 0
     p[#p + 1] = ARGV[i + 1] + 0
     b[#b + 1] = ARGV[i + 2] + 0
     w[#w + 1] = p[#p] * b[#b]
   end
 else
-  for i = 6, #ARGV, 2 do
+  for i = first, #ARGV, 2 do
     n[#n + 1] = ARGV[i] + 0
     w[#w + 1] = ARGV[i + 1] + 0
     p[#p + 1] = w[#w]
@@ -50,18 +64,22 @@ local max_w = 0
 for i = 1, #w do max_w = math.max(max_w, w[i]) end
 
 -- The feedback as it stands, fields read raw.
-local f = redis.call('HMGET', fb, 'p', 'n', 'w', 'le', 'b', 'r')
+local f = redis.call('HMGET', fb, 'p', 'n', 'w', 'le', 'b', 'r', 'pt', 'pb', 'pe')
 local fp, fn, fw, fle = tonumber(f[1]) or 0, tonumber(f[2]), tonumber(f[3]), tonumber(f[4])
 local fbud, fr = tonumber(f[5]), tonumber(f[6])
-local pause, ln, lw, lrem, budget, brem = 0, 0, 0, 0, 0, 0
+local fpt, fpb, fpe = tonumber(f[7]), tonumber(f[8]), tonumber(f[9])
+local pause, ln, lw, lrem, budget, brem, lpt, lpb, lprem = 0, 0, 0, 0, 0, 0, 0, 0, 0
 if fp > now then pause = fp - now end
 if fn and fw and fle and fle > now then ln, lw, lrem = fn, fw, fle - now end
 if fbud and fr and fr > now then budget, brem = fbud, fr - now end
+if fpt and fpb and fpe and fpe > now then lpt, lpb, lprem = fpt, fpb, fpe - now end
 
 local per, len, last = {}, 0, 0
 local s, limit, cause, capped = now, 0, NONE, 0
+local prow -- the paced limit's row
 if alg == 'log' then
-  len = redis.call('LLEN', key)
+  -- A paced limit alone keeps no log (see log): the log reads as empty.
+  if #n > 0 then len = redis.call('LLEN', key) end
   local function at(i)
     local v = tonumber(redis.call('LINDEX', key, i))
     if not v then error({ err = 'KEYSTATE an entry is not a number' }) end
@@ -88,19 +106,63 @@ if alg == 'log' then
     newest = at(len - 1)
     last = newest - now
   end
-  -- The log's slot rule (prelude), for a cost of 1: the N-th newest entry plus W.
+  -- From here, log's slot for a cost of 1, in its order: the paced limit,
+  -- the window limits (the log's slot rule, prelude), the feedback, the
+  -- slow start; the order of the log left out.
+  local tat
+  if pace then
+    local e, bad
+    tat, e, bad = pace_slot(max_w)
+    if bad then return bad end
+    if e > s then s, limit, cause = e, pace.index, LIMIT end
+    local k = 0
+    if tat and tat > now then
+      k = math.floor((tat - now + pace.t - 1) / pace.t)
+    elseif not tat and pace.keep > 0 then
+      k = pace.burst
+    end
+    prow = { math.min(k, pace.burst + 1), 0, 0 }
+    prow[2] = k - prow[1]
+  end
   for i = 1, #n do
     local e, _, bad = log_after(key, newest, n[i], w[i])
     if bad then return bad end
-    if e and e > s then s, limit, cause = e, i, LIMIT end
+    if e and e > s then
+      local j = i -- the limit's index in the request: the paced one sits among them
+      if pace and j >= pace.index then j = j + 1 end
+      s, limit, cause = e, j, LIMIT
+    end
   end
-  local bad, till, _, hn, hw = hold(fb)
+  local bad, till, _, hn, hw, _, pt, pb = hold(fb)
   if bad then return bad end -- a KEYSTATE error: nothing else refuses within usageServerWait
+  local held = till
   if till >= s then s, limit, cause = till, 0, UPSTREAM end
   if hn and hw <= max_w then
     local e, _, bad2 = log_after(key, newest, hn, hw)
     if bad2 then return bad2 end
     if e and e > s then s, limit, cause = e, 0, LEARNED end
+  end
+  if pt and (not pace or pt > pace.t or pb < pace.burst) then
+    pb = math.max(pb, cost - 1)
+    local e
+    if pace then
+      pace = { t = math.max(pace.t, pt), burst = math.min(pace.burst, pb), index = pace.index, keep = pace.keep }
+      if tat then e = tat + (cost - 1 - pace.burst) * pace.t end
+    else
+      pace = { t = pt, burst = pb, index = 0, keep = 0 }
+      local bad3
+      tat, e, bad3 = pace_slot(max_w)
+      if bad3 then return bad3 end
+    end
+    if e and e > s then s, limit, cause = e, 0, LEARNED end
+  end
+  if pace and pace.keep > 0 then
+    local from = held
+    if not tat then from = math.max(from, now) end
+    if from > 0 and (not tat or from + pace.burst * pace.t > tat) then
+      local e = from + pace.burst * pace.t + (cost - 1 - pace.burst) * pace.t
+      if e > s then s, limit, cause = e, pace.index, LIMIT end
+    end
   end
 else
   -- The counting algorithms: the counters a search from now reads, and the
@@ -176,6 +238,16 @@ else
   end
 end
 
-local reply = { s - now, cause, limit, capped, pause, ln, lw, lrem, budget, brem, len, last }
-for i = 1, #per do reply[#reply + 1] = per[i] end
+local reply = { s - now, cause, limit, capped, pause, ln, lw, lrem, budget, brem, len, last, lpt, lpb, lprem }
+for i = 1, #per, 3 do
+  -- The paced limit's row at its index (pace.index never changes above).
+  if prow and (i - 1) / 3 + 1 == pace.index then
+    for _, x in ipairs(prow) do reply[#reply + 1] = x end
+    prow = nil
+  end
+  for k = i, i + 2 do reply[#reply + 1] = per[k] end
+end
+if prow then
+  for _, x in ipairs(prow) do reply[#reply + 1] = x end
+end
 return reply

@@ -142,7 +142,7 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 		return reserveCounts(st, key, req, now, m.liveFeedback(key, now)), nil
 	}
 	m.repairFar(key, &req, now, maxW) // keystate.go
-	c := logCall{m: m, req: &req, key: key, now: now, maxW: maxW, windows: !paced || maxW > 0}
+	c := logCall{m: m, req: req, key: key, now: now, maxW: maxW, windows: !paced || maxW > 0}
 	c.reserve(&res, paced)
 	return res, nil
 }
@@ -246,8 +246,10 @@ func (m *Memory) openLog(key string, now, maxW int64, keep bool) *memLog {
 // locals as fields, so that each step of the script is a method; m.mu is
 // held.
 type logCall struct {
-	m         *Memory
-	req       *Request
+	m *Memory
+	// req is a copy: a pointer to Reserve's would move it to the heap
+	// (the key, beside it, is kept in the store's maps).
+	req       Request
 	key       string
 	now, maxW int64
 	windows   bool // the request has window limits: it keeps a log
@@ -266,7 +268,7 @@ type logCall struct {
 
 // reserve is log.lua: the slot, then the refusal or the record, into res.
 func (c *logCall) reserve(res *Reservation, paced bool) {
-	req := c.req
+	req := &c.req
 	c.lg = c.m.openLog(c.key, c.now, c.maxW, c.windows)
 	c.s = slot{at: c.now}
 	if paced {
@@ -378,7 +380,7 @@ func (c *logCall) slowStart() {
 // time they may be sent in every log, the paced state (pace.lua); res gets
 // what Cancel needs.
 func (c *logCall) record(res *Reservation) {
-	req, s := c.req, c.s.at
+	req, s := &c.req, c.s.at
 	if c.budgetReset > 0 && s < c.budgetReset {
 		c.m.feedback[c.key].budget -= int64(req.Cost)
 	}

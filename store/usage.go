@@ -273,7 +273,7 @@ func (r *Redis) Delete(ctx context.Context, key string) (int64, error) {
 // for a cost of 1, without the order of the log and without recording,
 // trimming or making any state; m.mu is held.
 func (m *Memory) logUsage(u *Usage, key string, req Request, now, maxW int64, paced bool, f *memFeedback) {
-	c := logCall{m: m, req: &req, key: key, now: now, maxW: maxW, windows: !paced || maxW > 0, peek: true}
+	c := logCall{m: m, req: req, key: key, now: now, maxW: maxW, windows: !paced || maxW > 0, peek: true}
 	c.lg = &noLog
 	if l := m.logs[key]; c.windows && l != nil && l.expires > now {
 		c.lg = l

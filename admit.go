@@ -22,10 +22,34 @@ const maxRetakes = 2
 // which is done.
 const cancelTimeout = time.Second
 
-// admission is one request's way through admission: the slot it holds and
-// its decision so far. The Transport's attempts, and the Limiter's Wait,
-// Allow and Reservation, each drive one.
+// state is where an admission stands: what its driver does next. Every
+// driver (a Transport's attempt, Limiter.Wait and Allow, Limiter.Reserve and
+// its Reservation's Wait, and the wire check of lateness.go) moves the same
+// admission through the same states with drive.
+type state uint8
+
+const (
+	// taking: reserve a slot, the first or the next after one was given
+	// back, in one store call through the failure policy (take).
+	taking state = iota
+	// queuing: the in-flight cap is full: wait in the key's queue for a
+	// lease, then take with it (queue, lease.go).
+	queuing
+	// waiting: a slot is held: sleep until it, then check that it is still
+	// good, or give it back and take again (await).
+	waiting
+	// wired: the request got its connection: measure its lateness on the
+	// wire, and if it is too late, take a new slot before it is written
+	// (wired, lateness.go).
+	wired
+	// decided: a.d says what to do.
+	decided
+)
+
+// admission is one request's way through admission: its state, the slot it
+// holds and its decision so far.
 type admission struct {
+	next    state
 	r       *rule
 	k       keyed
 	maxWait time.Duration // the longest wait the caller accepts (0: a slot now)
@@ -49,6 +73,12 @@ type admission struct {
 	// stricter pace came after they were placed (news.go); they are in
 	// d.Retaken too, but do not count against maxRetakes.
 	stale int
+	// onWire is the admission as it stood when the wire found it late: the
+	// retake goes on the old slot if it finds no new one (settle).
+	onWire *admission
+	// full is the refusal for want of a lease, and the store that gave it
+	// (queuing).
+	full grant
 }
 
 func newAdmission(r *rule, k keyed, maxWait time.Duration) admission {
@@ -70,11 +100,15 @@ func (a *admission) own(now time.Time, late time.Duration) time.Duration {
 	return max(now.Sub(a.latest), 0)
 }
 
-// end decides a: it sets the outcome and the error of a.d. It returns false,
-// so that take and await may return it.
-func (a *admission) end(o Outcome, err error) bool {
+// end decides a: it sets the outcome and the error of a.d.
+func (a *admission) end(o Outcome, err error) state {
 	a.d.Outcome, a.d.Err = o, err
-	return false
+	return decided
+}
+
+// sendable reports whether a is decided to be sent.
+func (a *admission) sendable() bool {
+	return a.next == decided && (a.d.Outcome == Sent || a.d.Outcome == FailedOpen)
 }
 
 // admit reserves a slot for one send under r and waits for it, as the rule's
@@ -84,45 +118,54 @@ func (a *admission) end(o Outcome, err error) bool {
 // been on this process's clock (clock.go).
 func (c *core) admit(ctx context.Context, r *rule, k keyed) admission {
 	a := newAdmission(r, k, r.maxWait)
-	c.run(ctx, &a)
-	a.lease.drop(&a.d) // a request sent carries its lease to its response
+	c.drive(ctx, &a, decided)
 	return a
 }
 
-// rewire gives a's slot back for a new one and waits for it, before the
-// request is written: it got the connection to be written on later than its
-// allowance plus r.retake after its slot (a dial, a TLS handshake, a full
-// pool; lateness.go). The new slot is taken before the old one is given
-// back, so that when none comes (refused, the store failed, the context
-// ended) the request goes on the old one, late as it is, and never
-// unrecorded. Its retakes count in Stats; the Decision was reported before.
-func (c *core) rewire(ctx context.Context, a *admission) {
-	prev := *a
-	a.lease.held, a.d.lease = a.d.lease, nil // the retake renews the lease held
-	a.d.Retaken++
-	c.run(ctx, a)
-	if a.d.Outcome != Sent {
-		*a = prev
-		return
+// drive moves a from state to state until it is decided, or until it would
+// enter stop (Limiter.Reserve stops before waiting). Each step is one
+// function that returns the next state; none calls another step.
+func (c *core) drive(ctx context.Context, a *admission, stop state) {
+	for a.next != stop && a.next != decided {
+		switch a.next {
+		case taking:
+			a.next = c.take(ctx, a)
+		case queuing:
+			a.next = a.lease.queue(ctx, c, a) // lease.go
+		case waiting:
+			a.next = c.await(ctx, a)
+		case wired:
+			a.next = c.wired(ctx, a) // lateness.go
+		}
 	}
-	a.lease.drop(&a.d)
-	a.r.stats.retakes.Add(uint64(a.d.Retaken - prev.d.Retaken))
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
-	_ = prev.g.from.Cancel(cctx, prev.g.res)
-	cancel()
+	if a.next == decided {
+		c.settle(ctx, a)
+	}
 }
 
-// run takes a slot for a and waits for it, retaking it if the process woke
-// too late, until a is decided.
-func (c *core) run(ctx context.Context, a *admission) {
-	for c.take(ctx, a) && c.await(ctx, a) {
+// settle ends a decided admission: a request late on the wire that found
+// no new slot goes on its old one, late as it is, and never unrecorded; one
+// that found it gives the old one back. A request sent carries its lease to
+// its response; any other gives it back.
+func (c *core) settle(ctx context.Context, a *admission) {
+	if prev := a.onWire; prev != nil {
+		a.onWire = nil
+		if a.d.Outcome != Sent {
+			*a = *prev
+			return
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+		_ = prev.g.from.Cancel(cctx, prev.g.res)
+		cancel()
 	}
+	a.lease.drop(&a.d)
 }
 
 // take reserves a slot for a, in one call to the store through the failure
-// policy, and reports whether it holds one. If not, a is decided: refused,
-// failed, canceled, or to be sent uncounted (FailedOpen).
-func (c *core) take(ctx context.Context, a *admission) bool {
+// policy: then a waits for it, or for a lease in the queue when the key's
+// in-flight cap is full; otherwise a is decided: refused, failed, canceled,
+// or to be sent uncounted (FailedOpen).
+func (c *core) take(ctx context.Context, a *admission) state {
 	if err := ctx.Err(); err != nil {
 		return a.end(Canceled, err)
 	}
@@ -163,12 +206,8 @@ func (c *core) take(ctx context.Context, a *admission) bool {
 		lkey, a.d.Limit = r.limitOf(res, a.k) // multikey.go: the rule's key or one of Also
 	}
 	if !res.Allowed && res.Cause == store.CauseInFlight {
-		// No lease free: wait for one in the key's queue, then reserve
-		// with it (which takes no other lease).
-		if a.lease.await(ctx, c, r, a.k, g.from, res, &a.d) {
-			return c.take(ctx, a)
-		}
-		return false
+		a.full = g
+		return queuing
 	}
 	if !res.Allowed {
 		up := res.Cause == store.CauseUpstream
@@ -193,13 +232,14 @@ func (c *core) take(ctx context.Context, a *admission) bool {
 	if res.Delay > 0 {
 		a.at = a.latest
 	}
-	return true
+	return waiting
 }
 
-// await sleeps until a's slot and reports whether a must take another: it
-// woke too late and gave this one back. If not, a is decided: Sent, or
-// Canceled when ctx ended first (the slot given back).
-func (c *core) await(ctx context.Context, a *admission) (retake bool) {
+// await sleeps until a's slot. Then a is decided (Sent; Canceled when ctx
+// ended first, the slot given back), or takes another slot: it woke too
+// late, or its key was paused or moved to a stricter pace since, and gave
+// this one back.
+func (c *core) await(ctx context.Context, a *admission) state {
 	r, res := a.r, a.g.res
 	if err := c.sleepTo(ctx, a); err != nil {
 		// The slot will not be used: give it back so that others may.
@@ -222,7 +262,7 @@ func (c *core) await(ctx context.Context, a *admission) (retake bool) {
 		c.giveBack(ctx, a)
 		a.stale++
 		a.d.Retaken++
-		return true
+		return taking
 	}
 	if r.Margin == 0 {
 		return c.sent(a)
@@ -246,7 +286,7 @@ func (c *core) await(ctx context.Context, a *admission) (retake bool) {
 	}
 	c.giveBack(ctx, a)
 	a.d.Retaken++
-	return true
+	return taking
 }
 
 // giveBack cancels a's slot before a retake. A failed Cancel leaves the old
@@ -269,7 +309,7 @@ func (c *core) sleepTo(ctx context.Context, a *admission) error {
 	}
 	wait := a.at.Sub(c.now())
 	if a.storeSlot != 0 && c.clock.drift > 0 && wait > 2*wakeLead {
-		if err := timerSleep(ctx, wait-wakeLead); err != nil {
+		if err := c.nap(ctx, wait-wakeLead); err != nil {
 			return err
 		}
 		c.clock.replace(a, c.now())
@@ -280,7 +320,7 @@ func (c *core) sleepTo(ctx context.Context, a *admission) error {
 }
 
 // sent decides a: Sent.
-func (c *core) sent(a *admission) bool {
+func (c *core) sent(a *admission) state {
 	if !a.d.Local {
 		c.policy.mirror(a.r, a.k) // FailLocal's limiter sees shared sends too
 	}

@@ -119,8 +119,8 @@ func (r *trips) typical() int64 {
 	return min(r.last, 4*f)
 }
 
-func newStoreClock(st store.Store) *storeClock {
-	c := &storeClock{perKey: true, drift: clockDrift, base: time.Now()}
+func newStoreClock(st store.Store, now time.Time) *storeClock {
+	c := &storeClock{perKey: true, drift: clockDrift, base: now}
 	switch s := st.(type) {
 	case *store.Memory:
 		c.perKey, c.drift = false, 0

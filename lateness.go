@@ -38,7 +38,7 @@ import (
 // failed call to the shared store before it is no lateness.)
 //
 // A request that gets its connection later than its allowance plus the
-// rule's retake takes a new slot before it is written (rewire), as one that
+// rule's retake takes a new slot before it is written (core.wired), as one that
 // wakes too late does: no request goes on the wire later than that after the
 // slot it is recorded at, whatever a dial or a full pool cost it. So a
 // Transport (guarded: its wire is watched) needs no guess at its first dial:
@@ -234,20 +234,20 @@ type wire struct {
 	ctx   context.Context
 	trace httptrace.ClientTrace
 
-	mu  sync.Mutex
-	a   admission
-	got bool // the base reported the connection
+	mu      sync.Mutex
+	a       admission
+	got     bool           // the base reported the connection
+	checked sync.WaitGroup // until the check of the connection is done
 }
 
-// onWire returns req with a trace that measures its lateness when the base
+// onWire returns req with a trace that checks its lateness when the base
 // transport has the connection to write it on (a dial, a TLS handshake or a
-// wait for a full pool count): the part of the lateness no wake-up sees.
-// When the request is later than its allowance plus the rule's retake, and
-// the wire is guarded, it takes a new slot before it is written (rewire).
-// The returned wire holds a's admission as it went; it is nil when a is not
-// measured (then req is returned as it is). req itself is not modified.
-// (The trace cannot be pooled: net/http reads it until the response's body
-// is closed.)
+// wait for a full pool count): the part of the lateness no wake-up sees
+// (the admission's wired state, core.wired). The returned wire holds a's
+// admission as it goes on and reports its Decision after the check; it is
+// nil when a is not measured (then req is returned as it is). req itself is
+// not modified. (The trace cannot be pooled: net/http reads it until the
+// response's body is closed.)
 func (t *Transport) onWire(ctx context.Context, req *http.Request, a admission) (*http.Request, *wire) {
 	if a.due.IsZero() {
 		return req, nil
@@ -257,33 +257,65 @@ func (t *Transport) onWire(ctx context.Context, req *http.Request, a admission) 
 	return req.WithContext(httptrace.WithClientTrace(req.Context(), &w.trace)), w
 }
 
-// gotConn is the trace's GotConn: measure, and retake when late.
+// gotConn is the trace's GotConn: the admission checks the connection (and
+// retakes its slot when late), then its Decision is reported, before the
+// request is written. A request that net/http writes again on a new
+// connection was checked and reported on the first.
 func (w *wire) gotConn(httptrace.GotConnInfo) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.got = true
-	t := w.t
-	now := t.now()
-	t.clock.replace(&w.a, now)
-	w.a.due = w.a.slot
-	late := now.Sub(w.a.due)
-	t.late.observe(now, w.a.own(now, late), w.a.d.Allowance, true)
-	if t.late.guarded.Load() && late > w.a.d.Allowance+w.a.r.retake && w.a.d.Retaken-w.a.stale < maxRetakes {
-		t.rewire(w.ctx, &w.a)
+	if w.got {
+		w.mu.Unlock()
+		return
 	}
+	w.got = true
+	a := w.a
+	w.checked.Add(1)
+	w.mu.Unlock()
+	defer w.checked.Done()
+	a.next = wired
+	w.t.drive(w.ctx, &a, decided) // admit.go: wired, and a retake's states
+	w.t.observe(w.ctx, a.r.stats, a.d)
+	w.mu.Lock()
+	w.a = a
+	w.mu.Unlock()
 }
 
 // sent returns the admission a request went with: a's, or the one a retake
 // on the wire left. A base that answered (ok) without reporting the
-// connection cannot be watched on the wire: l is no longer guarded.
-func (w *wire) sent(a admission, ok bool, l *lateness) admission {
-	if w == nil {
+// connection cannot be watched on the wire: l is no longer guarded; the
+// Decision, not yet reported, is reported now.
+func (w *wire) sent(ok bool) admission {
+	w.checked.Wait()
+	w.mu.Lock()
+	got, a := w.got, w.a
+	w.mu.Unlock()
+	if got {
 		return a
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if ok && !w.got && l.guarded.Load() {
+	if l := &w.t.late; ok && l.guarded.Load() {
 		l.guarded.Store(false)
 	}
-	return w.a
+	w.t.observe(w.ctx, a.r.stats, a.d)
+	return a
+}
+
+// wired checks a's lateness when its request got its connection. When it is
+// later than its allowance plus the rule's retake, and the wire is guarded,
+// a takes a new slot before the request is written; settle (admit.go) sends
+// it on the old one if none comes.
+func (c *core) wired(ctx context.Context, a *admission) state {
+	now := c.now()
+	c.clock.replace(a, now)
+	a.due = a.slot
+	late := now.Sub(a.due)
+	c.late.observe(now, a.own(now, late), a.d.Allowance, true)
+	if !c.late.guarded.Load() || late <= a.d.Allowance+a.r.retake || a.d.Retaken-a.stale >= maxRetakes {
+		return decided
+	}
+	prev := *a
+	prev.next = decided
+	a.onWire = &prev
+	a.lease.held, a.d.lease = a.d.lease, nil // the retake renews the lease held
+	a.d.Retaken++
+	return taking
 }

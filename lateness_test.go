@@ -293,11 +293,21 @@ func TestRetakeOnTheWire(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const dial = 50 * time.Millisecond
 		base := &wireBase{dial: []time.Duration{0, dial}}
-		tr, err := New(base, newMemoryStore(t), WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerSecond(2)}}))
+		var decisions []Decision
+		var reported []time.Time
+		tr, err := New(base, newMemoryStore(t), WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerSecond(2)}}),
+			WithOnDecision(func(d Decision) { decisions, reported = append(decisions, d), append(reported, time.Now()) }))
 		require.NoError(t, err)
 		start := time.Now()
 		sendPG(t, tr, 2)
 		require.Len(t, base.sent, 2)
+		// The Decision is reported once, after the retake on the wire and
+		// before the request is written: it says what was done.
+		require.Len(t, decisions, 2)
+		assert.Equal(t, 1, decisions[1].Retaken)
+		assert.Equal(t, Sent, decisions[1].Outcome)
+		assert.GreaterOrEqual(t, decisions[1].Delay, time.Second+DefaultMargin-dial, "the new slot's wait")
+		assert.False(t, reported[1].After(base.sent[1]))
 		// The second slot was free at once, but the request reached the wire
 		// 50ms after it: it took the next free slot, a window after the
 		// first send (the old slot still counted while it reserved), and

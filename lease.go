@@ -103,23 +103,15 @@ func (l *leased) take(c *core, r *rule, from store.Store, res store.Reservation)
 	l.held = c.hold(r, from, res.Lease)
 }
 
-// await waits in the key's queue for a lease after the refusal res, and
-// reports whether one was handed over (the loop then reserves with it);
-// otherwise d ends the request.
-func (l *leased) await(ctx context.Context, c *core, r *rule, k keyed, from store.Store, res store.Reservation, d *Decision) bool {
-	end := func(o Outcome, err error) { d.Outcome, d.Err = o, err }
-	refuse := func() {
-		d.RetryAfter, d.InFlight = res.RetryAfter, true
-		e := &LimitError{Rule: r.Name, Key: k.key, RetryAfter: res.RetryAfter, InFlight: true}
-		if !d.Local {
-			e.inFlightCap = r.InFlight // the local limiter's is a share of it
-		}
-		end(Limited, e)
-	}
+// queue waits in the key's queue for a lease after a.full, a refusal for
+// want of one, and then takes with the lease handed over (which takes no
+// other); otherwise a is decided.
+func (l *leased) queue(ctx context.Context, c *core, a *admission) state {
+	r, d, res, from := a.r, &a.d, a.full.res, a.full.from
+	a.full = grant{}
 	ls, ok := from.(store.Leases)
 	if !res.Lease.Queued() || !ok {
-		refuse()
-		return false
+		return l.refuse(a, res)
 	}
 	r.stats.leasesQueued.Add(1)
 	start := c.now()
@@ -128,17 +120,25 @@ func (l *leased) await(ctx context.Context, c *core, r *rule, k keyed, from stor
 	d.Queued, d.Delay, d.InFlight = d.Queued+q, d.Delay+q, true
 	switch {
 	case ctx.Err() != nil:
-		end(Canceled, ctx.Err())
+		return a.end(Canceled, ctx.Err())
 	case err != nil:
-		end(Failed, fmt.Errorf("throttle: rule %q: %w", r.Name, err))
+		return a.end(Failed, fmt.Errorf("throttle: rule %q: %w", r.Name, err))
 	case !got.Held():
-		refuse()
-	default:
-		l.held.release()
-		l.held = c.hold(r, from, got)
-		return true
+		return l.refuse(a, res)
 	}
-	return false
+	l.held.release()
+	l.held = c.hold(r, from, got)
+	return taking
+}
+
+// refuse decides a: refused for want of a lease, after res.
+func (l *leased) refuse(a *admission, res store.Reservation) state {
+	a.d.RetryAfter, a.d.InFlight = res.RetryAfter, true
+	e := &LimitError{Rule: a.r.Name, Key: a.k.key, RetryAfter: res.RetryAfter, InFlight: true}
+	if !a.d.Local {
+		e.inFlightCap = a.r.InFlight // the local limiter's is a share of it
+	}
+	return a.end(Limited, e)
 }
 
 // drop gives the lease back unless d sends the request; a request sent
@@ -175,7 +175,7 @@ func (c *core) hold(r *rule, from store.Store, l store.Lease) *leaseHold {
 	h := &leaseHold{c: c, rule: r.Name, from: from, ls: from.(store.Leases), l: l, every: r.LeaseFor / 2, timeout: c.leaseTimeout(), stats: r.stats}
 	h.stats.leases.Add(1)
 	h.mu.Lock()
-	h.timer = time.AfterFunc(h.every, h.renew)
+	h.timer = c.after(h.every, h.renew)
 	h.mu.Unlock()
 	return h
 }

@@ -41,15 +41,20 @@ type core struct {
 	logger     *slog.Logger
 	keySecret  []byte // nil: keys are hashed only when long (keysecret.go)
 
-	// The time seam (admit.go): tests replace sleep to make a process late.
+	// The time seam, the only way the engine reads or waits on time (tests
+	// replace sleep to make a process late): now; sleep, precise (sleep.go);
+	// nap, a plain timer for an early wake-up; after, for lease renewals.
 	now   func() time.Time
 	sleep func(context.Context, time.Duration) error
+	nap   func(context.Context, time.Duration) error
+	after func(time.Duration, func()) *time.Timer
 }
 
 // newCore builds the core of c's rules on st.
 func newCore(st store.Store, c config) (*core, error) {
 	k := &core{onDecision: c.onDecision, onFeedback: c.onFeedback, logger: c.logger, keySecret: c.keySecret,
-		now: time.Now, sleep: sleep, clock: newStoreClock(st)}
+		now: time.Now, sleep: sleep, nap: timerSleep, after: time.AfterFunc}
+	k.clock = newStoreClock(st, k.now())
 	p, err := newPolicy(st, c, func() time.Time { return k.now() })
 	if err != nil {
 		return nil, err
@@ -153,9 +158,9 @@ func (l *Limiter) decide(ctx context.Context, key string, cost int, maxWait time
 	k, err := l.keyed(key, cost)
 	a := newAdmission(l.r, k, maxWait)
 	if err != nil {
-		a.end(Failed, err)
+		a.next = a.end(Failed, err)
 	} else {
-		l.c.run(ctx, &a) // admit.go
+		l.c.drive(ctx, &a, decided) // admit.go
 	}
 	l.c.observe(ctx, l.r.stats, a.d)
 	return a.d
@@ -184,10 +189,9 @@ func (l *Limiter) keyed(key string, cost int) (keyed, error) {
 func (l *Limiter) Reserve(ctx context.Context, key string, cost int) (*Reservation, error) {
 	k, err := l.keyed(key, cost)
 	rv := &Reservation{l: l, a: newAdmission(l.r, k, l.r.maxWait)}
-	switch {
-	case err != nil:
-		rv.a.end(Failed, err)
-	case l.c.take(ctx, &rv.a): // admit.go
+	if err != nil {
+		rv.a.next = rv.a.end(Failed, err)
+	} else if l.c.drive(ctx, &rv.a, waiting); rv.a.next == waiting { // admit.go: the slot, not the wait
 		return rv, nil
 	}
 	rv.done = true
@@ -264,8 +268,7 @@ func (r *Reservation) Delay() time.Duration {
 func (r *Reservation) Wait(ctx context.Context) error {
 	if !r.done {
 		c := r.l.c
-		for c.await(ctx, &r.a) && c.take(ctx, &r.a) { // admit.go
-		}
+		c.drive(ctx, &r.a, decided) // admit.go: from waiting
 		r.done = true
 		c.observe(ctx, r.l.r.stats, r.a.d)
 	}
@@ -287,6 +290,6 @@ func (r *Reservation) Cancel() {
 	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
 	defer cancel()
 	_ = r.a.g.from.Cancel(ctx, r.a.g.res)
-	r.a.end(Canceled, errCanceled)
+	r.a.next = r.a.end(Canceled, errCanceled)
 	r.l.c.observe(ctx, r.l.r.stats, r.a.d)
 }

@@ -108,14 +108,19 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 func (t *Transport) attempt(ctx context.Context, r *rule, k keyed, n int, req *http.Request) (*http.Response, heard, error) {
 	a := t.admit(ctx, r, k) // admit.go
 	a.d.Attempt = n
-	t.observe(ctx, r.stats, a.d)
-	if a.d.Outcome != Sent && a.d.Outcome != FailedOpen {
+	if !a.sendable() {
+		t.observe(ctx, r.stats, a.d)
 		closeBody(req)
 		return nil, heard{}, a.d.Err
 	}
-	req, w := t.onWire(ctx, req, a) // lateness.go: measured, and retaken if late, on the wire
+	req, w := t.onWire(ctx, req, a) // lateness.go: checked, and retaken if late, on the wire
+	if w == nil {
+		t.observe(ctx, r.stats, a.d)
+	}
 	resp, err := t.base.RoundTrip(req)
-	a = w.sent(a, err == nil && resp != nil, &t.late)
+	if w != nil {
+		a = w.sent(err == nil && resp != nil) // the Decision is reported once, after the wire's check
+	}
 	if err != nil || resp == nil {
 		a.d.lease.release() // lease.go
 		return resp, heard{}, err

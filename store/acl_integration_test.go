@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttle-go/throttle/internal/contract"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -32,14 +34,14 @@ func TestACLRuleCluster(t *testing.T) {
 	s, closer, err := store.NewRedisURL("redis-cluster://throttle:pw@" + c.Addrs()[0])
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = closer.Close() })
-	for _, alg := range []store.Algorithm{store.SlidingLog, store.FixedWindow, store.SlidingCounter, store.Buckets} {
+	for _, alg := range []contract.Algorithm{contract.SlidingLog, contract.FixedWindow, contract.SlidingCounter, contract.Buckets} {
 		for range 10 { // keys on every master
 			key := uniqueKey(t)
 			r := algReq(alg, 1, time.Hour, lim(2, time.Minute))
 			res := reserve(t, s, key, r)
 			require.True(t, res.Allowed)
 			require.NoError(t, s.Cancel(ctx, res))
-			require.NoError(t, s.Learn(ctx, key, store.Learned{Pause: time.Millisecond, Remaining: 5, Reset: time.Minute}))
+			require.NoError(t, s.Learn(ctx, key, contract.Learned{Pause: time.Millisecond, Remaining: 5, Reset: time.Minute}))
 			reserve(t, s, key, r)
 		}
 	}

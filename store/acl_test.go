@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttle-go/throttle/internal/contract"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -47,11 +49,11 @@ func TestACLRule(t *testing.T) {
 			c := userClient(t, srv, "throttle", "s3cret")
 			s, err := store.NewRedis(c, store.WithPrefix(prefix))
 			require.NoError(t, err)
-			for _, alg := range []store.Algorithm{store.SlidingLog, store.FixedWindow, store.SlidingCounter, store.Buckets} {
+			for _, alg := range []contract.Algorithm{contract.SlidingLog, contract.FixedWindow, contract.SlidingCounter, contract.Buckets} {
 				key := uniqueKey(t)
-				limits := []store.Limit{lim(2, time.Minute), lim(5, time.Hour)}
-				if alg == store.Buckets {
-					limits = []store.Limit{prec(2, time.Minute, time.Second)}
+				limits := []contract.Limit{lim(2, time.Minute), lim(5, time.Hour)}
+				if alg == contract.Buckets {
+					limits = []contract.Limit{prec(2, time.Minute, time.Second)}
 				}
 				r := algReq(alg, 1, time.Hour, limits...)
 				for range 3 {
@@ -63,7 +65,7 @@ func TestACLRule(t *testing.T) {
 					require.True(t, reserve(t, s, key, r).Allowed)
 				}
 				require.NoError(t, s.Pause(ctx, key, time.Millisecond))
-				require.NoError(t, s.Learn(ctx, key, store.Learned{Limit: lim(1, time.Second), LimitTTL: time.Minute, Remaining: 5, Reset: time.Minute}))
+				require.NoError(t, s.Learn(ctx, key, contract.Learned{Limit: lim(1, time.Second), LimitTTL: time.Minute, Remaining: 5, Reset: time.Minute}))
 				reserve(t, s, key, r)
 				// A key in a wrong state is repaired (TYPE, DEL).
 				require.NoError(t, admin.Set(ctx, s.RedisKeyFor(key, alg), "x", 0).Err())
@@ -71,7 +73,7 @@ func TestACLRule(t *testing.T) {
 			}
 			// A paced limit beside a window limit (GET, SET), and Usage.
 			key := uniqueKey(t)
-			paced := store.Request{Limits: []store.Limit{lim(5, time.Minute), {N: 10, Per: time.Second, Paced: true, Burst: 1}}, Cost: 1, MaxWait: time.Hour}
+			paced := contract.Request{Limits: []contract.Limit{lim(5, time.Minute), {N: 10, Per: time.Second, Paced: true, Burst: 1}}, Cost: 1, MaxWait: time.Hour}
 			for range 3 {
 				res := reserve(t, s, key, paced)
 				require.True(t, res.Allowed)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttle-go/throttle/internal/contract"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -52,7 +54,7 @@ func TestClusterKeysAndSlots(t *testing.T) {
 		m, err := c.MasterOf(ctx, rk)
 		require.NoError(t, err)
 		masters[m] = true
-		var last store.Reservation
+		var last contract.Reservation
 		for range 3 {
 			last = reserve(t, s, key, r)
 			require.True(t, last.Allowed)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/throttle-go/throttle/internal/contract"
 )
 
 // Accessors for the store's own tests (package store_test): the Redis key
@@ -17,7 +18,7 @@ func (r *Redis) RedisKey(key string) string { return r.logKey(key) }
 
 // RedisKeyFor is the name of the Redis key that holds the state of a rate
 // key under alg.
-func (r *Redis) RedisKeyFor(key string, alg Algorithm) string { return r.keyFor(key, alg) }
+func (r *Redis) RedisKeyFor(key string, alg contract.Algorithm) string { return r.keyFor(key, alg) }
 
 // FeedbackKey is the name of the Redis key that holds what the upstream said
 // about a rate key.
@@ -30,13 +31,6 @@ func (m *Memory) Len() int {
 	defer m.mu.Unlock()
 	return len(m.logs) + len(m.counters)
 }
-
-// Slot is the reserved send time, in microseconds on the store's clock.
-func (r Reservation) Slot() int64 { return r.slot }
-
-// Entry is the time the units were recorded at, in microseconds: the slot,
-// or later with an Allowance.
-func (r Reservation) Entry() int64 { return r.entry }
 
 // SetEvictionClock replaces the clock of the eviction check's recheck.
 func (r *Redis) SetEvictionClock(now func() time.Time) { r.evict.now = now }

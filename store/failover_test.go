@@ -86,7 +86,7 @@ func failoverLoss(t *testing.T, ack bool) (lost, granted int) {
 						ackErrs++
 					}
 				} else if res.Allowed {
-					grants = append(grants, grant{res.Slot(), now})
+					grants = append(grants, grant{res.Slot, now})
 					if k := killedAt.Load(); k != nil && now.After(*k) {
 						afterOK.Add(1)
 					}

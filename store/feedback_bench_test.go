@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttle-go/throttle/internal/contract"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -45,8 +47,8 @@ func BenchmarkReserveScriptFeedback(b *testing.B) {
 		{"log only", func(k string) []string { return []string{st.RedisKey(k)} }, nil},
 		{"empty feedback", func(k string) []string { return []string{st.RedisKey(k), st.FeedbackKey(k)} }, nil},
 		{"learned limit and budget", func(k string) []string { return []string{st.RedisKey(k), st.FeedbackKey(k)} }, func(k string) {
-			require.NoError(b, st.Learn(ctx, k, store.Learned{
-				Limit: store.Limit{N: 1_000_000, Per: time.Second}, LimitTTL: time.Hour,
+			require.NoError(b, st.Learn(ctx, k, contract.Learned{
+				Limit: contract.Limit{N: 1_000_000, Per: time.Second}, LimitTTL: time.Hour,
 				Remaining: 1 << 40, Reset: time.Hour,
 			}))
 		}},

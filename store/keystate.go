@@ -1,6 +1,8 @@
 package store
 
 import (
+	"github.com/throttle-go/throttle/internal/contract"
+
 	"context"
 	"errors"
 	"fmt"
@@ -44,33 +46,6 @@ func (e *KeyStateError) Is(target error) bool { return target == ErrKeyState }
 // Unwrap returns the server's reply.
 func (e *KeyStateError) Unwrap() error { return e.Err }
 
-// horizon is how far past now, in microseconds, a time that req's key
-// holds may lie (the scripts' implausible, prelude.lua): req's MaxWait (a
-// slot further is refused), MaxAllowance (an entry goes at most that far
-// past its slot) and the longer of its longest window, maxPer, and the
-// spacings its paced time may run ahead of its slot. No reservation of a
-// request like req writes a later time: one is a wrong state, repaired.
-func (r *Request) horizon(maxPer int64) int64 {
-	span := maxPer
-	if p := r.paced(); p >= 0 {
-		span = max(span, paceSpan(r.Limits[p].interval(), int64(r.Limits[p].Burst), int64(r.Cost)))
-	}
-	return microsDown(r.MaxWait) + micros(MaxAllowance) + span
-}
-
-// paceSpan is how far a paced time of spacing t and burst b may run ahead
-// of the slot of a request of cost c: (b + c + 1) spacings (tat.lua).
-func paceSpan(t, b, c int64) int64 { return (b + c + 1) * t }
-
-// partHorizon is horizon for a part of req (Request.Also): its own windows.
-func (r *Request) partHorizon(p *Part) int64 {
-	var maxPer int64
-	for _, l := range p.Limits {
-		maxPer = max(maxPer, micros(l.Per))
-	}
-	return microsDown(r.MaxWait) + micros(MaxAllowance) + maxPer
-}
-
 // noExpiry is the expiry of Memory state that has none: only state written
 // from outside, by the store's own tests, as another program's RPUSH or SET
 // writes a Redis key without a TTL.
@@ -82,12 +57,12 @@ const noExpiry = math.MaxInt64
 // last entry of a part lies past the horizon, every entry and paced time
 // past it goes, and state without an expiry gets one. The log is ordered,
 // so its last entry is its latest. m.mu is held.
-func (m *Memory) repairFar(key string, req *Request, now, maxPer int64) {
-	h := now + req.horizon(maxPer)
+func (m *Memory) repairFar(key string, req *contract.Request, now, maxPer int64) {
+	h := now + req.Horizon(maxPer)
 	far := m.farLog(key, now, h)
 	if ps := m.paces[key]; ps != nil && ps.expires > now {
 		hp := h
-		if req.paced() < 0 {
+		if req.PacedLimit() < 0 {
 			f := m.liveFeedback(key, now)
 			pt, pb, ok := int64(0), int64(0), false
 			if f != nil {
@@ -96,14 +71,14 @@ func (m *Memory) repairFar(key string, req *Request, now, maxPer int64) {
 			if !ok {
 				hp = noExpiry // no pace reads it
 			} else {
-				base := now + microsDown(req.MaxWait) + micros(MaxAllowance)
-				hp = max(h, base+paceSpan(pt, max(pb, int64(req.Cost)-1), int64(req.Cost)))
+				base := now + contract.MicrosDown(req.MaxWait) + contract.Micros(contract.MaxAllowance)
+				hp = max(h, base+contract.PaceSpan(pt, max(pb, int64(req.Cost)-1), int64(req.Cost)))
 			}
 		}
 		far = far || ps.tat > hp
 	}
 	for i := range req.Also {
-		far = far || m.farLog(req.Also[i].Key, now, now+req.partHorizon(&req.Also[i]))
+		far = far || m.farLog(req.Also[i].Key, now, now+req.PartHorizon(&req.Also[i]))
 	}
 	if !far {
 		return
@@ -115,7 +90,7 @@ func (m *Memory) repairFar(key string, req *Request, now, maxPer int64) {
 		ps.expires = now + 2*(h-now)
 	}
 	for i := range req.Also {
-		m.dropAfter(req.Also[i].Key, now, now+req.partHorizon(&req.Also[i]))
+		m.dropAfter(req.Also[i].Key, now, now+req.PartHorizon(&req.Also[i]))
 	}
 }
 
@@ -156,21 +131,21 @@ func badState(err error) bool {
 
 // repair runs the repair script on the Redis keys of key under alg (and its
 // pace key when paced), and logs what it did.
-func (r *Redis) repair(ctx context.Context, key string, alg Algorithm, paced bool, horizon int64) error {
+func (r *Redis) repair(ctx context.Context, key string, alg contract.Algorithm, paced bool, horizon int64) error {
 	state := r.keyFor(key, alg)
 	keys := []string{state, r.feedbackKey(key)}
 	if paced {
 		keys = append(keys, r.paceKey(key))
 	}
 	kind := "hash"
-	if alg == SlidingLog {
+	if alg == contract.SlidingLog {
 		kind = "list"
 	}
 	now := ""
 	if r.clock != nil {
 		now = fmt.Sprint(r.clock().UnixMicro())
 	}
-	done, err := repairScript.Run(ctx, r.client, keys, kind, now, horizon, micros(MaxFeedback)).Int64Slice()
+	done, err := repairScript.Run(ctx, r.client, keys, kind, now, horizon, contract.Micros(contract.MaxFeedback)).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("repair: %w", err)
 	}
@@ -196,7 +171,7 @@ func repairSays(done []int64, i int) string {
 // keyStateError repairs key after err, a bad-state reply, and runs again
 // once, with retry. It returns the retry's answer, or a *KeyStateError when
 // the repair fails or the retry meets a wrong state again.
-func (r *Redis) healed(ctx context.Context, key string, alg Algorithm, paced bool, horizon int64, err error, retry func() ([]any, error)) ([]any, error) {
+func (r *Redis) healed(ctx context.Context, key string, alg contract.Algorithm, paced bool, horizon int64, err error, retry func() ([]any, error)) ([]any, error) {
 	if rerr := r.repair(ctx, key, alg, paced, horizon); rerr != nil {
 		return nil, &KeyStateError{Key: key, Reason: "the repair failed", Err: errors.Join(err, rerr)}
 	}

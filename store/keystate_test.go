@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttle-go/throttle/internal/contract"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -45,7 +47,7 @@ func TestRedisWrongTypeHeals(t *testing.T) {
 	var logs logBuffer
 	s, err := store.NewRedis(c, store.WithLogger(logs.logger()))
 	require.NoError(t, err)
-	for _, alg := range []store.Algorithm{store.SlidingLog, store.FixedWindow, store.SlidingCounter, store.Buckets} {
+	for _, alg := range []contract.Algorithm{contract.SlidingLog, contract.FixedWindow, contract.SlidingCounter, contract.Buckets} {
 		t.Run(alg.String(), func(t *testing.T) {
 			key, other := uniqueKey(t), uniqueKey(t)
 			r := algReq(alg, 1, 0, lim(10, time.Minute))
@@ -209,7 +211,7 @@ func TestRedisFarFeedbackHeals(t *testing.T) {
 	require.NoError(t, err)
 	tm, err := c.Time(ctx).Result()
 	require.NoError(t, err)
-	far := strconv.FormatInt(tm.Add(store.MaxFeedback+24*time.Hour).UnixMicro(), 10)
+	far := strconv.FormatInt(tm.Add(contract.MaxFeedback+24*time.Hour).UnixMicro(), 10)
 	for _, field := range []string{"p", "r"} {
 		t.Run(field, func(t *testing.T) {
 			key := uniqueKey(t)
@@ -226,10 +228,10 @@ func TestRedisFarFeedbackHeals(t *testing.T) {
 	key := uniqueKey(t)
 	r := req(1, 0, lim(10, time.Minute))
 	reserve(t, s, key, r)
-	require.NoError(t, s.Pause(ctx, key, store.MaxFeedback-time.Hour))
+	require.NoError(t, s.Pause(ctx, key, contract.MaxFeedback-time.Hour))
 	res := reserve(t, s, key, r)
 	assert.False(t, res.Allowed)
-	assert.Equal(t, store.CauseUpstream, res.Cause, "a long pause within MaxFeedback is kept")
+	assert.Equal(t, contract.CauseUpstream, res.Cause, "a long pause within MaxFeedback is kept")
 }
 
 // TestRedisBadPaceHeals: a paced limit's time in a wrong state (another
@@ -239,7 +241,7 @@ func TestRedisBadPaceHeals(t *testing.T) {
 	c := realRedis(t)
 	s, err := store.NewRedis(c)
 	require.NoError(t, err)
-	paced := store.Request{Limits: []store.Limit{lim(5, time.Minute), {N: 10, Per: time.Second, Paced: true, Burst: 1}}, Cost: 1, MaxWait: time.Second}
+	paced := contract.Request{Limits: []contract.Limit{lim(5, time.Minute), {N: 10, Per: time.Second, Paced: true, Burst: 1}}, Cost: 1, MaxWait: time.Second}
 	for name, spoil := range map[string]func(pk string) error{
 		"another type": func(pk string) error { return c.RPush(ctx, pk, "x").Err() },
 		"not a number": func(pk string) error { return c.Set(ctx, pk, "x", time.Hour).Err() },
@@ -272,7 +274,7 @@ func TestRedisUsageOfABadKey(t *testing.T) {
 
 	key = uniqueKey(t)
 	require.NoError(t, c.HSet(ctx, s.RedisKey(key)+":p", "p", "99999999999999999999").Err())
-	_, err = s.Usage(ctx, key, algReq(store.FixedWindow, 1, 0, lim(1, time.Minute)))
+	_, err = s.Usage(ctx, key, algReq(contract.FixedWindow, 1, 0, lim(1, time.Minute)))
 	require.ErrorIs(t, err, store.ErrKeyState)
 	_, err = s.Usage(ctx, key, req(1, 0, lim(1, time.Minute)))
 	require.ErrorIs(t, err, store.ErrKeyState)
@@ -289,7 +291,7 @@ func TestRedisKeysKeepAnExpiry(t *testing.T) {
 	require.NoError(t, err)
 
 	key := uniqueKey(t)
-	r := store.Request{Limits: []store.Limit{lim(100, time.Second), paced(10, time.Second, 1)}, Cost: 1}
+	r := contract.Request{Limits: []contract.Limit{lim(100, time.Second), paced(10, time.Second, 1)}, Cost: 1}
 	require.True(t, reserve(t, s, key, r).Allowed)
 	require.NoError(t, s.InjectPace(key, clock.Now().Add(time.Hour).UnixMicro()))
 	clock.Advance(time.Second)
@@ -311,7 +313,7 @@ func TestRedisKeysKeepAnExpiry(t *testing.T) {
 // TestScriptsKnowMaxAllowance: the scripts' horizon (prelude.lua's
 // implausible) writes MaxAllowance in microseconds as a number.
 func TestScriptsKnowMaxAllowance(t *testing.T) {
-	us := strconv.FormatInt(store.MaxAllowance.Microseconds(), 10)
+	us := strconv.FormatInt(contract.MaxAllowance.Microseconds(), 10)
 	for _, name := range []string{"reserve log", "reserve paced", "reserve log+also"} {
 		assert.Contains(t, store.Scripts()[name], "max_wait + "+us+" + span", name)
 	}

@@ -1,14 +1,13 @@
 package store
 
 import (
+	"github.com/throttle-go/throttle/internal/contract"
+
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,97 +19,6 @@ import (
 // reservation takes in the same call, and the operations on it. The design,
 // and how many calls it costs, is in docs/concurrency.md.
 
-// Lease is a request's place under a key's cap on requests in flight
-// (Request.InFlight), taken by the reservation that granted it
-// (Reservation.Lease), or a ticket to wait for one in the key's queue when
-// none was free (see Leases.Await). The zero Lease holds nothing.
-type Lease struct {
-	key string // the rate key
-	id  string // unique across the fleet (Redis: a LIST in the key's slot)
-	// cap and dur (microseconds) are the request's InFlight and LeaseFor:
-	// what a release needs to serve the queue.
-	cap int
-	dur int64
-	// A ticket: the time the waiter stays in the queue until (µs, store
-	// clock; 0: held, not waiting), its longest wait on the caller's clock.
-	deadline int64
-	wait     time.Duration
-}
-
-// Held reports whether l holds a place under the cap (and must be given back
-// with Leases.Release).
-func (l Lease) Held() bool { return l.id != "" && l.deadline == 0 }
-
-// Queued reports whether l is a ticket in the key's queue: the caller must
-// either wait for a lease with Leases.Await or leave with Leases.Release.
-func (l Lease) Queued() bool { return l.deadline != 0 }
-
-// Leases is the part of a store that caps requests in flight. Both stores
-// implement it.
-type Leases interface {
-	// Await waits, at most the queued reservation's MaxWait, until a lease
-	// is handed to the ticket (released or expired ones are handed to the
-	// queue in order) and returns it, Held. When the wait ends first it
-	// leaves the queue and returns a zero Lease; when ctx ends first it
-	// leaves too and returns ctx's error.
-	Await(ctx context.Context, ticket Lease) (Lease, error)
-	// Release gives back a held lease (serving the queue), or leaves the
-	// queue with a ticket. Releasing twice, or a lease that expired, is
-	// harmless.
-	Release(ctx context.Context, l Lease) error
-	// Renew extends a held lease by its duration from now. It returns
-	// ErrLeaseExpired if the lease had expired (and may have been taken by
-	// another request meanwhile).
-	Renew(ctx context.Context, l Lease) error
-}
-
-// ErrLeaseExpired is returned by Renew for a lease that had expired.
-var ErrLeaseExpired = errors.New("store: the lease had expired")
-
-// MaxLease bounds Request.LeaseFor.
-const MaxLease = 24 * time.Hour
-
-// leaseValid reports whether r's in-flight fields are well formed.
-func (r *Request) leaseValid() bool {
-	return r.InFlight == 0 && r.LeaseFor == 0 && r.Held.id == "" ||
-		r.InFlight >= 1 && r.InFlight <= math32 && r.LeaseFor >= time.Millisecond && r.LeaseFor <= MaxLease &&
-			(r.Held.id == "" || r.Held.Held())
-}
-
-const math32 = 1<<31 - 1
-
-// leaseInvalid returns the error of an in-flight field of r, nil if none.
-func (r *Request) leaseInvalid() error {
-	if r.leaseValid() {
-		return nil
-	}
-	return fmt.Errorf("%w: InFlight %d, LeaseFor %s: InFlight must be 0 (no cap, and no LeaseFor or Held), or 1 to %d with LeaseFor from 1ms to %s, and Held a held lease",
-		ErrInvalidRequest, r.InFlight, r.LeaseFor, math32, MaxLease)
-}
-
-// leaseFor returns the lease of r at key: the held one, or a new id.
-func (r *Request) lease(key string, newID func() string) Lease {
-	if r.Held.id != "" {
-		return Lease{key: key, id: r.Held.id, cap: r.InFlight, dur: micros(r.LeaseFor)}
-	}
-	return Lease{key: key, id: newID(), cap: r.InFlight, dur: micros(r.LeaseFor)}
-}
-
-// leaseProcess and leaseSeq make lease ids unique across the fleet: a random
-// name for this process, and a counter (also of the stores, for their
-// inboxes).
-var (
-	leaseProcess = func() string {
-		var b [8]byte
-		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-		return hex.EncodeToString(b[:])
-	}()
-	leaseSeq atomic.Uint64
-)
-
-// newLeaseID is a new lease id, unique across the fleet.
-func newLeaseID() string { return leaseProcess + "." + strconv.FormatUint(leaseSeq.Add(1), 36) }
-
 // leaseKeys are the Redis keys of a rate key's leases (a ZSET), queue (a
 // LIST) and this store's inbox (a LIST: the handover pushes the ids of its
 // waiters' leases there).
@@ -121,10 +29,10 @@ func (r *Redis) leaseKeys(key string) (leases, queue, inbox string) {
 
 var (
 	leasedScripts = [...]luaScript{
-		SlidingLog:     newScript(script.Leased(SlidingLog.String())),
-		FixedWindow:    newScript(script.Leased(FixedWindow.String())),
-		SlidingCounter: newScript(script.Leased(SlidingCounter.String())),
-		Buckets:        newScript(script.Leased(Buckets.String())),
+		contract.SlidingLog:     newScript(script.Leased(contract.SlidingLog.String())),
+		contract.FixedWindow:    newScript(script.Leased(contract.FixedWindow.String())),
+		contract.SlidingCounter: newScript(script.Leased(contract.SlidingCounter.String())),
+		contract.Buckets:        newScript(script.Leased(contract.Buckets.String())),
 	}
 	leasedPacedScript = newScript(script.Leased("paced"))
 	// With more keys (Request.Also; multikey.go): the cap on the own key.
@@ -136,7 +44,7 @@ var (
 // leaseScripts adds the scripts of this file to Scripts' map.
 func leaseScripts(out map[string]string) {
 	for a, s := range leasedScripts {
-		out["reserve "+Algorithm(a).String()+", leased"] = s.src
+		out["reserve "+contract.Algorithm(a).String()+", leased"] = s.src
 	}
 	out["reserve paced, leased"], out["lease ops"] = leasedPacedScript.src, leaseOpsScript.src
 	out["reserve log+also, leased"], out["reserve paced+also, leased"] = leasedAlsoScript.src, leasedPacedAlsoScript.src
@@ -144,8 +52,8 @@ func leaseScripts(out map[string]string) {
 
 // withLease makes call the leased variant of itself: its script, and the
 // lease's keys and arguments at the ends (lease_open.lua takes them off).
-func (r *Redis) withLease(call *scriptCall, key string, req Request) Lease {
-	l := req.lease(key, newLeaseID)
+func (r *Redis) withLease(call *scriptCall, key string, req contract.Request) contract.Lease {
+	l := req.LeaseAt(key, contract.NewLeaseID)
 	switch call.script.Hash() {
 	case pacedScript.Hash():
 		call.script = leasedPacedScript
@@ -158,21 +66,21 @@ func (r *Redis) withLease(call *scriptCall, key string, req Request) Lease {
 	}
 	lk, qk, inbox := r.leaseKeys(key)
 	held := "0"
-	if req.Held.id != "" {
+	if req.Held.ID != "" {
 		held = "1"
 	}
 	call.keys = append(call.keys, lk, qk, inbox)
-	call.args = append(call.args, l.cap, l.dur, held, l.id)
+	call.args = append(call.args, l.Cap, l.Dur, held, l.ID)
 	return l
 }
 
 // parseLeased reads the reply of a leased reserve script.
-func (r *Redis) parseLeased(key string, req Request, l Lease, reply []any) (Reservation, error) {
+func (r *Redis) parseLeased(key string, req contract.Request, l contract.Lease, reply []any) (contract.Reservation, error) {
 	if len(reply) == 6 {
-		if c, ok := reply[4].(int64); ok && Cause(c) == CauseInFlight {
+		if c, ok := reply[4].(int64); ok && contract.Cause(c) == contract.CauseInFlight {
 			v, err := int64s(reply)
 			if err != nil || v[0] != 0 || v[1] < 0 || v[2] != 0 || v[3] != 0 || v[5] < 0 {
-				return Reservation{}, fmt.Errorf("store: redis reserve: unexpected reply %v", reply)
+				return contract.Reservation{}, fmt.Errorf("store: redis reserve: unexpected reply %v", reply)
 			}
 			return inFlight(l, req, v[1], v[5]), nil
 		}
@@ -187,27 +95,27 @@ func (r *Redis) parseLeased(key string, req Request, l Lease, reply []any) (Rese
 // inFlight is the refusal of a request that found no lease free: retry is
 // lease_retry's (lease.lua); deadline, if not 0, how long the caller stays
 // in the queue (a ticket).
-func inFlight(l Lease, req Request, retry, deadline int64) Reservation {
-	res := Reservation{Cause: CauseInFlight, RetryAfter: usDuration(retry), key: l.key, cost: int32(req.Cost)}
+func inFlight(l contract.Lease, req contract.Request, retry, deadline int64) contract.Reservation {
+	res := contract.Reservation{Cause: contract.CauseInFlight, RetryAfter: contract.FromMicros(retry), Key: l.Key, Cost: int32(req.Cost)}
 	if deadline != 0 {
-		l.deadline, l.wait = deadline, req.MaxWait
+		l.Deadline, l.Wait = deadline, req.MaxWait
 		res.Lease = l
 	}
 	return res
 }
 
 // leaseOp runs one operation of lease_ops.lua on l.
-func (r *Redis) leaseOp(ctx context.Context, op string, l Lease) (held bool, wait int64, err error) {
-	lk, qk, inbox := r.leaseKeys(l.key)
+func (r *Redis) leaseOp(ctx context.Context, op string, l contract.Lease) (held bool, wait int64, err error) {
+	lk, qk, inbox := r.leaseKeys(l.Key)
 	now := ""
 	if r.clock != nil {
 		now = strconv.FormatInt(r.clock().UnixMicro(), 10)
 	}
 	member := ""
-	if l.deadline != 0 {
-		member = strconv.FormatInt(l.deadline, 10) + " " + l.id + " " + inbox
+	if l.Deadline != 0 {
+		member = strconv.FormatInt(l.Deadline, 10) + " " + l.ID + " " + inbox
 	}
-	reply, err := leaseOpsScript.Run(ctx, r.client, []string{lk, qk}, op, now, l.cap, l.dur, l.id, member).Slice()
+	reply, err := leaseOpsScript.Run(ctx, r.client, []string{lk, qk}, op, now, l.Cap, l.Dur, l.ID, member).Slice()
 	if err != nil {
 		r.failed(err)
 		return false, 0, fmt.Errorf("store: redis lease %s: %w", op, err)
@@ -224,7 +132,7 @@ func (r *Redis) leaseOp(ctx context.Context, op string, l Lease) (held bool, wai
 }
 
 // Release implements Leases.
-func (r *Redis) Release(ctx context.Context, l Lease) error {
+func (r *Redis) Release(ctx context.Context, l contract.Lease) error {
 	switch {
 	case l.Queued():
 		_, _, err := r.leaseOp(ctx, "leave", l)
@@ -237,13 +145,13 @@ func (r *Redis) Release(ctx context.Context, l Lease) error {
 }
 
 // Renew implements Leases.
-func (r *Redis) Renew(ctx context.Context, l Lease) error {
+func (r *Redis) Renew(ctx context.Context, l contract.Lease) error {
 	if !l.Held() {
 		return nil
 	}
 	held, _, err := r.leaseOp(ctx, "renew", l)
 	if err == nil && !held {
-		err = ErrLeaseExpired
+		err = contract.ErrLeaseExpired
 	}
 	return err
 }
@@ -260,21 +168,21 @@ const leasePoll = time.Second
 // earliest expiry of a lease, and at least every leasePoll, it checks
 // (reclaiming expired leases, a holder that died, and serving the queue).
 // When ctx ends it returns at once and leaves the queue in the background.
-func (r *Redis) Await(ctx context.Context, t Lease) (Lease, error) {
+func (r *Redis) Await(ctx context.Context, t contract.Lease) (contract.Lease, error) {
 	if !t.Queued() {
-		return Lease{}, fmt.Errorf("%w: Await needs a queued ticket", ErrInvalidRequest)
+		return contract.Lease{}, fmt.Errorf("%w: Await needs a queued ticket", contract.ErrInvalidRequest)
 	}
 	p, ok := r.client.(processor)
 	if !ok {
-		return Lease{}, fmt.Errorf("store: Await needs a client that runs commands (Client, ClusterClient, Ring), not %T", r.client)
+		return contract.Lease{}, fmt.Errorf("store: Await needs a client that runs commands (Client, ClusterClient, Ring), not %T", r.client)
 	}
-	_, _, inbox := r.leaseKeys(t.key)
-	woken, done := r.inboxes.wait(r, p, inbox, t.id)
+	_, _, inbox := r.leaseKeys(t.Key)
+	woken, done := r.inboxes.wait(r, p, inbox, t.ID)
 	defer done()
 	held := t
-	held.deadline, held.wait = 0, 0
+	held.Deadline, held.Wait = 0, 0
 	// left is the wait still allowed, as the timers measured it.
-	left, next := t.wait, time.Duration(0) // next: until the earliest lease expires (0: unknown)
+	left, next := t.Wait, time.Duration(0) // next: until the earliest lease expires (0: unknown)
 	for left > 0 {
 		step := min(leasePoll, left)
 		if next > 0 {
@@ -288,7 +196,7 @@ func (r *Redis) Await(ctx context.Context, t Lease) (Lease, error) {
 		case <-ctx.Done():
 			timer.Stop()
 			go r.leave(t)
-			return Lease{}, ctx.Err()
+			return contract.Lease{}, ctx.Err()
 		case <-timer.C:
 			left -= step
 		}
@@ -296,24 +204,24 @@ func (r *Redis) Await(ctx context.Context, t Lease) (Lease, error) {
 		if err != nil {
 			go r.leave(t)
 			if ctx.Err() != nil {
-				return Lease{}, ctx.Err()
+				return contract.Lease{}, ctx.Err()
 			}
-			return Lease{}, err
+			return contract.Lease{}, err
 		}
 		if got {
 			return held, nil
 		}
-		next = usDuration(wait)
+		next = contract.FromMicros(wait)
 	}
 	r.leave(t)
-	return Lease{}, nil
+	return contract.Lease{}, nil
 }
 
 // leaveTimeout bounds the call that leaves the queue after a wait ended.
 const leaveTimeout = 5 * time.Second
 
 // leave takes t out of the queue, giving back a lease handed to it meanwhile.
-func (r *Redis) leave(t Lease) {
+func (r *Redis) leave(t contract.Lease) {
 	ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 	defer cancel()
 	_, _, _ = r.leaseOp(ctx, "leave", t)
@@ -341,7 +249,7 @@ const maxEarly = 1024
 
 // name is this store's part of its inboxes' names: unique in the fleet.
 func (b *inboxes) name() string {
-	b.once.Do(func() { b.id = newLeaseID() })
+	b.once.Do(func() { b.id = contract.NewLeaseID() })
 	return b.id
 }
 

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttle-go/throttle/internal/contract"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle/internal/redistest"
@@ -31,8 +33,8 @@ func BenchmarkLease(b *testing.B) {
 	st, err := store.NewRedis(rdb)
 	require.NoError(b, err)
 	ctx := context.Background()
-	limit := []store.Limit{{N: 1_000_000_000, Per: time.Second}} // never binds
-	one := func(b *testing.B, key string, rq store.Request) {
+	limit := []contract.Limit{{N: 1_000_000_000, Per: time.Second}} // never binds
+	one := func(b *testing.B, key string, rq contract.Request) {
 		res, err := st.Reserve(ctx, key, rq)
 		if err != nil {
 			b.Fatal(err)
@@ -65,7 +67,7 @@ func BenchmarkLease(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			key := fmt.Sprintf("bench-lease-%d", time.Now().UnixNano())
-			rq := store.Request{Limits: limit, Cost: 1, MaxWait: time.Minute}
+			rq := contract.Request{Limits: limit, Cost: 1, MaxWait: time.Minute}
 			if c.inFlight > 0 {
 				rq.InFlight, rq.LeaseFor = c.inFlight, 10*time.Second
 			}

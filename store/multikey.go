@@ -1,10 +1,11 @@
 package store
 
 import (
+	"github.com/throttle-go/throttle/internal/contract"
+
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -15,110 +16,8 @@ import (
 // arguments to the Redis script, the Cluster co-location check and the
 // Memory store's twin of the script's part (internal/script/also.lua).
 
-// Part is one more rate key of a request, with its own limits (see
-// Request.Also): e.g. an app-wide limit beside a per-token one.
-type Part struct {
-	// Key is the rate key. On a Redis Cluster or Ring, every key of a
-	// request must share one hash tag: start each with the same "{tag}"
-	// (see Redis).
-	Key string
-	// Limits must all admit the request under Key: window limits only (no
-	// Paced, no Precision), each with N >= the request's Cost.
-	Limits []Limit
-}
-
-// validAlso is invalidAlso without the error, for the hot path.
-func (r *Request) validAlso(key string) bool {
-	if r.Algorithm != SlidingLog || len(r.Also) == 0 {
-		return false
-	}
-	for i := range r.Also {
-		p := &r.Also[i]
-		if p.Key == "" || p.Key == key || len(p.Limits) == 0 {
-			return false
-		}
-		for j := range i {
-			if r.Also[j].Key == p.Key {
-				return false
-			}
-		}
-		for k := range p.Limits {
-			l := &p.Limits[k]
-			if l.N < 1 || l.Per < time.Microsecond || r.Cost > l.N || l.Paced || l.Burst != 0 || l.SlowStart || l.Precision != 0 {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// invalidAlso returns the error of the first rule r.Also breaks, nil if none.
-func (r Request) invalidAlso(key string) error {
-	if r.Also == nil {
-		return nil
-	}
-	if len(r.Also) == 0 {
-		return fmt.Errorf("%w: Also is empty (nil for none)", ErrInvalidRequest)
-	}
-	if r.Algorithm != SlidingLog {
-		return fmt.Errorf("%w: more keys (Also) need the log algorithm, not %s", ErrInvalidRequest, r.Algorithm)
-	}
-	for i, p := range r.Also {
-		switch {
-		case p.Key == "":
-			return fmt.Errorf("%w: Also[%d]: empty key", ErrInvalidRequest, i)
-		case p.Key == key:
-			return fmt.Errorf("%w: Also[%d]: the request's own key again", ErrInvalidRequest, i)
-		case len(p.Limits) == 0:
-			return fmt.Errorf("%w: Also[%d]: no limits", ErrInvalidRequest, i)
-		}
-		for j := range i {
-			if r.Also[j].Key == p.Key {
-				return fmt.Errorf("%w: Also[%d]: the key of Also[%d] again", ErrInvalidRequest, i, j)
-			}
-		}
-		for _, l := range p.Limits {
-			switch {
-			case l.N < 1 || l.Per < time.Microsecond:
-				return fmt.Errorf("%w: Also[%d]: limit %s: N must be >= 1 and Per >= 1µs", ErrInvalidRequest, i, l)
-			case r.Cost > l.N:
-				return fmt.Errorf("%w: Also[%d]: cost %d exceeds limit %s", ErrInvalidRequest, i, r.Cost, l)
-			case l.Paced || l.Burst != 0 || l.SlowStart || l.Precision != 0:
-				return fmt.Errorf("%w: Also[%d]: limit %s: only window limits (no Paced, Burst, SlowStart or Precision)", ErrInvalidRequest, i, l)
-			}
-		}
-	}
-	return nil
-}
-
-// partOf maps a 1-based limit number over the request's limits, then those
-// of each part in turn (the script's reply), to Reservation.Part and Limit.
-func (r *Request) partOf(n int) (part, limit int, ok bool) {
-	n-- // 0-based
-	if n < len(r.Limits) {
-		return 0, n, n >= 0
-	}
-	n -= len(r.Limits)
-	for i, p := range r.Also {
-		if n < len(p.Limits) {
-			return i + 1, n, true
-		}
-		n -= len(p.Limits)
-	}
-	return 0, 0, false
-}
-
-// alsoNames returns the parts' keys, for Cancel.
-func (r *Request) alsoNames() []string {
-	keys := make([]string, len(r.Also))
-	for i, p := range r.Also {
-		keys[i] = p.Key
-	}
-	return keys
-}
-
 // alsoKeys returns the KEYS of the parts' logs.
-func (r *Redis) alsoKeys(req *Request) []string {
+func (r *Redis) alsoKeys(req *contract.Request) []string {
 	keys := make([]string, len(req.Also))
 	for i, p := range req.Also {
 		keys[i] = r.logKey(p.Key)
@@ -141,7 +40,7 @@ var (
 
 // alsoCall turns the reserve call of the request's own key into the call
 // with its parts: their arguments after its own, their logs after its keys.
-func (r *Redis) alsoCall(call scriptCall, req *Request, paced bool) scriptCall {
+func (r *Redis) alsoCall(call scriptCall, req *contract.Request, paced bool) scriptCall {
 	call.script = reserveAlsoScript
 	if paced {
 		call.script = reservePacedAlsoScript
@@ -153,40 +52,34 @@ func (r *Redis) alsoCall(call scriptCall, req *Request, paced bool) scriptCall {
 
 // cancelAlsoCall turns the cancel call of a reservation's own key into the
 // call that also removes its entries from the other keys' logs.
-func (r *Redis) cancelAlsoCall(call scriptCall, res Reservation) scriptCall {
+func (r *Redis) cancelAlsoCall(call scriptCall, res contract.Reservation) scriptCall {
 	call.script = cancelAlsoScript
-	if res.tat != 0 {
+	if res.TAT != 0 {
 		call.script = cancelPacedAlsoScript
 	}
-	for _, k := range res.also {
+	for _, k := range res.AlsoKeys {
 		call.keys = append(call.keys, r.logKey(k))
 	}
-	call.args = append(call.args, len(res.also))
+	call.args = append(call.args, len(res.AlsoKeys))
 	return call
 }
 
 // repairAlso repairs the parts' logs after the script found a key in a
 // wrong state (it does not say which): off the common path. A part still
 // wrong after it fails the retry (see healed).
-func (r *Redis) repairAlso(ctx context.Context, req *Request) {
+func (r *Redis) repairAlso(ctx context.Context, req *contract.Request) {
 	for i := range req.Also {
-		_ = r.repair(ctx, req.Also[i].Key, SlidingLog, false, req.partHorizon(&req.Also[i]))
+		_ = r.repair(ctx, req.Also[i].Key, contract.SlidingLog, false, req.PartHorizon(&req.Also[i]))
 	}
 }
 
-// limitNumber reports whether n numbers a limit of req (see partOf).
-func (r *Request) limitNumber(n int64) bool {
-	_, _, ok := r.partOf(int(n))
-	return ok
-}
-
 // alsoArgs appends the parts' arguments to the reserve script's (also.lua).
-func alsoArgs(args []any, req *Request) []any {
+func alsoArgs(args []any, req *contract.Request) []any {
 	n := 0
 	for _, p := range req.Also {
 		args = append(args, len(p.Limits))
 		for _, l := range p.Limits {
-			args = append(args, l.N, micros(l.Per))
+			args = append(args, l.N, contract.Micros(l.Per))
 		}
 		n += 1 + 2*len(p.Limits)
 	}
@@ -207,7 +100,7 @@ func (r *Redis) Sharded() bool {
 
 // colocated checks, on a sharded store, that every Redis key of req shares
 // the hash tag of the first.
-func (r *Redis) colocated(key string, req *Request) error {
+func (r *Redis) colocated(key string, req *contract.Request) error {
 	if req.Also == nil || !r.Sharded() {
 		return nil
 	}
@@ -216,7 +109,7 @@ func (r *Redis) colocated(key string, req *Request) error {
 		if t := hashTag(r.logKey(p.Key)); t != tag {
 			return fmt.Errorf("%w: key %q and Also[%d] key %q have different Cluster hash tags (%q, %q): "+
 				"one request's keys must share one on a Redis Cluster or Ring; start each key with the same \"{tag}\"",
-				ErrInvalidRequest, key, i, p.Key, tag, t)
+				contract.ErrInvalidRequest, key, i, p.Key, tag, t)
 		}
 	}
 	return nil
@@ -254,18 +147,18 @@ type memAlso struct {
 
 // alsoSlot is also.lua's also_slot: the parts' logs, trimmed, once s is
 // raised to what each allows (its limits, then its order); m.mu is held.
-func (m *Memory) alsoSlot(req *Request, now int64, s *slot) []memAlso {
+func (m *Memory) alsoSlot(req *contract.Request, now int64, s *slot) []memAlso {
 	parts := make([]memAlso, len(req.Also))
 	for i, p := range req.Also {
 		var maxW int64
 		for _, l := range p.Limits {
-			maxW = max(maxW, micros(l.Per))
+			maxW = max(maxW, contract.Micros(l.Per))
 		}
 		lg := m.openLog(p.Key, now, maxW, true)
 		parts[i] = memAlso{lg, maxW}
 		lg.slot(s, p.Limits, req.Cost, i+1)
 		if last := lg.last(); req.Allowance == 0 && last > s.at {
-			*s = slot{last, 0, 0, CauseOrder}
+			*s = slot{last, 0, 0, contract.CauseOrder}
 		}
 	}
 	return parts

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttle-go/throttle/internal/contract"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -28,7 +30,7 @@ func TestMultiKeyCluster(t *testing.T) {
 	key := uniqueKey(t)
 	r := two("", key+"-app", 0)
 	_, err = s.Reserve(ctx, key+"-a", r)
-	require.ErrorIs(t, err, store.ErrInvalidRequest)
+	require.ErrorIs(t, err, contract.ErrInvalidRequest)
 	assert.Contains(t, err.Error(), "hash tag")
 	assert.False(t, errors.Is(err, redis.Nil))
 
@@ -71,7 +73,7 @@ func TestMultiKeyClusterMonitor(t *testing.T) {
 	for i := range 30 {
 		k := tagged(fmt.Sprintf("%s-%d", base, i), "token", "app", "platform")
 		r := req(1, time.Hour, lim(2, time.Second))
-		r.Also = []store.Part{{Key: k[1], Limits: []store.Limit{lim(3, time.Second)}}, {Key: k[2], Limits: []store.Limit{lim(4, time.Second)}}}
+		r.Also = []contract.Part{{Key: k[1], Limits: []contract.Limit{lim(3, time.Second)}}, {Key: k[2], Limits: []contract.Limit{lim(4, time.Second)}}}
 		slot := redistest.Slot(s.RedisKey(k[0]))
 		for _, key := range k {
 			slotOf[s.RedisKey(key)] = slot
@@ -80,7 +82,7 @@ func TestMultiKeyClusterMonitor(t *testing.T) {
 		m, err := c.MasterOf(ctx, s.RedisKey(k[0]))
 		require.NoError(t, err)
 		masters[m] = true
-		var last store.Reservation
+		var last contract.Reservation
 		for range 3 {
 			last = reserve(t, s, k[0], r)
 			require.True(t, last.Allowed)

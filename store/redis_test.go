@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttle-go/throttle/internal/contract"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -52,9 +54,9 @@ func TestRedisKeyLayout(t *testing.T) {
 	key := uniqueKey(t)
 	assert.Equal(t, "app1:{"+key+"}", s.RedisKey(key))
 
-	limits := []store.Limit{lim(5, 50*time.Millisecond), lim(20, 300*time.Millisecond)}
+	limits := []contract.Limit{lim(5, 50*time.Millisecond), lim(20, 300*time.Millisecond)}
 	for range 400 {
-		res, err := s.Reserve(ctx, key, store.Request{Limits: limits, Cost: 1, MaxWait: 0})
+		res, err := s.Reserve(ctx, key, contract.Request{Limits: limits, Cost: 1, MaxWait: 0})
 		require.NoError(t, err)
 		if res.Allowed {
 			ttl := c.PTTL(ctx, s.RedisKey(key)).Val()

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"github.com/throttle-go/throttle/internal/contract"
+
 	"context"
 
 	"github.com/redis/go-redis/v9"
@@ -21,10 +23,10 @@ func newScript(src string) luaScript { return luaScript{redis.NewScript(src), sr
 var (
 	// reserveScripts is the reserve script of each algorithm.
 	reserveScripts = [...]luaScript{
-		SlidingLog:     newScript(script.Reserve(SlidingLog.String())),
-		FixedWindow:    newScript(script.Reserve(FixedWindow.String())),
-		SlidingCounter: newScript(script.Reserve(SlidingCounter.String())),
-		Buckets:        newScript(script.Reserve(Buckets.String())),
+		contract.SlidingLog:     newScript(script.Reserve(contract.SlidingLog.String())),
+		contract.FixedWindow:    newScript(script.Reserve(contract.FixedWindow.String())),
+		contract.SlidingCounter: newScript(script.Reserve(contract.SlidingCounter.String())),
+		contract.Buckets:        newScript(script.Reserve(contract.Buckets.String())),
 	}
 	// pacedScript is the log's reserve script for a request with a paced limit.
 	pacedScript        = newScript(script.Reserve("paced"))

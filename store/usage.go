@@ -1,78 +1,16 @@
 package store
 
 import (
+	"github.com/throttle-go/throttle/internal/contract"
+
 	"context"
 	"fmt"
 	"sort"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttle-go/throttle/store/internal/script"
 )
-
-// Usage is what a key's state says at one moment: how much of each limit is
-// used, when the next request could go, and what the upstream said. The
-// Redis store reads it in one read-only script call, the Memory store under
-// its lock; both give the same answers, but for Entries.
-type Usage struct {
-	// Algorithm is the one the key was inspected under.
-	Algorithm Algorithm
-	// Limits has one entry per limit of the request, in its order.
-	Limits []LimitUsage
-	// Next is how long from now until the earliest slot the limits and the
-	// upstream's feedback allow a request of cost 1 (0: now). Nothing is
-	// reserved. The order of the log (a reservation without an allowance
-	// never goes before the newest entry, see Last) is left out: Reserved
-	// counts the reservations still waiting.
-	Next time.Duration
-	// NextCause is what set Next: CauseNone (free now), CauseLimit
-	// (Limits[NextLimit]), CauseUpstream or CauseLearned.
-	NextCause Cause
-	NextLimit int
-	// Capped is set when the counting search ran out of steps: Next is then
-	// only a lower bound.
-	Capped bool
-	// Entries is the number of entries in the log, those not trimmed yet
-	// included (SlidingLog; 0 for the counting algorithms). The Memory store
-	// trims eagerly and the script lazily, so the two may differ here, as
-	// in memory, never in the answers above.
-	Entries int
-	// Last is the time of the log's newest entry minus now: positive while
-	// a reservation still waits (SlidingLog, when Entries > 0).
-	Last time.Duration
-	// Pause is how long the upstream's pause still lasts (0: none).
-	Pause time.Duration
-	// Learned is a limit learned from the upstream's headers, still valid
-	// for LearnedFor (N 0: none).
-	Learned    Limit
-	LearnedFor time.Duration
-	// LearnedPace is the pace the key moved to after a 429 despite
-	// compliance, still valid for LearnedPaceFor (N 0: none): 1 unit per
-	// Per, Burst more at once. SlidingLog reservations keep it beside a
-	// paced limit of their own, the stricter of the two.
-	LearnedPace    Limit
-	LearnedPaceFor time.Duration
-	// Budget units are left until BudgetReset from now (BudgetReset 0: no
-	// budget).
-	Budget      int
-	BudgetReset time.Duration
-}
-
-// LimitUsage is the state of one limit of a key.
-type LimitUsage struct {
-	Limit Limit
-	// Used is, for SlidingLog, the units recorded in (now - Per, now]; for
-	// FixedWindow and SlidingCounter, the units of the window holding now;
-	// for Buckets, of the ceil(Per/Precision) buckets ending with now's.
-	Used int
-	// Reserved is the units recorded after now (SlidingLog) or counted in
-	// later windows or buckets: reservations still waiting for their slot.
-	Reserved int
-	// Previous is, for SlidingCounter, the units of the window before
-	// now's, which its estimate weighs in (0 for the others).
-	Previous int
-}
 
 // A paced limit (Limit.Paced) keeps no window but a pace time, and its
 // LimitUsage says what that time holds at its own spacing Per/N: Used is the
@@ -82,76 +20,42 @@ type LimitUsage struct {
 // latest time they may be sent (the Allowance). A limit that starts slowly
 // (SlowStart) with no pace time has not earned its burst: Used = Burst.
 
-// Inspector is implemented by stores that can report a key's usage without
-// changing it: Redis and Memory.
-type Inspector interface {
-	// Usage reports the state of key under req's Limits and Algorithm (the
-	// same as its reservations use). The other fields of req are ignored.
-	// It changes nothing: no trim, no TTL, no counter.
-	Usage(ctx context.Context, key string, req Request) (Usage, error)
-}
-
 var (
-	_ Inspector = (*Redis)(nil)
-	_ Inspector = (*Memory)(nil)
+	_ contract.Inspector = (*Redis)(nil)
+	_ contract.Inspector = (*Memory)(nil)
 )
 
-// usageRequest is req as Usage reads it: cost 1, no allowance, and a wait
-// beyond any pause (usageServerWait), so that nothing refuses.
-func usageRequest(key string, req Request) (Request, error) {
-	u := Request{Limits: req.Limits, Cost: 1, Algorithm: req.Algorithm, MaxWait: time.Duration(usageServerWait) * time.Microsecond}
-	return u, u.Validate(key)
-}
-
-// usageServerWait stands for "any pause": hold never refuses within it.
-const usageServerWait = int64(4 * MaxFeedback / time.Microsecond)
-
-// paceUsage is the LimitUsage of a paced limit l whose key holds the pace
-// time tat at now (0: none); see LimitUsage.
-func paceUsage(l Limit, tat, now int64) LimitUsage {
-	t, b := l.interval(), int64(l.Burst)
-	k := int64(0)
-	switch {
-	case tat > now:
-		k = (tat - now + t - 1) / t
-	case tat == 0 && l.SlowStart:
-		k = b
-	}
-	used := min(k, b+1)
-	return LimitUsage{Limit: l, Used: int(used), Reserved: int(k - used)}
-}
-
 // Usage implements Inspector: one read-only script call.
-func (r *Redis) Usage(ctx context.Context, key string, req Request) (Usage, error) {
-	req, err := usageRequest(key, req)
+func (r *Redis) Usage(ctx context.Context, key string, req contract.Request) (contract.Usage, error) {
+	req, err := contract.UsageRequest(key, req)
 	if err != nil {
-		return Usage{}, err
+		return contract.Usage{}, err
 	}
 	// The max wait too: a pace time any caller may have left is plausible.
 	args := make([]any, 0, 9+3*len(req.Limits))
-	args = append(args, 1, usageServerWait)
+	args = append(args, 1, contract.UsageServerWait)
 	if r.clock != nil {
 		args = append(args, r.clock().UnixMicro())
 	} else {
 		args = append(args, "")
 	}
-	args = append(args, usageServerWait, req.Algorithm.String())
-	p := req.paced()
+	args = append(args, contract.UsageServerWait, req.Algorithm.String())
+	p := req.PacedLimit()
 	if p >= 0 {
 		l := req.Limits[p]
-		args = append(args, l.interval(), l.Burst, p+1, l.keep())
+		args = append(args, l.Interval(), l.Burst, p+1, l.Keep())
 	}
 	for i, l := range req.Limits {
 		switch {
 		case i == p:
-		case req.Algorithm == Buckets:
-			args = append(args, l.N, l.precision(), l.buckets())
+		case req.Algorithm == contract.Buckets:
+			args = append(args, l.N, l.BucketLen(), l.Buckets())
 		default:
-			args = append(args, l.N, micros(l.Per))
+			args = append(args, l.N, contract.Micros(l.Per))
 		}
 	}
 	s, keys := usageScripts[req.Algorithm], []string{r.keyFor(key, req.Algorithm), r.feedbackKey(key)}
-	if req.Algorithm == SlidingLog {
+	if req.Algorithm == contract.SlidingLog {
 		// The pace time: of the request's paced limit, or of a learned pace.
 		keys = append(keys, r.paceKey(key))
 	}
@@ -161,40 +65,40 @@ func (r *Redis) Usage(ctx context.Context, key string, req Request) (Usage, erro
 	reply, err := s.Run(ctx, r.client, keys, args...).Slice()
 	if err != nil && badState(err) {
 		// Usage changes nothing, so it does not repair: the next Reserve will.
-		return Usage{}, &KeyStateError{Key: key, Reason: "its state cannot be read", Err: err}
+		return contract.Usage{}, &KeyStateError{Key: key, Reason: "its state cannot be read", Err: err}
 	}
 	if err != nil {
 		r.failed(err)
-		return Usage{}, fmt.Errorf("store: redis usage: %w", err)
+		return contract.Usage{}, fmt.Errorf("store: redis usage: %w", err)
 	}
 	v := make([]int64, len(reply))
 	for i, e := range reply {
 		x, ok := e.(int64)
 		if !ok {
-			return Usage{}, fmt.Errorf("store: redis usage: unexpected reply element %d of type %T", i, e)
+			return contract.Usage{}, fmt.Errorf("store: redis usage: unexpected reply element %d of type %T", i, e)
 		}
 		v[i] = x
 	}
-	if len(v) != usageHead+3*len(req.Limits) || v[1] < 0 || v[1] > int64(CauseLearned) || v[2] < 0 || v[2] > int64(len(req.Limits)) {
-		return Usage{}, fmt.Errorf("store: redis usage: unexpected reply %v", v)
+	if len(v) != usageHead+3*len(req.Limits) || v[1] < 0 || v[1] > int64(contract.CauseLearned) || v[2] < 0 || v[2] > int64(len(req.Limits)) {
+		return contract.Usage{}, fmt.Errorf("store: redis usage: unexpected reply %v", v)
 	}
-	u := Usage{
-		Algorithm: req.Algorithm, Next: usDuration(v[0]), NextCause: Cause(v[1]), Capped: v[3] == 1,
-		Pause: usDuration(v[4]), LearnedFor: usDuration(v[7]), Budget: int(v[8]), BudgetReset: usDuration(v[9]),
-		Entries: int(v[10]), Last: usDuration(v[11]),
+	u := contract.Usage{
+		Algorithm: req.Algorithm, Next: contract.FromMicros(v[0]), NextCause: contract.Cause(v[1]), Capped: v[3] == 1,
+		Pause: contract.FromMicros(v[4]), LearnedFor: contract.FromMicros(v[7]), Budget: int(v[8]), BudgetReset: contract.FromMicros(v[9]),
+		Entries: int(v[10]), Last: contract.FromMicros(v[11]),
 	}
 	if v[2] > 0 {
 		u.NextLimit = int(v[2]) - 1
 	}
 	if v[5] > 0 {
-		u.Learned = Limit{N: int(v[5]), Per: usDuration(v[6])}
+		u.Learned = contract.Limit{N: int(v[5]), Per: contract.FromMicros(v[6])}
 	}
 	if v[12] > 0 {
-		u.LearnedPace, u.LearnedPaceFor = learnedPace(v[12], v[13]), usDuration(v[14])
+		u.LearnedPace, u.LearnedPaceFor = contract.LearnedPace(v[12], v[13]), contract.FromMicros(v[14])
 	}
 	for i, l := range req.Limits {
 		o := usageHead + 3*i
-		u.Limits = append(u.Limits, LimitUsage{Limit: l, Used: int(v[o]), Reserved: int(v[o+1]), Previous: int(v[o+2])})
+		u.Limits = append(u.Limits, contract.LimitUsage{Limit: l, Used: int(v[o]), Reserved: int(v[o+1]), Previous: int(v[o+2])})
 	}
 	return u, nil
 }
@@ -202,19 +106,14 @@ func (r *Redis) Usage(ctx context.Context, key string, req Request) (Usage, erro
 // usageHead is the length of usage.lua's reply before its rows.
 const usageHead = 15
 
-// learnedPace is a learned pace of spacing t µs and burst b as a Limit.
-func learnedPace(t, b int64) Limit {
-	return Limit{N: 1, Per: usDuration(t), Paced: true, Burst: int(b)}
-}
-
 // usagePacedScript is Usage of the log with a paced limit.
 var usagePacedScript = newScript(script.Usage("paced"))
 
-var usageScripts = map[Algorithm]luaScript{
-	SlidingLog:     newScript(script.Usage(SlidingLog.String())),
-	FixedWindow:    newScript(script.Usage(FixedWindow.String())),
-	SlidingCounter: newScript(script.Usage(SlidingCounter.String())),
-	Buckets:        newScript(script.Usage(Buckets.String())),
+var usageScripts = map[contract.Algorithm]luaScript{
+	contract.SlidingLog:     newScript(script.Usage(contract.SlidingLog.String())),
+	contract.FixedWindow:    newScript(script.Usage(contract.FixedWindow.String())),
+	contract.SlidingCounter: newScript(script.Usage(contract.SlidingCounter.String())),
+	contract.Buckets:        newScript(script.Usage(contract.Buckets.String())),
 }
 
 // Scripts returns the source of every script the Redis store runs, by a
@@ -224,7 +123,7 @@ func Scripts() map[string]string {
 	out := map[string]string{"reserve paced": pacedScript.src, "cancel": cancelScript.src, "cancel paced": cancelPacedScript.src,
 		"cancel counts": cancelCountsScript.src, "feedback": feedbackScript.src, "repair": repairScript.src}
 	for a, s := range reserveScripts {
-		out["reserve "+Algorithm(a).String()] = s.src
+		out["reserve "+contract.Algorithm(a).String()] = s.src
 	}
 	for a, s := range usageScripts {
 		out["usage "+a.String()] = s.src
@@ -244,7 +143,7 @@ func Scripts() map[string]string {
 // share the key's hash tag, so one slot.
 func (r *Redis) Keys(key string) []string {
 	out := []string{r.logKey(key)}
-	for a := FixedWindow; int(a) < len(algorithmNames); a++ {
+	for a := contract.FixedWindow; a <= contract.Buckets; a++ {
 		out = append(out, r.keyFor(key, a))
 	}
 	lk, qk, _ := r.leaseKeys(key)
@@ -256,7 +155,7 @@ func (r *Redis) Keys(key string) []string {
 // afresh: use it to repair a key, not to lift a limit the upstream counts.
 func (r *Redis) Delete(ctx context.Context, key string) (int64, error) {
 	if key == "" {
-		return 0, fmt.Errorf("%w: empty key", ErrInvalidRequest)
+		return 0, fmt.Errorf("%w: empty key", contract.ErrInvalidRequest)
 	}
 	c, ok := r.client.(redis.Cmdable)
 	if !ok {
@@ -272,7 +171,7 @@ func (r *Redis) Delete(ctx context.Context, key string) (int64, error) {
 // logUsage is Usage of the log, as usage.lua: Reserve's slot (logCall),
 // for a cost of 1, without the order of the log and without recording,
 // trimming or making any state; m.mu is held.
-func (m *Memory) logUsage(u *Usage, key string, req Request, now, maxW int64, paced bool, f *memFeedback) {
+func (m *Memory) logUsage(u *contract.Usage, key string, req contract.Request, now, maxW int64, paced bool, f *memFeedback) {
 	c := logCall{m: m, req: req, key: key, now: now, maxW: maxW, windows: !paced || maxW > 0, peek: true}
 	c.lg = &noLog
 	if l := m.logs[key]; c.windows && l != nil && l.expires > now {
@@ -289,51 +188,51 @@ func (m *Memory) logUsage(u *Usage, key string, req Request, now, maxW int64, pa
 	future := after(now)
 	for _, l := range req.Limits {
 		if l.Paced {
-			u.Limits = append(u.Limits, paceUsage(l, c.tat, now))
+			u.Limits = append(u.Limits, contract.PaceUsage(l, c.tat, now))
 		} else {
-			u.Limits = append(u.Limits, LimitUsage{Limit: l, Used: after(now-micros(l.Per)) - future, Reserved: future})
+			u.Limits = append(u.Limits, contract.LimitUsage{Limit: l, Used: after(now-contract.Micros(l.Per)) - future, Reserved: future})
 		}
 	}
 	u.Entries = len(live)
 	if len(live) > 0 {
-		u.Last = usDuration(c.lg.last() - now)
+		u.Last = contract.FromMicros(c.lg.last() - now)
 	}
 	c.lg.slot(&c.s, req.Limits, 1, 0)
 	if f != nil {
-		c.feedback(f, &Reservation{}) // never refuses: the wait is beyond any pause
+		c.feedback(f, &contract.Reservation{}) // never refuses: the wait is beyond any pause
 	}
 	c.slowStart()
-	u.Next, u.NextCause, u.NextLimit = usDuration(c.s.at-now), c.s.cause, c.s.limit
+	u.Next, u.NextCause, u.NextLimit = contract.FromMicros(c.s.at-now), c.s.cause, c.s.limit
 }
 
 // Usage implements Inspector, with the rules of usage.lua. It changes
 // nothing, not even an expired key (which reads as empty).
-func (m *Memory) Usage(ctx context.Context, key string, req Request) (Usage, error) {
-	req, err := usageRequest(key, req)
+func (m *Memory) Usage(ctx context.Context, key string, req contract.Request) (contract.Usage, error) {
+	req, err := contract.UsageRequest(key, req)
 	if err != nil {
-		return Usage{}, err
+		return contract.Usage{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Usage{}, err
+		return contract.Usage{}, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.micros()
-	u := Usage{Algorithm: req.Algorithm}
+	u := contract.Usage{Algorithm: req.Algorithm}
 	var f *memFeedback
 	if g := m.feedback[key]; g != nil && g.expires() > now {
 		f = g
 		if f.pause > now {
-			u.Pause = usDuration(f.pause - now)
+			u.Pause = contract.FromMicros(f.pause - now)
 		}
 		if f.until > now {
-			u.Learned, u.LearnedFor = Limit{N: int(f.n), Per: usDuration(f.w)}, usDuration(f.until-now)
+			u.Learned, u.LearnedFor = contract.Limit{N: int(f.n), Per: contract.FromMicros(f.w)}, contract.FromMicros(f.until-now)
 		}
 		if f.reset > now {
-			u.Budget, u.BudgetReset = int(f.budget), usDuration(f.reset-now)
+			u.Budget, u.BudgetReset = int(f.budget), contract.FromMicros(f.reset-now)
 		}
 		if f.pe > now {
-			u.LearnedPace, u.LearnedPaceFor = learnedPace(f.pt, f.pb), usDuration(f.pe-now)
+			u.LearnedPace, u.LearnedPaceFor = contract.LearnedPace(f.pt, f.pb), contract.FromMicros(f.pe-now)
 		}
 	}
 	maxW, paced := int64(0), false
@@ -344,7 +243,7 @@ func (m *Memory) Usage(ctx context.Context, key string, req Request) (Usage, err
 			maxW = max(maxW, window(req.Algorithm, l))
 		}
 	}
-	if req.Algorithm == SlidingLog {
+	if req.Algorithm == contract.SlidingLog {
 		m.logUsage(&u, key, req, now, maxW, paced, f)
 	} else {
 		m.countsUsage(&u, key, req, now, maxW, f)
@@ -354,14 +253,14 @@ func (m *Memory) Usage(ctx context.Context, key string, req Request) (Usage, err
 
 // countsUsage is Usage of a counting algorithm: reserveCounts' search, on a
 // copy of the limits, recording nothing; m.mu is held.
-func (m *Memory) countsUsage(u *Usage, key string, req Request, now, maxW int64, f *memFeedback) {
-	limits := append([]Limit(nil), req.Limits...)
-	start, cause := now, CauseNone
+func (m *Memory) countsUsage(u *contract.Usage, key string, req contract.Request, now, maxW int64, f *memFeedback) {
+	limits := append([]contract.Limit(nil), req.Limits...)
+	start, cause := now, contract.CauseNone
 	var tightened []bool
 	if f != nil {
-		h := f.hold(now, 1, usageServerWait)
+		h := f.hold(now, 1, contract.UsageServerWait)
 		if h.until > now {
-			start, cause = h.until, CauseUpstream
+			start, cause = h.until, contract.CauseUpstream
 		}
 		if ln, lw, ok := f.learned(now, maxW); ok {
 			tightened = make([]bool, len(limits))
@@ -390,18 +289,18 @@ func (m *Memory) countsUsage(u *Usage, key string, req Request, now, maxW int64,
 	t, limit, capped := earliest(req.Algorithm, limits, c, start, 1)
 	switch {
 	case limit >= 0 && tightened != nil && tightened[limit]:
-		cause = CauseLearned
+		cause = contract.CauseLearned
 	case limit >= 0:
-		u.NextLimit, cause = limit, CauseLimit
+		u.NextLimit, cause = limit, contract.CauseLimit
 	}
-	u.Next, u.NextCause, u.Capped = usDuration(t-now), cause, capped
+	u.Next, u.NextCause, u.Capped = contract.FromMicros(t-now), cause, capped
 	for i, l := range req.Limits {
 		k := floorDiv(now, span(req.Algorithm, l))
 		b := int64(1)
-		if req.Algorithm == Buckets {
-			b = l.buckets()
+		if req.Algorithm == contract.Buckets {
+			b = l.Buckets()
 		}
-		lu := LimitUsage{Limit: l}
+		lu := contract.LimitUsage{Limit: l}
 		for j, v := range c[i] {
 			switch {
 			case j > k:
@@ -410,7 +309,7 @@ func (m *Memory) countsUsage(u *Usage, key string, req Request, now, maxW int64,
 				lu.Used += int(v)
 			}
 		}
-		if req.Algorithm == SlidingCounter {
+		if req.Algorithm == contract.SlidingCounter {
 			lu.Previous = int(c[i][k-1])
 		}
 		u.Limits = append(u.Limits, lu)

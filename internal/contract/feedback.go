@@ -1,4 +1,4 @@
-package store
+package contract
 
 import (
 	"context"
@@ -106,19 +106,14 @@ func (l Learned) Validate(key string) error {
 	return nil
 }
 
-// empty reports whether l says nothing.
-func (l Learned) empty() bool {
+// Empty reports whether l says nothing.
+func (l Learned) Empty() bool {
 	return l.Pause <= 0 && l.Limit.N == 0 && l.Pace.N == 0 && l.Reset <= 0
 }
 
-var (
-	_ Feedback = (*Redis)(nil)
-	_ Feedback = (*Memory)(nil)
-)
-
-// serverWait is the longest delay a pause or an exhausted budget may impose
+// ServerWait is the longest delay a pause or an exhausted budget may impose
 // on r.
-func (r Request) serverWait() time.Duration {
+func (r Request) ServerWait() time.Duration {
 	if r.MaxServerWait > 0 && r.MaxServerWait < r.MaxWait {
 		return r.MaxServerWait
 	}

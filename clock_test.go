@@ -13,6 +13,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/throttle-go/throttle/internal/contract"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -38,10 +40,10 @@ func newFakeServer(t *testing.T) *fakeServer {
 
 // reserve decides a reservation at the store's clock at, and returns it
 // with its slot on the store's clock.
-func (f *fakeServer) reserve(key string, at time.Time) (store.Reservation, time.Time) {
+func (f *fakeServer) reserve(key string, at time.Time) (contract.Reservation, time.Time) {
 	f.t.Helper()
 	f.clock = at
-	res, err := f.st.Reserve(context.Background(), key, store.Request{Limits: []store.Limit{{N: 100, Per: time.Second, Paced: true}}, Cost: 1, MaxWait: time.Hour})
+	res, err := f.st.Reserve(context.Background(), key, contract.Request{Limits: []contract.Limit{{N: 100, Per: time.Second, Paced: true}}, Cost: 1, MaxWait: time.Hour})
 	require.NoError(f.t, err)
 	require.True(f.t, res.Allowed)
 	return res, time.UnixMicro(res.Decided()).Add(res.Delay)
@@ -198,14 +200,14 @@ func (s *stallStore) hold() {
 	time.Sleep(s.rtt / 2)
 }
 
-func (s *stallStore) Reserve(ctx context.Context, key string, req store.Request) (store.Reservation, error) {
+func (s *stallStore) Reserve(ctx context.Context, key string, req contract.Request) (contract.Reservation, error) {
 	s.hold()
 	res, err := s.Memory.Reserve(ctx, key, req)
 	time.Sleep(s.rtt / 2)
 	return res, err
 }
 
-func (s *stallStore) Cancel(ctx context.Context, r store.Reservation) error {
+func (s *stallStore) Cancel(ctx context.Context, r contract.Reservation) error {
 	s.hold()
 	err := s.Memory.Cancel(ctx, r)
 	time.Sleep(s.rtt / 2)

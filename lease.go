@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/throttle-go/throttle/internal/contract"
+
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -42,20 +44,20 @@ func (c *rule) compileInFlight() error {
 		return c.fail("LeaseFor %s without InFlight", c.LeaseFor)
 	case c.LeaseFor == 0:
 		c.LeaseFor = defaultLeaseFor
-	case c.LeaseFor < minLeaseFor || c.LeaseFor > store.MaxLease:
-		return c.fail("LeaseFor %s must be from %s to %s", c.LeaseFor, minLeaseFor, store.MaxLease)
+	case c.LeaseFor < minLeaseFor || c.LeaseFor > contract.MaxLease:
+		return c.fail("LeaseFor %s must be from %s to %s", c.LeaseFor, minLeaseFor, contract.MaxLease)
 	}
 	return nil
 }
 
 // checkLeases fails when a rule caps requests in flight and st cannot.
 func checkLeases(st store.Store, rules []*rule) error {
-	if _, ok := st.(store.Leases); ok {
+	if _, ok := st.(contract.Leases); ok {
 		return nil
 	}
 	for _, r := range rules {
 		if r != nil && r.InFlight > 0 {
-			return &ConfigError{Rule: r.Name, Reason: fmt.Sprintf("InFlight needs a store that keeps leases (store.Leases); %T does not", st)}
+			return &ConfigError{Rule: r.Name, Reason: fmt.Sprintf("InFlight needs a store that keeps leases (contract.Leases); %T does not", st)}
 		}
 	}
 	return nil
@@ -78,7 +80,7 @@ type leased struct {
 
 // ask sets the in-flight fields of req under r, the lease held if any, and
 // takes the time already spent in the queue off its MaxWait.
-func (l *leased) ask(r *rule, req *store.Request, queued time.Duration) {
+func (l *leased) ask(r *rule, req *contract.Request, queued time.Duration) {
 	if r.InFlight == 0 {
 		return
 	}
@@ -92,7 +94,7 @@ func (l *leased) ask(r *rule, req *store.Request, queued time.Duration) {
 // take keeps the lease of an allowed reservation from from. A lease held
 // from another store (the shared store failed meanwhile, FailLocal) is
 // given back.
-func (l *leased) take(c *core, r *rule, from store.Store, res store.Reservation) {
+func (l *leased) take(c *core, r *rule, from store.Store, res contract.Reservation) {
 	if !res.Lease.Held() {
 		return
 	}
@@ -106,7 +108,7 @@ func (l *leased) take(c *core, r *rule, from store.Store, res store.Reservation)
 // await waits in the key's queue for a lease after the refusal res, and
 // reports whether one was handed over (the loop then reserves with it);
 // otherwise d ends the request.
-func (l *leased) await(ctx context.Context, c *core, r *rule, k keyed, from store.Store, res store.Reservation, d *Decision) bool {
+func (l *leased) await(ctx context.Context, c *core, r *rule, k keyed, from store.Store, res contract.Reservation, d *Decision) bool {
 	end := func(o Outcome, err error) { d.Outcome, d.Err = o, err }
 	refuse := func() {
 		d.RetryAfter, d.InFlight = res.RetryAfter, true
@@ -116,7 +118,7 @@ func (l *leased) await(ctx context.Context, c *core, r *rule, k keyed, from stor
 		}
 		end(Limited, e)
 	}
-	ls, ok := from.(store.Leases)
+	ls, ok := from.(contract.Leases)
 	if !res.Lease.Queued() || !ok {
 		refuse()
 		return false
@@ -157,8 +159,8 @@ type leaseHold struct {
 	c       *core
 	rule    string
 	from    store.Store
-	ls      store.Leases
-	l       store.Lease
+	ls      contract.Leases
+	l       contract.Lease
 	every   time.Duration
 	timeout time.Duration
 	stats   *ruleStats
@@ -171,8 +173,8 @@ type leaseHold struct {
 }
 
 // hold starts the renewal of l, a lease from from.
-func (c *core) hold(r *rule, from store.Store, l store.Lease) *leaseHold {
-	h := &leaseHold{c: c, rule: r.Name, from: from, ls: from.(store.Leases), l: l, every: r.LeaseFor / 2, timeout: c.leaseTimeout(), stats: r.stats}
+func (c *core) hold(r *rule, from store.Store, l contract.Lease) *leaseHold {
+	h := &leaseHold{c: c, rule: r.Name, from: from, ls: from.(contract.Leases), l: l, every: r.LeaseFor / 2, timeout: c.leaseTimeout(), stats: r.stats}
 	h.stats.leases.Add(1)
 	h.mu.Lock()
 	h.timer = time.AfterFunc(h.every, h.renew)
@@ -211,7 +213,7 @@ func (h *leaseHold) renew() {
 	defer h.mu.Unlock()
 	switch {
 	case h.done:
-	case errors.Is(err, store.ErrLeaseExpired):
+	case errors.Is(err, contract.ErrLeaseExpired):
 		h.stats.leasesLost.Add(1)
 	default:
 		// A failed renewal is tried again: the lease lasts two periods.

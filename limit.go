@@ -3,24 +3,24 @@ package throttle
 import (
 	"time"
 
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/internal/contract"
 )
 
 // Limit allows at most N units in any interval of length Per: a sliding
 // window, not a fixed one. PerHour(5000) allows 5000 calls in every hour-long
 // interval, wherever it starts. A paced limit (Paced) spaces the units
 // instead.
-type Limit = store.Limit
+type Limit = contract.Limit
 
-// Algorithm is how a rule counts its units; see store.Algorithm.
-type Algorithm = store.Algorithm
+// Algorithm is how a rule counts its units; see contract.Algorithm.
+type Algorithm = contract.Algorithm
 
 // The algorithms a Rule may choose.
 const (
-	SlidingLog     = store.SlidingLog     // exact; the default
-	FixedWindow    = store.FixedWindow    // one counter per aligned window
-	SlidingCounter = store.SlidingCounter // previous window weighted in
-	Buckets        = store.Buckets        // buckets of Limit.Precision
+	SlidingLog     = contract.SlidingLog     // exact; the default
+	FixedWindow    = contract.FixedWindow    // one counter per aligned window
+	SlidingCounter = contract.SlidingCounter // previous window weighted in
+	Buckets        = contract.Buckets        // buckets of Limit.Precision
 )
 
 // PerSecond returns a limit of n per rolling second.

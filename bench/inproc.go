@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttle-go/throttle/internal/contract"
+
 	"github.com/sethvargo/go-limiter/memorystore"
 	"golang.org/x/time/rate"
 
@@ -61,12 +63,12 @@ func inprocCases() []inprocCase {
 	ctx := context.Background()
 	// Admitted: a limit no benchmark reaches. Refused: one unit per hour,
 	// spent before the loop.
-	big := store.Limit{N: 1 << 30, Per: 10 * time.Millisecond}
-	tiny := store.Limit{N: 1, Per: time.Hour}
-	memStore := func(l store.Limit, want bool) func(bool) func(*testing.B) {
+	big := contract.Limit{N: 1 << 30, Per: 10 * time.Millisecond}
+	tiny := contract.Limit{N: 1, Per: time.Hour}
+	memStore := func(l contract.Limit, want bool) func(bool) func(*testing.B) {
 		return func(parallel bool) func(*testing.B) {
 			m, _ := store.NewMemory()
-			req := store.Request{Limits: []store.Limit{l}, Cost: 1}
+			req := contract.Request{Limits: []contract.Limit{l}, Cost: 1}
 			_, _ = m.Reserve(ctx, "k", req)
 			return serialOrParallel(parallel, func() bool {
 				r, err := m.Reserve(ctx, "k", req)
@@ -91,7 +93,7 @@ func inprocCases() []inprocCase {
 			})
 		}
 	}
-	roundTrip := func(l store.Limit, want bool) func(bool) func(*testing.B) {
+	roundTrip := func(l contract.Limit, want bool) func(bool) func(*testing.B) {
 		return func(parallel bool) func(*testing.B) {
 			m, _ := store.NewMemory()
 			tr, _ := throttle.New(okTransport{}, m, throttle.WithRule(throttle.Rule{

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/throttle-go/throttle/internal/contract"
+
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 	ulule "github.com/ulule/limiter/v3"
@@ -74,7 +76,7 @@ func newLimiter(ctx context.Context, kind string, rdb *redis.Client, n int, w, m
 		if err != nil {
 			return nil, err
 		}
-		req := store.Request{Limits: []store.Limit{{N: n, Per: w}}, Cost: 1, MaxWait: maxWait}
+		req := contract.Request{Limits: []contract.Limit{{N: n, Per: w}}, Cost: 1, MaxWait: maxWait}
 		l.decide = func(ctx context.Context, key string) (bool, time.Duration, time.Duration, error) {
 			r, err := st.Reserve(ctx, key, req)
 			return r.Allowed, r.Delay, r.RetryAfter, err

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/throttle-go/throttle/internal/contract"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttle-go/throttle/store"
@@ -117,7 +119,7 @@ func checkEviction(ctx context.Context, r *report, rdb redis.UniversalClient, pr
 	}
 	key := fmt.Sprintf("throttle-check:%d", time.Now().UnixNano())
 	defer func() { _, _ = st.Delete(context.WithoutCancel(ctx), key) }()
-	_, err = st.Reserve(ctx, key, store.Request{Limits: []store.Limit{{N: 1_000_000, Per: time.Second}}, Cost: 1})
+	_, err = st.Reserve(ctx, key, contract.Request{Limits: []contract.Limit{{N: 1_000_000, Per: time.Second}}, Cost: 1})
 	switch {
 	case errors.Is(err, store.ErrEvictingPolicy):
 		r.warn("%v; the store refuses this server unless WithEvictionCheck says otherwise", err)
@@ -205,7 +207,7 @@ func checkLatency(ctx context.Context, r *report, rdb redis.UniversalClient, pre
 		pings = append(pings, time.Since(start))
 	}
 	key := fmt.Sprintf("throttle-check:%d", time.Now().UnixNano())
-	req := store.Request{Limits: []store.Limit{{N: 1_000_000, Per: time.Second}}, Cost: 1}
+	req := contract.Request{Limits: []contract.Limit{{N: 1_000_000, Per: time.Second}}, Cost: 1}
 	reserves := make([]time.Duration, 0, checkRounds)
 	defer func() { _, _ = st.Delete(context.WithoutCancel(ctx), key) }()
 	for range checkRounds {

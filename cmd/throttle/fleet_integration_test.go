@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttle-go/throttle/internal/contract"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -118,7 +120,7 @@ func TestClusterURL(t *testing.T) {
 	require.NoError(t, err)
 	for range 3 {
 		res, err := st.Reserve(context.Background(), rule+":pg1",
-			store.Request{Limits: []store.Limit{{N: 10, Per: time.Minute + throttle.DefaultMargin}}, Cost: 1})
+			contract.Request{Limits: []contract.Limit{{N: 10, Per: time.Minute + throttle.DefaultMargin}}, Cost: 1})
 		require.NoError(t, err)
 		require.True(t, res.Allowed)
 	}

@@ -32,6 +32,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/throttle-go/throttle/internal/contract"
+
 	"github.com/throttle-go/throttle"
 	"github.com/throttle-go/throttle/internal/examplekit"
 	"github.com/throttle-go/throttle/store"
@@ -82,7 +84,7 @@ func run() int {
 	case *burst != 0 && !*paced:
 		return bad("-burst applies to -paced only")
 	}
-	alg, err := store.ParseAlgorithm(*algorithm)
+	alg, err := contract.ParseAlgorithm(*algorithm)
 	if err != nil {
 		return bad("-algorithm: %v", err)
 	}

@@ -9,11 +9,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/throttle-go/throttle/internal/contract"
+
 	"github.com/throttle-go/throttle/store"
 )
 
 // Store wraps a store (a store.Memory by default) and fails on demand. It
-// implements store.Feedback through the inner store's, if it has one. It is
+// implements contract.Feedback through the inner store's, if it has one. It is
 // safe for concurrent use.
 type Store struct {
 	inner store.Store
@@ -74,18 +76,18 @@ func (s *Store) Calls() (times []time.Time, maxInflight int) {
 func (s *Store) Inner() store.Store { return s.inner }
 
 // WithoutFeedback returns s as a store.Store that does not implement
-// store.Feedback.
+// contract.Feedback.
 func (s *Store) WithoutFeedback() store.Store { return plain{s} }
 
 type plain struct{ s *Store }
 
-func (p plain) Reserve(ctx context.Context, key string, req store.Request) (store.Reservation, error) {
+func (p plain) Reserve(ctx context.Context, key string, req contract.Request) (contract.Reservation, error) {
 	return p.s.Reserve(ctx, key, req)
 }
-func (p plain) Cancel(ctx context.Context, r store.Reservation) error { return p.s.Cancel(ctx, r) }
+func (p plain) Cancel(ctx context.Context, r contract.Reservation) error { return p.s.Cancel(ctx, r) }
 
 // Reserve implements store.Store.
-func (s *Store) Reserve(ctx context.Context, key string, req store.Request) (store.Reservation, error) {
+func (s *Store) Reserve(ctx context.Context, key string, req contract.Request) (contract.Reservation, error) {
 	s.mu.Lock()
 	s.calls = append(s.calls, time.Now())
 	s.inflight++
@@ -101,46 +103,46 @@ func (s *Store) Reserve(ctx context.Context, key string, req store.Request) (sto
 		hook(ctx)
 	}
 	if err != nil && dial <= 0 {
-		return store.Reservation{}, err
+		return contract.Reservation{}, err
 	}
 	if err != nil {
 		t := time.NewTimer(dial)
 		defer t.Stop()
 		select {
 		case <-t.C:
-			return store.Reservation{}, err
+			return contract.Reservation{}, err
 		case <-ctx.Done():
-			return store.Reservation{}, ctx.Err()
+			return contract.Reservation{}, ctx.Err()
 		}
 	}
 	return s.inner.Reserve(ctx, key, req)
 }
 
 // Cancel implements store.Store.
-func (s *Store) Cancel(ctx context.Context, r store.Reservation) error {
+func (s *Store) Cancel(ctx context.Context, r contract.Reservation) error {
 	return s.inner.Cancel(ctx, r)
 }
 
-// Pause implements store.Feedback.
+// Pause implements contract.Feedback.
 func (s *Store) Pause(ctx context.Context, key string, d time.Duration) error {
-	return s.Learn(ctx, key, store.Learned{Pause: d})
+	return s.Learn(ctx, key, contract.Learned{Pause: d})
 }
 
-// Learn implements store.Feedback.
-func (s *Store) Learn(ctx context.Context, key string, l store.Learned) error {
+// Learn implements contract.Feedback.
+func (s *Store) Learn(ctx context.Context, key string, l contract.Learned) error {
 	s.mu.Lock()
 	err := s.learnErr
 	s.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	if fb, ok := s.inner.(store.Feedback); ok {
+	if fb, ok := s.inner.(contract.Feedback); ok {
 		return fb.Learn(ctx, key, l)
 	}
 	return nil
 }
 
 var (
-	_ store.Store    = (*Store)(nil)
-	_ store.Feedback = (*Store)(nil)
+	_ store.Store       = (*Store)(nil)
+	_ contract.Feedback = (*Store)(nil)
 )

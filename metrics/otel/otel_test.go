@@ -11,6 +11,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/throttle-go/throttle/internal/contract"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
@@ -38,10 +40,10 @@ func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { r
 // downStore is a store whose every call fails.
 type downStore struct{}
 
-func (downStore) Reserve(context.Context, string, store.Request) (store.Reservation, error) {
-	return store.Reservation{}, errors.New("connection refused")
+func (downStore) Reserve(context.Context, string, contract.Request) (contract.Reservation, error) {
+	return contract.Reservation{}, errors.New("connection refused")
 }
-func (downStore) Cancel(context.Context, store.Reservation) error { return nil }
+func (downStore) Cancel(context.Context, contract.Reservation) error { return nil }
 
 func newTransport(t *testing.T, st store.Store, opts ...throttle.Option) *throttle.Transport {
 	t.Helper()

@@ -10,6 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/throttle-go/throttle/internal/contract"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -37,10 +39,10 @@ func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { r
 // downStore is a store whose every call fails.
 type downStore struct{}
 
-func (downStore) Reserve(context.Context, string, store.Request) (store.Reservation, error) {
-	return store.Reservation{}, errors.New("connection refused")
+func (downStore) Reserve(context.Context, string, contract.Request) (contract.Reservation, error) {
+	return contract.Reservation{}, errors.New("connection refused")
 }
-func (downStore) Cancel(context.Context, store.Reservation) error { return nil }
+func (downStore) Cancel(context.Context, contract.Reservation) error { return nil }
 
 func newTransport(t *testing.T, st store.Store, opts ...throttle.Option) *throttle.Transport {
 	t.Helper()

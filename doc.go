@@ -28,7 +28,7 @@
 // Retry-After, pauses the key for the whole fleet, and rate-limit headers
 // (X-RateLimit-*, the IETF RateLimit and RateLimit-Policy fields, Meta's
 // X-App-Usage) tighten its limit, never loosen it, through the same store
-// (contract.Feedback). A pause longer than the rule's MaxServerWait fails at
+// (both stores keep it). A pause longer than the rule's MaxServerWait fails at
 // once with a *LimitError matching ErrUpstreamLimited; throttled idempotent
 // requests may be retried (Rule.Retries).
 //

@@ -115,7 +115,7 @@ type Rule struct {
 	NoDefaultPace bool
 	// Algorithm is how the rule counts: SlidingLog (the zero value, exact),
 	// FixedWindow, SlidingCounter or Buckets (approximate, with memory that
-	// does not grow with N); see contract.Algorithm and the README's table.
+	// does not grow with N); see Algorithm and the README's table.
 	// Buckets reads each limit's Precision; the others refuse one.
 	Algorithm Algorithm
 

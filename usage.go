@@ -55,7 +55,7 @@ func (t *Transport) StoreKey(rule, rateKey string) (string, error) {
 }
 
 // Usage reports the state of one rate key of the rule named rule, in one
-// read-only call to the store (see contract.Usage): units used per limit, the
+// read-only call to the store: units used per limit, the
 // next free slot a request of cost 1 would get, the upstream's pause,
 // learned limit, learned pace and budget. rateKey is the key as the rule's
 // KeyFunc returns it, not a raw token: derive it from a token with

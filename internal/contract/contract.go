@@ -371,7 +371,40 @@ type Store interface {
 	// units. (The Redis store never re-sends a Cancel on its own; see
 	// Redis.Cancel.)
 	Cancel(ctx context.Context, r Reservation) error
+	// The capabilities: every store has the methods, and Caps says which
+	// of them work; the others return ErrUnsupported.
+	Feedback
+	Leases
+	Inspector
+	// Caps says what the store is and can do. The engine reads it when it
+	// is built, never by a type assertion on the store.
+	Caps() Caps
 }
+
+// Caps is what a store is and can do.
+type Caps struct {
+	// Feedback: Pause and Learn keep what the upstream said (Feedback).
+	Feedback bool
+	// Leases: Await, Release and Renew keep a cap on requests in flight
+	// (Request.InFlight; Leases).
+	Leases bool
+	// Usage: Usage reports a key's state (Inspector).
+	Usage bool
+	// Sharded: the store spreads its keys over several servers by hash tag
+	// (a Redis Cluster or Ring): the keys of one request with Also must
+	// share a hash tag.
+	Sharded bool
+	// OneClock: every key's times come from one clock (one Redis server,
+	// or this process), so one offset maps them onto the caller's.
+	OneClock bool
+	// InProcess: the state lives in this process, and a call waits on
+	// nothing but a lock (no timeout is worth its timer).
+	InProcess bool
+}
+
+// ErrUnsupported is returned by a method of a capability the store does not
+// have (see Caps).
+var ErrUnsupported = errors.New("store: not supported by this store")
 
 // Micros converts a window to whole microseconds, rounding up so that a window
 // is never shortened.

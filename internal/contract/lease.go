@@ -36,8 +36,8 @@ func (l Lease) Held() bool { return l.ID != "" && l.Deadline == 0 }
 // either wait for a lease with Leases.Await or leave with Leases.Release.
 func (l Lease) Queued() bool { return l.Deadline != 0 }
 
-// Leases is the part of a store that caps requests in flight. Both stores
-// implement it.
+// Leases is the part of a store that caps requests in flight
+// (Caps.Leases). Both stores keep it.
 type Leases interface {
 	// Await waits, at most the queued reservation's MaxWait, until a lease
 	// is handed to the ticket (released or expired ones are handed to the

@@ -68,8 +68,8 @@ type LimitUsage struct {
 	Previous int
 }
 
-// Inspector is implemented by stores that can report a key's usage without
-// changing it: Redis and Memory.
+// Inspector is the part of a store that reports a key's usage without
+// changing it (Caps.Usage): Redis and Memory.
 type Inspector interface {
 	// Usage reports the state of key under req's Limits and Algorithm (the
 	// same as its reservations use). The other fields of req are ignored.

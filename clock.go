@@ -123,11 +123,10 @@ func (r *trips) typical() int64 {
 
 func newStoreClock(st store.Store) *storeClock {
 	c := &storeClock{perKey: true, drift: clockDrift, base: time.Now()}
-	switch s := st.(type) {
-	case *store.Memory:
-		c.perKey, c.drift = false, 0
-	case interface{ Sharded() bool }:
-		c.perKey = s.Sharded()
+	caps := st.Caps()
+	c.perKey = !caps.OneClock
+	if caps.InProcess {
+		c.drift = 0
 	}
 	return c
 }

@@ -191,6 +191,11 @@ func newStallStore(t *testing.T, rtt time.Duration) *stallStore {
 	return &stallStore{Memory: m, rtt: rtt}
 }
 
+// Caps is a store in another process's: no Memory store's.
+func (s *stallStore) Caps() contract.Caps {
+	return contract.Caps{Feedback: true, Leases: true, Usage: true}
+}
+
 func (s *stallStore) hold() {
 	now := time.Now()
 	if !now.Before(s.from) && now.Before(s.until) {

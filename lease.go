@@ -52,12 +52,12 @@ func (c *rule) compileInFlight() error {
 
 // checkLeases fails when a rule caps requests in flight and st cannot.
 func checkLeases(st store.Store, rules []*rule) error {
-	if _, ok := st.(contract.Leases); ok {
+	if st.Caps().Leases {
 		return nil
 	}
 	for _, r := range rules {
 		if r != nil && r.InFlight > 0 {
-			return &ConfigError{Rule: r.Name, Reason: fmt.Sprintf("InFlight needs a store that keeps leases (contract.Leases); %T does not", st)}
+			return &ConfigError{Rule: r.Name, Reason: fmt.Sprintf("InFlight needs a store that keeps leases; %T does not", st)}
 		}
 	}
 	return nil
@@ -118,7 +118,7 @@ func (l *leased) await(ctx context.Context, c *core, r *rule, k keyed, from stor
 		}
 		end(Limited, e)
 	}
-	ls, ok := from.(contract.Leases)
+	ls, ok := contract.Leases(from), from.Caps().Leases
 	if !res.Lease.Queued() || !ok {
 		refuse()
 		return false
@@ -174,7 +174,7 @@ type leaseHold struct {
 
 // hold starts the renewal of l, a lease from from.
 func (c *core) hold(r *rule, from store.Store, l contract.Lease) *leaseHold {
-	h := &leaseHold{c: c, rule: r.Name, from: from, ls: from.(contract.Leases), l: l, every: r.LeaseFor / 2, timeout: c.leaseTimeout(), stats: r.stats}
+	h := &leaseHold{c: c, rule: r.Name, from: from, ls: from, l: l, every: r.LeaseFor / 2, timeout: c.leaseTimeout(), stats: r.stats}
 	h.stats.leases.Add(1)
 	h.mu.Lock()
 	h.timer = time.AfterFunc(h.every, h.renew)

@@ -210,8 +210,8 @@ func (l *Limiter) Reserve(ctx context.Context, key string, cost int) (*Reservati
 // with its RetryInfo's delay, or when a queue throttles a producer.
 //
 // The error is the store's, or a *StoreError when the store is marked down
-// (under FailLocal the pause is kept in the process); a store without
-// contract.Feedback cannot keep a pause, which is an error too.
+// (under FailLocal the pause is kept in the process); a store that keeps no
+// pauses is an error too.
 func (l *Limiter) Pause(ctx context.Context, key string, d time.Duration) error {
 	k, err := l.keyed(key, 1)
 	if err != nil {

@@ -169,8 +169,7 @@ func (r *rule) limitOf(res contract.Reservation, k keyed) (key string, l Limit) 
 // checkAlso refuses, at construction, rules with Also that a sharded store
 // could not reserve: no HashTag to co-locate their keys.
 func checkAlso(st store.Store, rules []*rule) error {
-	s, ok := st.(interface{ Sharded() bool })
-	if !ok || !s.Sharded() {
+	if !st.Caps().Sharded {
 		return nil
 	}
 	for _, r := range rules {

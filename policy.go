@@ -90,14 +90,16 @@ type localShare struct {
 // newPolicy validates the policy options of c and prepares the local limiter.
 func newPolicy(st store.Store, c config, now func() time.Time) (*policy, error) {
 	p := &policy{kind: c.storeFailure, shared: st, timeout: c.storeTimeout}
-	p.feedback, _ = st.(contract.Feedback)
+	if st.Caps().Feedback {
+		p.feedback = st
+	}
 	p.health.now = now
 	if p.timeout == 0 {
 		p.timeout = defaultStoreTimeout
 	}
 	// A Memory store never waits on anything but its lock, and a timer per
 	// call would cost it more than the call.
-	if _, inProcess := st.(*store.Memory); inProcess {
+	if st.Caps().InProcess {
 		p.timeout = 0
 	}
 	if p.kind != FailLocal {

@@ -15,8 +15,7 @@ import (
 var ErrUnknownRule = errors.New("throttle: no rule of that name")
 
 // ErrNoUsage is matched, with errors.Is, by the error of Usage when the
-// Transport's store cannot report usage (it does not implement
-// contract.Inspector).
+// Transport's store cannot report usage.
 var ErrNoUsage = errors.New("throttle: the store cannot report usage")
 
 // rule returns the rule (or default rule) of the given name, nil if none.
@@ -73,7 +72,7 @@ func (t *Transport) Usage(ctx context.Context, rule, rateKey string) (contract.U
 	if err != nil {
 		return contract.Usage{}, err
 	}
-	in, ok := t.policy.shared.(contract.Inspector)
+	in, ok := t.policy.shared, t.policy.shared.Caps().Usage
 	if !ok {
 		return contract.Usage{}, fmt.Errorf("%w (%T)", ErrNoUsage, t.policy.shared)
 	}

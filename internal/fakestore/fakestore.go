@@ -15,8 +15,9 @@ import (
 )
 
 // Store wraps a store (a store.Memory by default) and fails on demand. It
-// implements contract.Feedback through the inner store's, if it has one. It is
-// safe for concurrent use.
+// keeps feedback through the inner store; it keeps no leases and reports no
+// usage (Caps), as a store of its own would not. It is safe for concurrent
+// use.
 type Store struct {
 	inner store.Store
 
@@ -75,16 +76,20 @@ func (s *Store) Calls() (times []time.Time, maxInflight int) {
 // Inner returns the store s wraps.
 func (s *Store) Inner() store.Store { return s.inner }
 
-// WithoutFeedback returns s as a store.Store that does not implement
-// contract.Feedback.
+// WithoutFeedback returns s as a store.Store that keeps no feedback: its
+// Caps says so, and its Pause and Learn return contract.ErrUnsupported.
 func (s *Store) WithoutFeedback() store.Store { return plain{s} }
 
-type plain struct{ s *Store }
+type plain struct{ *Store }
 
-func (p plain) Reserve(ctx context.Context, key string, req contract.Request) (contract.Reservation, error) {
-	return p.s.Reserve(ctx, key, req)
-}
-func (p plain) Cancel(ctx context.Context, r contract.Reservation) error { return p.s.Cancel(ctx, r) }
+// Caps implements contract.Store: nothing.
+func (plain) Caps() contract.Caps { return contract.Caps{} }
+
+// Pause implements contract.Feedback: unsupported.
+func (plain) Pause(context.Context, string, time.Duration) error { return contract.ErrUnsupported }
+
+// Learn implements contract.Feedback: unsupported.
+func (plain) Learn(context.Context, string, contract.Learned) error { return contract.ErrUnsupported }
 
 // Reserve implements store.Store.
 func (s *Store) Reserve(ctx context.Context, key string, req contract.Request) (contract.Reservation, error) {
@@ -136,13 +141,29 @@ func (s *Store) Learn(ctx context.Context, key string, l contract.Learned) error
 	if err != nil {
 		return err
 	}
-	if fb, ok := s.inner.(contract.Feedback); ok {
-		return fb.Learn(ctx, key, l)
-	}
-	return nil
+	return s.inner.Learn(ctx, key, l)
+}
+
+// Caps implements contract.Store: feedback only.
+func (s *Store) Caps() contract.Caps { return contract.Caps{Feedback: true} }
+
+// Await implements contract.Leases: unsupported.
+func (s *Store) Await(context.Context, contract.Lease) (contract.Lease, error) {
+	return contract.Lease{}, contract.ErrUnsupported
+}
+
+// Release implements contract.Leases: unsupported.
+func (s *Store) Release(context.Context, contract.Lease) error { return contract.ErrUnsupported }
+
+// Renew implements contract.Leases: unsupported.
+func (s *Store) Renew(context.Context, contract.Lease) error { return contract.ErrUnsupported }
+
+// Usage implements contract.Inspector: unsupported.
+func (s *Store) Usage(context.Context, string, contract.Request) (contract.Usage, error) {
+	return contract.Usage{}, contract.ErrUnsupported
 }
 
 var (
-	_ store.Store       = (*Store)(nil)
-	_ contract.Feedback = (*Store)(nil)
+	_ store.Store = (*Store)(nil)
+	_ store.Store = plain{}
 )

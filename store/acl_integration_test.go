@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/redistest"
 	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 // TestACLRuleCluster: on a Cluster, ACLRule plus +cluster|slots +command
@@ -22,7 +22,7 @@ import (
 // on every master included; NewRedisURL's redis-cluster:// reaches it.
 func TestACLRuleCluster(t *testing.T) {
 	c := redistest.SharedCluster(t)
-	rule := append(strings.Fields(store.ACLRule(store.DefaultPrefix)), "+cluster|slots", "+command")
+	rule := append(strings.Fields(store.ACLRule(redisstore.DefaultPrefix)), "+cluster|slots", "+command")
 	for _, addr := range c.Addrs() {
 		node := redis.NewClient(&redis.Options{Addr: addr})
 		require.NoError(t, node.Do(ctx, append([]any{"acl", "setuser", "throttle", "reset", "on", ">pw"}, toAny(rule)...)...).Err())
@@ -31,7 +31,7 @@ func TestACLRuleCluster(t *testing.T) {
 			_ = node.Close()
 		})
 	}
-	s, closer, err := store.NewRedisURL("redis-cluster://throttle:pw@" + c.Addrs()[0])
+	s, closer, err := redisstore.NewRedisURL("redis-cluster://throttle:pw@" + c.Addrs()[0])
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = closer.Close() })
 	for _, alg := range []contract.Algorithm{contract.SlidingLog, contract.FixedWindow, contract.SlidingCounter, contract.Buckets} {

@@ -5,14 +5,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/redistest"
 	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 func toAny(ss []string) []any {
@@ -43,11 +43,11 @@ func setUser(t *testing.T, admin *redis.Client, user, pw, prefix string, extra .
 func TestACLRule(t *testing.T) {
 	srv := redistest.Start(t, "--maxmemory", "10mb", "--maxmemory-policy", "noeviction")
 	admin := srv.Client(t)
-	for _, prefix := range []string{store.DefaultPrefix, "app*1:"} {
+	for _, prefix := range []string{redisstore.DefaultPrefix, "app*1:"} {
 		t.Run(prefix, func(t *testing.T) {
 			setUser(t, admin, "throttle", "s3cret", prefix)
 			c := userClient(t, srv, "throttle", "s3cret")
-			s, err := store.NewRedis(c, store.WithPrefix(prefix))
+			s, err := redisstore.NewRedis(c, redisstore.WithPrefix(prefix))
 			require.NoError(t, err)
 			for _, alg := range []contract.Algorithm{contract.SlidingLog, contract.FixedWindow, contract.SlidingCounter, contract.Buckets} {
 				key := uniqueKey(t)
@@ -109,7 +109,7 @@ func TestWrongPassword(t *testing.T) {
 	srv := redistest.Start(t, "--requirepass", "right-horse-battery")
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "wrong-staple"})
 	t.Cleanup(func() { _ = c.Close() })
-	s, err := store.NewRedis(c)
+	s, err := redisstore.NewRedis(c)
 	require.NoError(t, err)
 	start := time.Now()
 	_, err = s.Reserve(ctx, uniqueKey(t), req(1, 0, lim(1, time.Second)))
@@ -120,14 +120,14 @@ func TestWrongPassword(t *testing.T) {
 	t.Logf("%v after %s", err, time.Since(start))
 
 	// No password at all: NOAUTH.
-	s, err = store.NewRedis(srv.Client(t))
+	s, err = redisstore.NewRedis(srv.Client(t))
 	require.NoError(t, err)
 	_, err = s.Reserve(ctx, uniqueKey(t), req(1, 0, lim(1, time.Second)))
 	assert.ErrorContains(t, err, "NOAUTH")
 
 	ok := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "right-horse-battery"})
 	t.Cleanup(func() { _ = ok.Close() })
-	s, err = store.NewRedis(ok)
+	s, err = redisstore.NewRedis(ok)
 	require.NoError(t, err)
 	assert.True(t, reserve(t, s, uniqueKey(t), req(1, 0, lim(1, time.Second))).Allowed)
 }

@@ -9,13 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/memstore"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 var countingAlgorithms = []contract.Algorithm{contract.FixedWindow, contract.SlidingCounter, contract.Buckets}
@@ -402,7 +403,7 @@ func TestParseAlgorithm(t *testing.T) {
 func TestAlgorithmFootprint(t *testing.T) {
 	c := realRedis(t)
 	clock := newFakeClock()
-	s, err := store.NewRedis(c, store.WithClientTime(clock.Now))
+	s, err := redisstore.NewRedis(c, redisstore.WithClientTime(clock.Now))
 	require.NoError(t, err)
 	day := 24 * time.Hour
 	cases := []struct {
@@ -496,7 +497,7 @@ func serverCPU(t *testing.T, c *redis.Client, f func()) float64 {
 // TestMemoryDefaultClock runs feedback and every algorithm on a Memory store
 // with its own clock (no WithClock), as programs use it.
 func TestMemoryDefaultClock(t *testing.T) {
-	m, err := store.NewMemory()
+	m, err := memstore.NewMemory()
 	require.NoError(t, err)
 	require.NoError(t, m.Learn(ctx, "k", contract.Learned{Pause: time.Millisecond}))
 	for _, alg := range append([]contract.Algorithm{contract.SlidingLog}, countingAlgorithms...) {

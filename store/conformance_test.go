@@ -12,13 +12,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/redistest"
 	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/memstore"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 func TestMain(m *testing.M) {
@@ -91,21 +92,21 @@ func uniqueKey(t *testing.T) string {
 
 func impls(t *testing.T) []impl {
 	memory := impl{"memory", func(t *testing.T, clock func() time.Time) store.Store {
-		var opts []store.MemoryOption
+		var opts []memstore.MemoryOption
 		if clock != nil {
-			opts = append(opts, store.WithClock(clock))
+			opts = append(opts, memstore.WithClock(clock))
 		}
-		m, err := store.NewMemory(opts...)
+		m, err := memstore.NewMemory(opts...)
 		require.NoError(t, err)
 		return m
 	}}
 	redisOn := func(srv func(t *testing.T) *redistest.Server) func(t *testing.T, clock func() time.Time) store.Store {
 		return func(t *testing.T, clock func() time.Time) store.Store {
-			var opts []store.RedisOption
+			var opts []redisstore.RedisOption
 			if clock != nil {
-				opts = append(opts, store.WithClientTime(clock))
+				opts = append(opts, redisstore.WithClientTime(clock))
 			}
-			r, err := store.NewRedis(srv(t).Client(t), opts...)
+			r, err := redisstore.NewRedis(srv(t).Client(t), opts...)
 			require.NoError(t, err)
 			return r
 		}
@@ -122,11 +123,11 @@ func impls(t *testing.T) []impl {
 		// pipelines (the property tests), lone ones go alone (the cases). Its
 		// own prefix: the differential tests use one key on every store.
 		{name + "-batched", func(t *testing.T, clock func() time.Time) store.Store {
-			opts := []store.RedisOption{store.WithBatching(64), store.WithPrefix("batched:")}
+			opts := []redisstore.RedisOption{redisstore.WithBatching(64), redisstore.WithPrefix("batched:")}
 			if clock != nil {
-				opts = append(opts, store.WithClientTime(clock))
+				opts = append(opts, redisstore.WithClientTime(clock))
 			}
-			r, err := store.NewRedis(redistest.Shared(t).Client(t), opts...)
+			r, err := redisstore.NewRedis(redistest.Shared(t).Client(t), opts...)
 			require.NoError(t, err)
 			return r
 		}},
@@ -135,11 +136,11 @@ func impls(t *testing.T) []impl {
 		// A real Redis Cluster (3 masters, 3 replicas) through a ClusterClient:
 		// a script touching a key outside its declared key's slot fails there.
 		{"redis-cluster", func(t *testing.T, clock func() time.Time) store.Store {
-			var opts []store.RedisOption
+			var opts []redisstore.RedisOption
 			if clock != nil {
-				opts = append(opts, store.WithClientTime(clock))
+				opts = append(opts, redisstore.WithClientTime(clock))
 			}
-			r, err := store.NewRedis(redistest.SharedCluster(t).Client(t), opts...)
+			r, err := redisstore.NewRedis(redistest.SharedCluster(t).Client(t), opts...)
 			require.NoError(t, err)
 			return r
 		}},

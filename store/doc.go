@@ -6,9 +6,11 @@
 // a fleet of processes, and Memory, for one process and for tests.
 package store
 
-// The files: memory.go, counters.go and feedback_memory.go are the in-memory
-// twin; redis.go, batch.go and script.go (over internal/script) the Redis
-// backend. The contract they implement is internal/contract.
+// The files: new.go is the public face of the two backends (constructors,
+// options, bounds, errors), acl.go the Redis ACL rule. The backends are
+// internal: internal/redisstore (with the Lua of internal/script) and
+// internal/memstore; the contract they implement is the module's
+// internal/contract. The conformance suite, here, runs them side by side.
 
 import "github.com/throttle-go/throttle/internal/contract"
 

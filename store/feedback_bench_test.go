@@ -8,13 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/redistest"
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 	"github.com/throttle-go/throttle/store/internal/script"
 )
 
@@ -34,7 +33,7 @@ func BenchmarkReserveScriptFeedback(b *testing.B) {
 	}
 	rdb := srv.Client(b)
 	script := redis.NewScript(script.Reserve("log"))
-	st, err := store.NewRedis(rdb)
+	st, err := redisstore.NewRedis(rdb)
 	require.NoError(b, err)
 	ctx := context.Background()
 	// A limit that never binds: every call appends one entry.

@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 // TestFeedbackConformance runs the same feedback cases (pauses, learned
@@ -282,7 +282,7 @@ var feedbackCases = []feedbackCase{
 func TestFeedbackKeyExpires(t *testing.T) {
 	srv := sharedOrSkip(t)
 	rdb := srv.Client(t)
-	st, err := store.NewRedis(rdb)
+	st, err := redisstore.NewRedis(rdb)
 	require.NoError(t, err)
 	key := uniqueKey(t)
 	assert.Equal(t, st.RedisKey(key)+":p", st.FeedbackKey(key))
@@ -309,7 +309,7 @@ func TestFeedbackKeyExpires(t *testing.T) {
 func TestFeedbackMemory(t *testing.T) {
 	srv := sharedOrSkip(t)
 	rdb := srv.Client(t)
-	st, err := store.NewRedis(rdb)
+	st, err := redisstore.NewRedis(rdb)
 	require.NoError(t, err)
 	key := uniqueKey(t)
 	require.NoError(t, st.Learn(ctx, key, contract.Learned{
@@ -407,7 +407,7 @@ func TestFeedbackDifferential(t *testing.T) {
 func TestRedisFeedbackMark(t *testing.T) {
 	c := realRedis(t)
 	clock := newFakeClock()
-	s, err := store.NewRedis(c, store.WithClientTime(clock.Now))
+	s, err := redisstore.NewRedis(c, redisstore.WithClientTime(clock.Now))
 	require.NoError(t, err)
 	key := uniqueKey(t)
 	rk := s.RedisKey(key)

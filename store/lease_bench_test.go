@@ -8,12 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/redistest"
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 // BenchmarkLease measures what a cap on requests in flight costs a request
@@ -30,7 +29,7 @@ func BenchmarkLease(b *testing.B) {
 		b.Skip("needs a real redis-server")
 	}
 	rdb := srv.Client(b)
-	st, err := store.NewRedis(rdb)
+	st, err := redisstore.NewRedis(rdb)
 	require.NoError(b, err)
 	ctx := context.Background()
 	limit := []contract.Limit{{N: 1_000_000_000, Per: time.Second}} // never binds

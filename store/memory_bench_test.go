@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/throttle-go/throttle/internal/contract"
-
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/memstore"
 )
 
 // The memory store's Reserve, allocations included:
@@ -33,8 +32,8 @@ func BenchmarkMemoryReserve(b *testing.B) {
 			keys[i] = "k" + strconv.Itoa(i)
 		}
 		req := contract.Request{Limits: []contract.Limit{c.limit}, Cost: 1}
-		setup := func(b *testing.B) *store.Memory {
-			m, err := store.NewMemory()
+		setup := func(b *testing.B) *memstore.Memory {
+			m, err := memstore.NewMemory()
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -7,13 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/redistest"
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 // BenchmarkReserveMultiKey measures a reservation under one key, two keys
@@ -32,7 +31,7 @@ func BenchmarkReserveMultiKey(b *testing.B) {
 	rdb := srv.Client(b)
 	var calls atomic.Int64
 	rdb.AddHook(countCalls{&calls})
-	st, err := store.NewRedis(rdb)
+	st, err := redisstore.NewRedis(rdb)
 	require.NoError(b, err)
 	ctx := context.Background()
 	never := []contract.Limit{{N: 1_000_000_000, Per: time.Second}} // every call appends one entry

@@ -9,14 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/redistest"
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 // TestMultiKeyCluster: on a Redis Cluster the keys of one request must share
@@ -24,7 +23,7 @@ import (
 // an error that says so, and a store on one server takes it.
 func TestMultiKeyCluster(t *testing.T) {
 	cl := redistest.SharedCluster(t)
-	s, err := store.NewRedis(cl.Client(t))
+	s, err := redisstore.NewRedis(cl.Client(t))
 	require.NoError(t, err)
 	assert.True(t, s.Sharded())
 	key := uniqueKey(t)
@@ -40,7 +39,7 @@ func TestMultiKeyCluster(t *testing.T) {
 	assert.True(t, res.Allowed)
 	assert.Equal(t, "throttle:{"+key+"}app", s.RedisKey(k[1]), "a key with its own tag is named as it is")
 
-	one, err := store.NewRedis(redistest.Shared(t).Client(t))
+	one, err := redisstore.NewRedis(redistest.Shared(t).Client(t))
 	require.NoError(t, err)
 	assert.False(t, one.Sharded())
 	res, err = one.Reserve(ctx, key+"-a", r)
@@ -55,7 +54,7 @@ func TestMultiKeyCluster(t *testing.T) {
 // keys on one.
 func TestMultiKeyClusterMonitor(t *testing.T) {
 	c := redistest.SharedCluster(t)
-	s, err := store.NewRedis(c.Client(t))
+	s, err := redisstore.NewRedis(c.Client(t))
 	require.NoError(t, err)
 	nodes, err := c.Nodes(ctx)
 	require.NoError(t, err)

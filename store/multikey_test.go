@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 // tagged returns keys that share the hash tag of key, so that the cases run
@@ -269,7 +269,7 @@ func runMultiKeyProperty(t *testing.T, im impl, seed uint64) {
 // request's own key, and the request is answered, recorded in both logs.
 func TestRedisMultiKeyPartHeals(t *testing.T) {
 	c := realRedis(t)
-	s, err := store.NewRedis(c)
+	s, err := redisstore.NewRedis(c)
 	require.NoError(t, err)
 	for name, spoil := range map[string]func(lk string) error{
 		"another type": func(lk string) error { return c.Set(ctx, lk, "x", 0).Err() },

@@ -9,13 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/redistest"
 	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/memstore"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 func paced(n int, per time.Duration, burst int) contract.Limit {
@@ -439,7 +440,7 @@ func TestGCRAAccepts(t *testing.T) {
 // tighter (the load uses the whole rate), and accepted by the limit's own.
 func TestPacingPropertyTeeth(t *testing.T) {
 	clock := newFakeClock()
-	m, err := store.NewMemory(store.WithClock(clock.Now))
+	m, err := memstore.NewMemory(memstore.WithClock(clock.Now))
 	require.NoError(t, err)
 	l := paced(50, time.Second, 3)
 	var log []sent
@@ -465,7 +466,7 @@ func TestRedisPacedCommands(t *testing.T) {
 		t.Skipf("needs redis-server: %v", err)
 	}
 	t.Cleanup(srv.Close)
-	s, err := store.NewRedis(srv.Client(t))
+	s, err := redisstore.NewRedis(srv.Client(t))
 	require.NoError(t, err)
 	for _, c := range []struct {
 		name   string

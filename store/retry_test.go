@@ -8,13 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/internal/contract"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 	"github.com/throttle-go/throttle/store/internal/script"
 )
 
@@ -107,7 +106,7 @@ func TestRedisCancelNotRetried(t *testing.T) {
 	t.Cleanup(func() { _ = viaProxy.Close() })
 
 	clock := newFakeClock()
-	s, err := store.NewRedis(viaProxy, store.WithClientTime(clock.Now))
+	s, err := redisstore.NewRedis(viaProxy, redisstore.WithClientTime(clock.Now))
 	require.NoError(t, err)
 	r := req(1, 0, lim(10, time.Second))
 

@@ -7,13 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/redistest"
 	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/memstore"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 func usage(t *testing.T, s store.Store, key string, r contract.Request) contract.Usage {
@@ -236,7 +237,7 @@ func TestUsageReadOnly(t *testing.T) {
 		t.Skip("needs redis-server (DUMP of miniredis differs)")
 	}
 	c := srv.Client(t)
-	s, err := store.NewRedis(c)
+	s, err := redisstore.NewRedis(c)
 	require.NoError(t, err)
 	// The last SlidingLog runs with a paced limit and a learned pace.
 	for i, alg := range []contract.Algorithm{contract.SlidingLog, contract.FixedWindow, contract.SlidingCounter, contract.Buckets, contract.SlidingLog} {
@@ -276,7 +277,7 @@ func TestUsageReadOnly(t *testing.T) {
 
 // The Usage errors carry no key material beyond what was asked for.
 func TestUsageErrorsAreTyped(t *testing.T) {
-	m, err := store.NewMemory()
+	m, err := memstore.NewMemory()
 	require.NoError(t, err)
 	_, err = m.Usage(ctx, "k", contract.Request{})
 	require.True(t, errors.Is(err, contract.ErrInvalidRequest))
@@ -287,7 +288,7 @@ func TestUsageErrorsAreTyped(t *testing.T) {
 func TestRedisDelete(t *testing.T) {
 	for _, im := range impls(t)[1:] {
 		t.Run(im.name, func(t *testing.T) {
-			s := im.open(t, nil).(*store.Redis)
+			s := im.open(t, nil).(*redisstore.Redis)
 			key, other := uniqueKey(t), uniqueKey(t)
 			for _, k := range []string{key, other} {
 				for _, alg := range []contract.Algorithm{contract.SlidingLog, contract.FixedWindow} {

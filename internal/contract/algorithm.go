@@ -108,3 +108,11 @@ func (l Limit) Buckets() int64 {
 	w, p := Micros(l.Per), l.BucketLen()
 	return (w + p - 1) / p
 }
+
+// Span is the window or bucket length of l for alg, in microseconds.
+func Span(alg Algorithm, l Limit) int64 {
+	if alg == Buckets {
+		return l.BucketLen()
+	}
+	return Micros(l.Per)
+}

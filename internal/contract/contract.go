@@ -381,6 +381,16 @@ type Store interface {
 	Caps() Caps
 }
 
+// Admin is what the operator's tool (cmd/throttle) asks of the Redis store
+// beyond a Store: the names of a rate key's Redis keys, their deletion, and
+// the source of every script the store runs. Only the Redis store has it.
+type Admin interface {
+	Store
+	Keys(key string) []string
+	Delete(ctx context.Context, key string) (int64, error)
+	Scripts() map[string]string
+}
+
 // Caps is what a store is and can do.
 type Caps struct {
 	// Feedback: Pause and Learn keep what the upstream said (Feedback).

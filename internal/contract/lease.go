@@ -101,3 +101,21 @@ var (
 
 // NewLeaseID is a new lease id, unique across the fleet.
 func NewLeaseID() string { return leaseProcess + "." + strconv.FormatUint(leaseSeq.Add(1), 36) }
+
+// InFlightRefusal is the refusal of a request that found no lease free: retry is
+// lease_retry's (lease.lua); deadline, if not 0, how long the caller stays
+// in the queue (a ticket).
+func InFlightRefusal(l Lease, req Request, retry, deadline int64) Reservation {
+	res := Reservation{Cause: CauseInFlight, RetryAfter: FromMicros(retry), Key: l.Key, Cost: int32(req.Cost)}
+	if deadline != 0 {
+		l.Deadline, l.Wait = deadline, req.MaxWait
+		res.Lease = l
+	}
+	return res
+}
+
+// LeasePoll bounds one blocking read of an inbox (BLPOP), below the client's
+// default read timeout (3 s), which bounds a command's reply; and the time
+// between two checks of a waiter (a lease that expired is handed over by
+// the next call that touches the key, or by a waiter's check).
+const LeasePoll = time.Second

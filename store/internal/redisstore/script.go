@@ -1,12 +1,11 @@
-package store
+package redisstore
 
 import (
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"context"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store/internal/script"
 )
 

@@ -1,10 +1,10 @@
-package store
+package memstore
 
 import (
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"context"
 	"time"
+
+	"github.com/throttle-go/throttle/internal/contract"
 )
 
 // memFeedback is what the upstream said about one key of a Memory store, as

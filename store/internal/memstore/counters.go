@@ -1,10 +1,10 @@
-package store
+package memstore
 
 import (
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"math"
 	"slices"
+
+	"github.com/throttle-go/throttle/internal/contract"
 )
 
 // The counting algorithms (FixedWindow, SlidingCounter, Buckets) keep, per
@@ -31,14 +31,6 @@ const maxSteps = 100_000
 // counts is the units of one limit per window or bucket index.
 type counts map[int64]int64
 
-// span is the window or bucket length of l for alg, in microseconds.
-func span(alg contract.Algorithm, l contract.Limit) int64 {
-	if alg == contract.Buckets {
-		return l.BucketLen()
-	}
-	return contract.Micros(l.Per)
-}
-
 // window is the length of l's window as the scripts see it: Per, or P·B
 // for Buckets.
 func window(alg contract.Algorithm, l contract.Limit) int64 {
@@ -54,7 +46,7 @@ func floorDiv(t, l int64) int64 { return t / l }
 // oldestNeeded is the smallest index a search from now can read: older
 // windows and buckets are dropped.
 func oldestNeeded(alg contract.Algorithm, l contract.Limit, now int64) int64 {
-	k := floorDiv(now, span(alg, l))
+	k := floorDiv(now, contract.Span(alg, l))
 	switch alg {
 	case contract.SlidingCounter:
 		return k - 1
@@ -67,7 +59,7 @@ func oldestNeeded(alg contract.Algorithm, l contract.Limit, now int64) int64 {
 // countsUntil is the end, in microseconds, of the last window in which the
 // units of index k still count.
 func countsUntil(alg contract.Algorithm, l contract.Limit, k int64) int64 {
-	s := span(alg, l)
+	s := contract.Span(alg, l)
 	switch alg {
 	case contract.SlidingCounter:
 		return (k + 2) * s
@@ -256,7 +248,7 @@ func reserveCounts(st *counterState, key string, req contract.Request, now int64
 		f.budget -= cost
 	}
 	for i, l := range limits {
-		k := floorDiv(t, span(req.Algorithm, l))
+		k := floorDiv(t, contract.Span(req.Algorithm, l))
 		st.c[i][k] += cost
 		st.expires = max(st.expires, countsUntil(req.Algorithm, l, k))
 	}
@@ -271,7 +263,7 @@ func cancelCounts(st *counterState, res contract.Reservation) {
 		if i >= len(st.c) {
 			return
 		}
-		k := floorDiv(res.Slot, span(res.Alg, l))
+		k := floorDiv(res.Slot, contract.Span(res.Alg, l))
 		if v := st.c[i][k]; v <= int64(res.Cost) {
 			delete(st.c[i], k)
 		} else {

@@ -1,8 +1,6 @@
-package store
+package redisstore
 
 import (
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store/internal/script"
 )
 
@@ -82,7 +81,7 @@ func (r *Redis) parseLeased(key string, req contract.Request, l contract.Lease, 
 			if err != nil || v[0] != 0 || v[1] < 0 || v[2] != 0 || v[3] != 0 || v[5] < 0 {
 				return contract.Reservation{}, fmt.Errorf("store: redis reserve: unexpected reply %v", reply)
 			}
-			return inFlight(l, req, v[1], v[5]), nil
+			return contract.InFlightRefusal(l, req, v[1], v[5]), nil
 		}
 	}
 	res, err := r.parseReserve(key, req, reply)
@@ -90,18 +89,6 @@ func (r *Redis) parseLeased(key string, req contract.Request, l contract.Lease, 
 		res.Lease = l
 	}
 	return res, err
-}
-
-// inFlight is the refusal of a request that found no lease free: retry is
-// lease_retry's (lease.lua); deadline, if not 0, how long the caller stays
-// in the queue (a ticket).
-func inFlight(l contract.Lease, req contract.Request, retry, deadline int64) contract.Reservation {
-	res := contract.Reservation{Cause: contract.CauseInFlight, RetryAfter: contract.FromMicros(retry), Key: l.Key, Cost: int32(req.Cost)}
-	if deadline != 0 {
-		l.Deadline, l.Wait = deadline, req.MaxWait
-		res.Lease = l
-	}
-	return res
 }
 
 // leaseOp runs one operation of lease_ops.lua on l.
@@ -156,16 +143,10 @@ func (r *Redis) Renew(ctx context.Context, l contract.Lease) error {
 	return err
 }
 
-// leasePoll bounds one blocking read of an inbox (BLPOP), below the client's
-// default read timeout (3 s), which bounds a command's reply; and the time
-// between two checks of a waiter (a lease that expired is handed over by
-// the next call that touches the key, or by a waiter's check).
-const leasePoll = time.Second
-
 // Await implements Leases. The waiter is woken by its store's inbox for the
 // key, which one goroutine per key with waiters reads (one blocked BLPOP,
 // so one pool connection, per key and store however many wait); at the
-// earliest expiry of a lease, and at least every leasePoll, it checks
+// earliest expiry of a lease, and at least every contract.LeasePoll, it checks
 // (reclaiming expired leases, a holder that died, and serving the queue).
 // When ctx ends it returns at once and leaves the queue in the background.
 func (r *Redis) Await(ctx context.Context, t contract.Lease) (contract.Lease, error) {
@@ -184,7 +165,7 @@ func (r *Redis) Await(ctx context.Context, t contract.Lease) (contract.Lease, er
 	// left is the wait still allowed, as the timers measured it.
 	left, next := t.Wait, time.Duration(0) // next: until the earliest lease expires (0: unknown)
 	for left > 0 {
-		step := min(leasePoll, left)
+		step := min(contract.LeasePoll, left)
 		if next > 0 {
 			step = min(step, next+time.Millisecond)
 		}
@@ -283,7 +264,7 @@ func (b *inboxes) wait(r *Redis, p processor, key, id string) (<-chan struct{}, 
 }
 
 // read reads the inbox key while it has waiters, and wakes each waiter
-// whose lease id it reads. It ends within leasePoll of the last waiter's
+// whose lease id it reads. It ends within contract.LeasePoll of the last waiter's
 // leaving.
 func (b *inboxes) read(r *Redis, p processor, key string, ib *inbox) {
 	for {
@@ -294,13 +275,13 @@ func (b *inboxes) read(r *Redis, p processor, key string, ib *inbox) {
 			return
 		}
 		b.mu.Unlock()
-		cmd := redis.NewStringSliceCmd(context.Background(), "blpop", key, strconv.FormatFloat(leasePoll.Seconds(), 'f', 3, 64))
+		cmd := redis.NewStringSliceCmd(context.Background(), "blpop", key, strconv.FormatFloat(contract.LeasePoll.Seconds(), 'f', 3, 64))
 		cmd.SetFirstKeyPos(1)
 		err := p.Process(context.Background(), cmd)
 		if err != nil && !errors.Is(err, redis.Nil) {
 			// The waiters check on their own meanwhile; do not spin.
 			r.failed(err)
-			time.Sleep(leasePoll / 10)
+			time.Sleep(contract.LeasePoll / 10)
 			continue
 		}
 		if err != nil || len(cmd.Val()) != 2 {

@@ -1,12 +1,16 @@
-package store
+// Package memstore is the in-memory backend of store: the twin of the Redis
+// scripts for one process and for tests, on an injected clock. The public
+// store package builds it (store.NewMemory); the conformance suite in store
+// checks it against redisstore.
+package memstore
 
 import (
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"context"
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/throttle-go/throttle/internal/contract"
 )
 
 // Memory is a Store in the memory of one process, with the semantics of Redis:

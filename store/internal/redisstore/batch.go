@@ -1,8 +1,6 @@
-package store
+package redisstore
 
 import (
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"context"
 	"fmt"
 	"sync"
@@ -10,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/throttle-go/throttle/internal/contract"
 )
 
 // MaxBatch is the largest batch WithBatching accepts.

@@ -1,13 +1,13 @@
-package store
+package memstore
 
 import (
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"context"
 	"fmt"
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/throttle-go/throttle/internal/contract"
 )
 
 // The in-memory twin of the leases (lease.go, internal/script/lease*.lua):
@@ -124,7 +124,7 @@ func (m *Memory) leaseBefore(key string, req *contract.Request, now int64) (l co
 		ls.queue = append(ls.queue, memWaiter{deadline, l.ID})
 		m.lease.woken[l.ID] = make(chan struct{})
 	}
-	return l, inFlight(l, *req, retry, deadline), false
+	return l, contract.InFlightRefusal(l, *req, retry, deadline), false
 }
 
 // leaseAfter is lease_close: a granted reservation records its lease (a held
@@ -204,7 +204,7 @@ func (m *Memory) Renew(_ context.Context, l contract.Lease) error {
 }
 
 // Await implements Leases, as the Redis store's: woken by the handover, with
-// a check at the earliest expiry, at least every leasePoll.
+// a check at the earliest expiry, at least every contract.LeasePoll.
 func (m *Memory) Await(ctx context.Context, t contract.Lease) (contract.Lease, error) {
 	if !t.Queued() {
 		return contract.Lease{}, fmt.Errorf("%w: Await needs a queued ticket", contract.ErrInvalidRequest)
@@ -216,7 +216,7 @@ func (m *Memory) Await(ctx context.Context, t contract.Lease) (contract.Lease, e
 	held.Deadline, held.Wait = 0, 0
 	left, next := t.Wait, time.Duration(0)
 	for ch != nil && left > 0 {
-		step := min(leasePoll, left)
+		step := min(contract.LeasePoll, left)
 		if next > 0 {
 			step = min(step, next+time.Millisecond)
 		}

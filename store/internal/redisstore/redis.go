@@ -1,8 +1,11 @@
-package store
+// Package redisstore is the Redis backend of store: one script call per
+// reservation (the Lua of store/internal/script), feedback, leases, usage,
+// the eviction check and a key's repair. The public store package builds it
+// (store.NewRedis, store.NewRedisURL) and forwards its options; the
+// conformance suite in store checks it against memstore.
+package redisstore
 
 import (
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"context"
 	"crypto/tls"
 	"errors"
@@ -14,6 +17,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/throttle-go/throttle/internal/contract"
 )
 
 // DefaultPrefix starts the name of every Redis key the Redis store writes.
@@ -399,7 +404,7 @@ func (r *Redis) cancel(ctx context.Context, res contract.Reservation) error {
 		}
 		call.args = append(call.args, totals)
 		for _, l := range res.Limits {
-			call.args = append(call.args, span(res.Alg, l))
+			call.args = append(call.args, contract.Span(res.Alg, l))
 		}
 	}
 	var err error

@@ -1,17 +1,17 @@
-package store
+package redisstore
 
 import (
 	"context"
-	"math"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/throttle-go/throttle/internal/contract"
 )
 
-// Accessors for the store's own tests (package store_test): the Redis key
-// layout, the number of keys a Memory store holds, and what a reservation
-// recorded.
+// Accessors for the stores' tests (package store_test, beside the
+// conformance suite): the Redis key layout, and state written as another
+// program would. Nothing else calls them.
 
 // RedisKey is the name of the Redis key that holds the log of a rate key.
 func (r *Redis) RedisKey(key string) string { return r.logKey(key) }
@@ -24,42 +24,8 @@ func (r *Redis) RedisKeyFor(key string, alg contract.Algorithm) string { return 
 // about a rate key.
 func (r *Redis) FeedbackKey(key string) string { return r.feedbackKey(key) }
 
-// Len returns the number of keys the store holds, expired ones not yet
-// dropped included.
-func (m *Memory) Len() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.logs) + len(m.counters)
-}
-
 // SetEvictionClock replaces the clock of the eviction check's recheck.
 func (r *Redis) SetEvictionClock(now func() time.Time) { r.evict.now = now }
-
-// InjectEntry appends an entry at (µs) to key's log, as another program's
-// RPUSH would: a log it makes has no expiry.
-func (m *Memory) InjectEntry(key string, at int64) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	lg := m.logs[key]
-	if lg == nil {
-		lg = &memLog{expires: math.MaxInt64}
-		m.logs[key] = lg
-	}
-	lg.times = append(lg.times, at)
-	return nil
-}
-
-// InjectPace sets key's paced time to tat (µs) without an expiry, as
-// another program's SET would.
-func (m *Memory) InjectPace(key string, tat int64) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.paces == nil {
-		m.paces = make(map[string]*memPace)
-	}
-	m.paces[key] = &memPace{tat: tat, expires: math.MaxInt64}
-	return nil
-}
 
 // InjectEntry is RPUSH of at (µs) to key's log.
 func (r *Redis) InjectEntry(key string, at int64) error {

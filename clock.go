@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/throttle-go/throttle/store"
 )
 

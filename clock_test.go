@@ -13,11 +13,10 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/fakestore"
 	"github.com/throttle-go/throttle/store"
 )
@@ -27,7 +26,7 @@ import (
 type fakeServer struct {
 	t     *testing.T
 	clock time.Time // the store's clock at the next decision
-	st    *store.Memory
+	st    store.Store
 }
 
 func newFakeServer(t *testing.T) *fakeServer {
@@ -180,7 +179,7 @@ func TestWideSampleIsNotLearned(t *testing.T) {
 // the decision, half after), and which holds every call made during a stall
 // until it ends, as Redis does under CLIENT PAUSE.
 type stallStore struct {
-	*store.Memory
+	store.Store
 	rtt         time.Duration
 	from, until time.Time // a call made in [from, until) is decided at until
 }
@@ -188,7 +187,7 @@ type stallStore struct {
 func newStallStore(t *testing.T, rtt time.Duration) *stallStore {
 	m, err := store.NewMemory(store.WithClock(func() time.Time { return time.Now().Add(3 * time.Hour) }))
 	require.NoError(t, err)
-	return &stallStore{Memory: m, rtt: rtt}
+	return &stallStore{Store: m, rtt: rtt}
 }
 
 // Caps is a store in another process's: no Memory store's.
@@ -207,14 +206,14 @@ func (s *stallStore) hold() {
 
 func (s *stallStore) Reserve(ctx context.Context, key string, req contract.Request) (contract.Reservation, error) {
 	s.hold()
-	res, err := s.Memory.Reserve(ctx, key, req)
+	res, err := s.Store.Reserve(ctx, key, req)
 	time.Sleep(s.rtt / 2)
 	return res, err
 }
 
 func (s *stallStore) Cancel(ctx context.Context, r contract.Reservation) error {
 	s.hold()
-	err := s.Memory.Cancel(ctx, r)
+	err := s.Store.Cancel(ctx, r)
 	time.Sleep(s.rtt / 2)
 	return err
 }

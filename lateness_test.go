@@ -10,11 +10,10 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -444,7 +443,7 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-func newMemoryStore(t *testing.T) *store.Memory {
+func newMemoryStore(t *testing.T) store.Store {
 	st, err := store.NewMemory()
 	require.NoError(t, err)
 	return st

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/throttle-go/throttle/store"
 )
 

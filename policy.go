@@ -9,10 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/cenkalti/backoff/v4"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -73,7 +72,7 @@ type policy struct {
 
 	// FailLocal: the in-process limiter and each rule's share of its
 	// limits, by rule scope; read-only after newPolicy.
-	local  *store.Memory
+	local  store.Store
 	shares map[string]localShare
 }
 

@@ -7,11 +7,10 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 

@@ -8,7 +8,6 @@ import (
 	"slices"
 
 	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/throttle-go/throttle/store"
 )
 

@@ -11,12 +11,11 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 

@@ -7,12 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/sethvargo/go-limiter/memorystore"
 	"golang.org/x/time/rate"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 

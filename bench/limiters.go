@@ -6,13 +6,12 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 	ulule "github.com/ulule/limiter/v3"
 	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 

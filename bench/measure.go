@@ -10,11 +10,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 

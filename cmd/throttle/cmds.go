@@ -12,13 +12,11 @@ import (
 	"time"
 
 	"github.com/throttle-go/throttle/internal/contract"
-
-	"github.com/throttle-go/throttle/store"
 )
 
 // open parses the key flags of a command and connects: the target and the
 // store, or an exit code.
-func open(name string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (*target, *store.Redis, func(), int) {
+func open(name string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (*target, contract.Admin, func(), int) {
 	fs := flag.NewFlagSet("throttle "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var k keyFlags

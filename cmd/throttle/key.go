@@ -11,9 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 

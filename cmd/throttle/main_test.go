@@ -13,12 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/redistest"
 	"github.com/throttle-go/throttle/store"
 )
@@ -307,7 +306,7 @@ func TestResetCommand(t *testing.T) {
 	url := "redis://" + srv.Addr + "/0"
 	rule := fmt.Sprintf("reset%d", time.Now().UnixNano())
 	c := srv.Client(t)
-	st, err := store.NewRedis(c)
+	st, err := redisAdmin(c)
 	require.NoError(t, err)
 	fill := func() {
 		_, err := st.Reserve(context.Background(), rule+":pg1", contract.Request{Limits: []contract.Limit{{N: 10, Per: time.Minute}}, Cost: 1})
@@ -350,7 +349,7 @@ func TestCheckCommand(t *testing.T) {
 	srv := realRedis(t)
 	code, out, errOut := runCLI("check", "-redis", "redis://"+srv.Addr+"/0")
 	require.Equal(t, 0, code, out+errOut)
-	for _, want := range []string{"ok    redis ", "ok    eviction: no maxmemory-policy", fmt.Sprintf("ok    SCRIPT LOAD of the %d scripts", len(store.Scripts())), "ok    latency, median of 20: PING "} {
+	for _, want := range []string{"ok    redis ", "ok    eviction: no maxmemory-policy", fmt.Sprintf("ok    SCRIPT LOAD of the %d scripts", len(scriptsOf(srv.Client(t)))), "ok    latency, median of 20: PING "} {
 		assert.Contains(t, out, want)
 	}
 

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/throttle-go/throttle/internal/contract"
-
 	"github.com/throttle-go/throttle/store"
 )
 

@@ -11,8 +11,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/throttle-go/throttle/internal/fakestore"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
@@ -20,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/fakestore"
 	throttleotel "github.com/throttle-go/throttle/metrics/otel"
 	"github.com/throttle-go/throttle/store"
 )

@@ -80,7 +80,7 @@ func newLimiter(ctx context.Context, kind string, rdb *redis.Client, n int, w, m
 			r, err := st.Reserve(ctx, key, req)
 			return r.Allowed, r.Delay, r.RetryAfter, err
 		}
-		// The log's key, as store.Redis documents it: prefix + "{" + key + "}".
+		// The log's key, as store.NewRedis documents it: prefix + "{" + key + "}".
 		l.logKeys = func(key string) []string { return []string{store.DefaultPrefix + "{" + key + "}"} }
 	case kRedisRate, kRedisRate1:
 		rl := redis_rate.NewLimiter(rdb)

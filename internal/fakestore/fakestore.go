@@ -13,7 +13,7 @@ import (
 	"github.com/throttle-go/throttle/store"
 )
 
-// Store wraps a store (a store.Memory by default) and fails on demand. It
+// Store wraps a store (a memory store by default) and fails on demand. It
 // keeps feedback through the inner store; it keeps no leases and reports no
 // usage (Caps), as a store of its own would not. It is safe for concurrent
 // use.
@@ -30,7 +30,7 @@ type Store struct {
 	maxInflight int
 }
 
-// New returns a working Store on a fresh store.Memory.
+// New returns a working Store on a fresh memory store.
 func New() *Store {
 	m, err := store.NewMemory()
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/internal/contract"
 )
 
 // This file is admission: reserve a slot, wait for it, and retake it if the
@@ -172,13 +172,13 @@ func (c *core) take(ctx context.Context, a *admission) state {
 	r := a.r
 	a.epoch = c.news.epoch.Load()
 	a.asked = c.now()
-	req := store.Request{Limits: r.limitsFor(a.k.cost), Cost: a.k.cost, MaxServerWait: r.maxServerWait, Algorithm: r.Algorithm, Also: a.k.also}
+	req := contract.Request{Limits: r.limitsFor(a.k.cost), Cost: a.k.cost, MaxServerWait: r.maxServerWait, Algorithm: r.Algorithm, Also: a.k.also}
 	if a.maxWait > 0 {
 		req.MaxWait = maxWait(ctx, a.asked, a.maxWait)
 	}
 	// The log records the request at its slot plus this process's
 	// allowance (lateness.go); only the sliding log takes one.
-	if r.Margin > 0 && r.Algorithm == store.SlidingLog {
+	if r.Margin > 0 && r.Algorithm == contract.SlidingLog {
 		req.Allowance = c.late.allowance(a.asked, r.Margin/2) + c.clock.spread(a.k.skey, a.asked) // clock.go
 	}
 	a.d.Allowance = req.Allowance
@@ -202,15 +202,15 @@ func (c *core) take(ctx context.Context, a *admission) state {
 		return a.end(Failed, fmt.Errorf("throttle: rule %q: %w", r.Name, g.err))
 	}
 	res, lkey := g.res, a.k.key
-	if res.Cause == store.CauseLimit {
+	if res.Cause == contract.CauseLimit {
 		lkey, a.d.Limit = r.limitOf(res, a.k) // multikey.go: the rule's key or one of Also
 	}
-	if !res.Allowed && res.Cause == store.CauseInFlight {
+	if !res.Allowed && res.Cause == contract.CauseInFlight {
 		a.full = g
 		return queuing
 	}
 	if !res.Allowed {
-		up := res.Cause == store.CauseUpstream
+		up := res.Cause == contract.CauseUpstream
 		a.d.RetryAfter, a.d.Upstream = res.RetryAfter, up
 		return a.end(Limited, &LimitError{Rule: r.Name, Key: lkey, Limit: a.d.Limit, RetryAfter: res.RetryAfter, Upstream: up,
 			BeyondDeadline: beyondDeadline(r, a.maxWait, req.MaxWait, res.RetryAfter, up),
@@ -269,7 +269,7 @@ func (c *core) await(ctx context.Context, a *admission) state {
 	}
 	woke := c.now()
 	c.clock.replace(a, woke)
-	if r.Algorithm == store.SlidingLog {
+	if r.Algorithm == contract.SlidingLog {
 		a.due = a.slot // only the log takes an allowance: measure on the wire
 	}
 	// A request that wakes later than its allowance plus r.retake

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -121,11 +122,10 @@ func (r *trips) typical() int64 {
 
 func newStoreClock(st store.Store, now time.Time) *storeClock {
 	c := &storeClock{perKey: true, drift: clockDrift, base: now}
-	switch s := st.(type) {
-	case *store.Memory:
-		c.perKey, c.drift = false, 0
-	case interface{ Sharded() bool }:
-		c.perKey = s.Sharded()
+	caps := st.Caps()
+	c.perKey = !caps.OneClock
+	if caps.InProcess {
+		c.drift = 0
 	}
 	return c
 }
@@ -176,7 +176,7 @@ func (s *storeClock) spread(key string, now time.Time) time.Duration {
 // to a call made at asked and answered at replied, falls on this process's
 // clock: no earlier than due and no later than at. A reservation whose
 // store does not say when it decided is placed with its own round trip.
-func (s *storeClock) place(key string, res store.Reservation, asked, replied time.Time) (due, at time.Time) {
+func (s *storeClock) place(key string, res contract.Reservation, asked, replied time.Time) (due, at time.Time) {
 	d := res.Decided()
 	if d == 0 {
 		return asked.Add(res.Delay), replied.Add(res.Delay)

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/fakestore"
 	"github.com/throttle-go/throttle/store"
 )
@@ -25,7 +26,7 @@ import (
 type fakeServer struct {
 	t     *testing.T
 	clock time.Time // the store's clock at the next decision
-	st    *store.Memory
+	st    store.Store
 }
 
 func newFakeServer(t *testing.T) *fakeServer {
@@ -38,10 +39,10 @@ func newFakeServer(t *testing.T) *fakeServer {
 
 // reserve decides a reservation at the store's clock at, and returns it
 // with its slot on the store's clock.
-func (f *fakeServer) reserve(key string, at time.Time) (store.Reservation, time.Time) {
+func (f *fakeServer) reserve(key string, at time.Time) (contract.Reservation, time.Time) {
 	f.t.Helper()
 	f.clock = at
-	res, err := f.st.Reserve(context.Background(), key, store.Request{Limits: []store.Limit{{N: 100, Per: time.Second, Paced: true}}, Cost: 1, MaxWait: time.Hour})
+	res, err := f.st.Reserve(context.Background(), key, contract.Request{Limits: []contract.Limit{{N: 100, Per: time.Second, Paced: true}}, Cost: 1, MaxWait: time.Hour})
 	require.NoError(f.t, err)
 	require.True(f.t, res.Allowed)
 	return res, time.UnixMicro(res.Decided()).Add(res.Delay)
@@ -178,7 +179,7 @@ func TestWideSampleIsNotLearned(t *testing.T) {
 // the decision, half after), and which holds every call made during a stall
 // until it ends, as Redis does under CLIENT PAUSE.
 type stallStore struct {
-	*store.Memory
+	store.Store
 	rtt         time.Duration
 	from, until time.Time // a call made in [from, until) is decided at until
 }
@@ -186,7 +187,12 @@ type stallStore struct {
 func newStallStore(t *testing.T, rtt time.Duration) *stallStore {
 	m, err := store.NewMemory(store.WithClock(func() time.Time { return time.Now().Add(3 * time.Hour) }))
 	require.NoError(t, err)
-	return &stallStore{Memory: m, rtt: rtt}
+	return &stallStore{Store: m, rtt: rtt}
+}
+
+// Caps is a store in another process's: no Memory store's.
+func (s *stallStore) Caps() contract.Caps {
+	return contract.Caps{Feedback: true, Leases: true, Usage: true}
 }
 
 func (s *stallStore) hold() {
@@ -198,16 +204,16 @@ func (s *stallStore) hold() {
 	time.Sleep(s.rtt / 2)
 }
 
-func (s *stallStore) Reserve(ctx context.Context, key string, req store.Request) (store.Reservation, error) {
+func (s *stallStore) Reserve(ctx context.Context, key string, req contract.Request) (contract.Reservation, error) {
 	s.hold()
-	res, err := s.Memory.Reserve(ctx, key, req)
+	res, err := s.Store.Reserve(ctx, key, req)
 	time.Sleep(s.rtt / 2)
 	return res, err
 }
 
-func (s *stallStore) Cancel(ctx context.Context, r store.Reservation) error {
+func (s *stallStore) Cancel(ctx context.Context, r contract.Reservation) error {
 	s.hold()
-	err := s.Memory.Cancel(ctx, r)
+	err := s.Store.Cancel(ctx, r)
 	time.Sleep(s.rtt / 2)
 	return err
 }

@@ -6,7 +6,7 @@
 // derives a rate key with the rule's KeyFunc (a hashed access token, a
 // payment gateway's name, the host), and reserves the next free send slot in
 // that key's sliding log, kept in a store.Store shared by every process:
-// store.Redis for a fleet, store.Memory for one process. In WaitForSlot mode the
+// store.NewRedis for a fleet, store.NewMemory for one process. In WaitForSlot mode the
 // request then sleeps until its slot, bounded by MaxWait and its context;
 // in FailFast mode, or when the slot is too far away, it fails at once with a
 // *LimitError that errors.Is(err, ErrLimited) finds. A request that no rule
@@ -28,7 +28,7 @@
 // Retry-After, pauses the key for the whole fleet, and rate-limit headers
 // (X-RateLimit-*, the IETF RateLimit and RateLimit-Policy fields, Meta's
 // X-App-Usage) tighten its limit, never loosen it, through the same store
-// (store.Feedback). A pause longer than the rule's MaxServerWait fails at
+// (both stores keep it). A pause longer than the rule's MaxServerWait fails at
 // once with a *LimitError matching ErrUpstreamLimited; throttled idempotent
 // requests may be retried (Rule.Retries).
 //

@@ -7,12 +7,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/internal/contract"
 )
 
 // This file is the transport's ear: after each response it reads what the
 // upstream said (a 429, a 503 with Retry-After, rate-limit headers) and tells
-// the store, which shares it with the whole fleet (store.Feedback).
+// the store, which shares it with the whole fleet (contract.Feedback).
 
 // appUsagePause is how long a key pauses when Meta's X-App-Usage reports 100%
 // or more: Meta throttles over a rolling hour and "it can take up to an
@@ -155,7 +155,7 @@ func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Res
 // news reports whether l tells the store anything it was not told lately by
 // this transport: a limit not recorded in the last quarter of its TTL, or a
 // budget for a window (a reset) not recorded yet. It remembers l.
-func (f *feedbackState) news(skey string, l store.Learned, now time.Time) bool {
+func (f *feedbackState) news(skey string, l contract.Learned, now time.Time) bool {
 	if l.Limit.N == 0 && l.Reset == 0 {
 		return false
 	}
@@ -184,8 +184,8 @@ func (f *feedbackState) news(skey string, l store.Learned, now time.Time) bool {
 // learn turns what a response said into what the store keeps for the rule's
 // key: never a limit the rule's own limits already imply, never a wait
 // beyond maxServerPause.
-func (r *rule) learn(sig signals, throttled bool) store.Learned {
-	var l store.Learned
+func (r *rule) learn(sig signals, throttled bool) contract.Learned {
+	var l contract.Learned
 	longest := r.Limits[0]
 	shortest := r.Limits[0].Per
 	for _, lim := range r.Limits[1:] {
@@ -201,7 +201,7 @@ func (r *rule) learn(sig signals, throttled bool) store.Learned {
 	// (2s) or less is below the headers' resolution (it would double the
 	// wait of a one-second window) and is left to Retry-After and the
 	// learned limit.
-	if sig.hasBudget && sig.reset > store.ResetSlack {
+	if sig.hasBudget && sig.reset > contract.ResetSlack {
 		switch {
 		case sig.remaining == 0:
 			l.Pause = sig.reset

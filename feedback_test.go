@@ -358,7 +358,7 @@ func TestIgnoreUpstream(t *testing.T) {
 	})
 }
 
-// TestFeedbackWithoutFeedbackStore: a store without store.Feedback still
+// TestFeedbackWithoutFeedbackStore: a store without contract.Feedback still
 // works; 429s are counted and reported, nothing is paused.
 func TestFeedbackWithoutFeedbackStore(t *testing.T) {
 	t.Parallel()

@@ -99,7 +99,7 @@ func newBody(s string) *trackedBody { return &trackedBody{r: strings.NewReader(s
 func (b *trackedBody) Read(p []byte) (int, error) { b.reads.Add(1); return b.r.Read(p) }
 func (b *trackedBody) Close() error               { b.closes.Add(1); return nil }
 
-func newMemory(t *testing.T) *store.Memory {
+func newMemory(t *testing.T) store.Store {
 	t.Helper()
 	m, err := store.NewMemory()
 	require.NoError(t, err)

@@ -12,7 +12,7 @@ import (
 )
 
 // lateness measures how late this process sends after its slots, so that each
-// reservation carries an allowance that covers it (store.Request.Allowance):
+// reservation carries an allowance that covers it (contract.Request.Allowance):
 // the log records a request at the latest time it may be sent, and the next
 // window's reservations count it there. A process that sends late (a loaded
 // machine, a race-instrumented build, a slow link to Redis) thus pays for its

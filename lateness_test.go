@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -224,7 +225,7 @@ func TestFirstCallIsNotLockedOut(t *testing.T) {
 	require.NoError(t, err)
 	c := tr.rules[0]
 	// Another process, with an allowance of a minute, reserved just now.
-	_, err = st.Reserve(context.Background(), c.scope+"pg1", store.Request{Limits: c.eff, Cost: 1, Allowance: time.Minute})
+	_, err = st.Reserve(context.Background(), c.scope+"pg1", contract.Request{Limits: c.eff, Cost: 1, Allowance: time.Minute})
 	require.NoError(t, err)
 
 	req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
@@ -452,7 +453,7 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-func newMemoryStore(t *testing.T) *store.Memory {
+func newMemoryStore(t *testing.T) store.Store {
 	st, err := store.NewMemory()
 	require.NoError(t, err)
 	return st

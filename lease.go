@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -42,20 +43,20 @@ func (c *rule) compileInFlight() error {
 		return c.fail("LeaseFor %s without InFlight", c.LeaseFor)
 	case c.LeaseFor == 0:
 		c.LeaseFor = defaultLeaseFor
-	case c.LeaseFor < minLeaseFor || c.LeaseFor > store.MaxLease:
-		return c.fail("LeaseFor %s must be from %s to %s", c.LeaseFor, minLeaseFor, store.MaxLease)
+	case c.LeaseFor < minLeaseFor || c.LeaseFor > contract.MaxLease:
+		return c.fail("LeaseFor %s must be from %s to %s", c.LeaseFor, minLeaseFor, contract.MaxLease)
 	}
 	return nil
 }
 
 // checkLeases fails when a rule caps requests in flight and st cannot.
 func checkLeases(st store.Store, rules []*rule) error {
-	if _, ok := st.(store.Leases); ok {
+	if st.Caps().Leases {
 		return nil
 	}
 	for _, r := range rules {
 		if r != nil && r.InFlight > 0 {
-			return &ConfigError{Rule: r.Name, Reason: fmt.Sprintf("InFlight needs a store that keeps leases (store.Leases); %T does not", st)}
+			return &ConfigError{Rule: r.Name, Reason: fmt.Sprintf("InFlight needs a store that keeps leases; %T does not", st)}
 		}
 	}
 	return nil
@@ -78,7 +79,7 @@ type leased struct {
 
 // ask sets the in-flight fields of req under r, the lease held if any, and
 // takes the time already spent in the queue off its MaxWait.
-func (l *leased) ask(r *rule, req *store.Request, queued time.Duration) {
+func (l *leased) ask(r *rule, req *contract.Request, queued time.Duration) {
 	if r.InFlight == 0 {
 		return
 	}
@@ -92,7 +93,7 @@ func (l *leased) ask(r *rule, req *store.Request, queued time.Duration) {
 // take keeps the lease of an allowed reservation from from. A lease held
 // from another store (the shared store failed meanwhile, FailLocal) is
 // given back.
-func (l *leased) take(c *core, r *rule, from store.Store, res store.Reservation) {
+func (l *leased) take(c *core, r *rule, from store.Store, res contract.Reservation) {
 	if !res.Lease.Held() {
 		return
 	}
@@ -109,7 +110,7 @@ func (l *leased) take(c *core, r *rule, from store.Store, res store.Reservation)
 func (l *leased) queue(ctx context.Context, c *core, a *admission) state {
 	r, d, res, from := a.r, &a.d, a.full.res, a.full.from
 	a.full = grant{}
-	ls, ok := from.(store.Leases)
+	ls, ok := contract.Leases(from), from.Caps().Leases
 	if !res.Lease.Queued() || !ok {
 		return l.refuse(a, res)
 	}
@@ -132,7 +133,7 @@ func (l *leased) queue(ctx context.Context, c *core, a *admission) state {
 }
 
 // refuse decides a: refused for want of a lease, after res.
-func (l *leased) refuse(a *admission, res store.Reservation) state {
+func (l *leased) refuse(a *admission, res contract.Reservation) state {
 	a.d.RetryAfter, a.d.InFlight = res.RetryAfter, true
 	e := &LimitError{Rule: a.r.Name, Key: a.k.key, RetryAfter: res.RetryAfter, InFlight: true}
 	if !a.d.Local {
@@ -157,8 +158,8 @@ type leaseHold struct {
 	c       *core
 	rule    string
 	from    store.Store
-	ls      store.Leases
-	l       store.Lease
+	ls      contract.Leases
+	l       contract.Lease
 	every   time.Duration
 	timeout time.Duration
 	stats   *ruleStats
@@ -171,8 +172,8 @@ type leaseHold struct {
 }
 
 // hold starts the renewal of l, a lease from from.
-func (c *core) hold(r *rule, from store.Store, l store.Lease) *leaseHold {
-	h := &leaseHold{c: c, rule: r.Name, from: from, ls: from.(store.Leases), l: l, every: r.LeaseFor / 2, timeout: c.leaseTimeout(), stats: r.stats}
+func (c *core) hold(r *rule, from store.Store, l contract.Lease) *leaseHold {
+	h := &leaseHold{c: c, rule: r.Name, from: from, ls: from, l: l, every: r.LeaseFor / 2, timeout: c.leaseTimeout(), stats: r.stats}
 	h.stats.leases.Add(1)
 	h.mu.Lock()
 	h.timer = c.after(h.every, h.renew)
@@ -211,7 +212,7 @@ func (h *leaseHold) renew() {
 	defer h.mu.Unlock()
 	switch {
 	case h.done:
-	case errors.Is(err, store.ErrLeaseExpired):
+	case errors.Is(err, contract.ErrLeaseExpired):
 		h.stats.leasesLost.Add(1)
 	default:
 		// A failed renewal is tried again: the lease lasts two periods.

@@ -3,24 +3,39 @@ package throttle
 import (
 	"time"
 
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/internal/contract"
 )
 
 // Limit allows at most N units in any interval of length Per: a sliding
 // window, not a fixed one. PerHour(5000) allows 5000 calls in every hour-long
 // interval, wherever it starts. A paced limit (Paced) spaces the units
-// instead.
-type Limit = store.Limit
+// instead. Build one with Per, PerSecond, PerMinute, PerHour, PerDay or
+// Paced. Its fields:
+//
+//   - N int, Per time.Duration: at most N units in any interval of length Per.
+//   - Precision time.Duration: the bucket length of the Buckets algorithm
+//     (zero: Per); the other algorithms refuse one.
+//   - Paced bool, Burst int: one unit every Per/N, with Burst units of
+//     tolerance after an idle spell (see Paced).
+//   - SlowStart bool: a paced limit earns its burst instead of starting
+//     with it (docs/pacing.md).
+//
+// String renders it as "5000/1h0m0s", "100/1s paced+10" and the like.
+type Limit = contract.Limit
 
-// Algorithm is how a rule counts its units; see store.Algorithm.
-type Algorithm = store.Algorithm
+// Algorithm is how a rule counts its units (Rule.Algorithm). Only
+// SlidingLog is exact; the others keep counters instead of one entry per
+// unit, so their memory does not grow with N, and pay for it in accuracy at
+// window edges (the README gives the figures). String returns its short
+// name: "log", "fixed", "counter" or "buckets".
+type Algorithm = contract.Algorithm
 
 // The algorithms a Rule may choose.
 const (
-	SlidingLog     = store.SlidingLog     // exact; the default
-	FixedWindow    = store.FixedWindow    // one counter per aligned window
-	SlidingCounter = store.SlidingCounter // previous window weighted in
-	Buckets        = store.Buckets        // buckets of Limit.Precision
+	SlidingLog     = contract.SlidingLog     // exact: every unit's send time; the default
+	FixedWindow    = contract.FixedWindow    // one counter per aligned window: up to 2N across a boundary
+	SlidingCounter = contract.SlidingCounter // the previous window weighted in
+	Buckets        = contract.Buckets        // buckets of Limit.Precision, at most 4096 per window
 )
 
 // PerSecond returns a limit of n per rolling second.

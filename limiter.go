@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -212,15 +213,15 @@ func (l *Limiter) Reserve(ctx context.Context, key string, cost int) (*Reservati
 // with its RetryInfo's delay, or when a queue throttles a producer.
 //
 // The error is the store's, or a *StoreError when the store is marked down
-// (under FailLocal the pause is kept in the process); a store without
-// store.Feedback cannot keep a pause, which is an error too.
+// (under FailLocal the pause is kept in the process); a store that keeps no
+// pauses is an error too.
 func (l *Limiter) Pause(ctx context.Context, key string, d time.Duration) error {
 	k, err := l.keyed(key, 1)
 	if err != nil {
 		return err
 	}
 	p := l.r.learn(signals{retryAfter: d, hasRetryAfter: d > 0}, true).Pause // feedback.go
-	recorded, err := l.c.policy.learn(ctx, l.r, k.skey, store.Learned{Pause: p})
+	recorded, err := l.c.policy.learn(ctx, l.r, k.skey, contract.Learned{Pause: p})
 	switch {
 	case recorded:
 		l.r.stats.pauses.Add(1)

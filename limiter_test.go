@@ -506,7 +506,7 @@ func TestNewLimiterConfig(t *testing.T) {
 		{name: "no limits", rule: with(func(r *throttle.Rule) { r.Limits = nil }), want: "no Limits"},
 		{name: "bad limit", rule: with(func(r *throttle.Rule) { r.Limits = []throttle.Limit{throttle.Per(0, w)} }), want: "N must be at least 1"},
 		{name: "FailFast with MaxWait", rule: with(func(r *throttle.Rule) { r.Mode, r.MaxWait = throttle.FailFast, w }), want: "FailFast"},
-		{name: "nil store", st: (*store.Memory)(nil), rule: ok, want: "nil store"},
+		{name: "nil store", st: (*fakestore.Store)(nil), rule: ok, want: "nil store"},
 		{name: "WithRule", rule: ok, opts: []throttle.Option{throttle.WithRule(throttle.Rule{Host: "a.example", Limits: per(1)})}, want: "WithRule"},
 		{name: "WithDefault", rule: ok, opts: []throttle.Option{throttle.WithDefault(throttle.Rule{Limits: per(1)})}, want: "WithDefault"},
 		{name: "WithUnmatched", rule: ok, opts: []throttle.Option{throttle.WithUnmatched(throttle.SendUnmatched)}, want: "WithUnmatched"},

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -60,9 +61,9 @@ func (c *rule) compileAlso() error {
 		}
 	}
 	// What the store would refuse on every request fails here instead.
-	probe := store.Request{Limits: c.eff, Cost: 1, Also: c.parts(nil)}
+	probe := contract.Request{Limits: c.eff, Cost: 1, Also: c.parts(nil)}
 	if err := probe.Validate("rule"); err != nil {
-		return c.fail("%s", strings.TrimPrefix(err.Error(), store.ErrInvalidRequest.Error()+": "))
+		return c.fail("%s", strings.TrimPrefix(err.Error(), contract.ErrInvalidRequest.Error()+": "))
 	}
 	return nil
 }
@@ -105,10 +106,10 @@ func (c *rule) compileAlsoKey(i int, a KeyLimit) error {
 
 // parts returns the store's parts of c's Also, keyed by keys (nil: by name,
 // for validation).
-func (c *rule) parts(keys []string) []store.Part {
-	out := make([]store.Part, len(c.also))
+func (c *rule) parts(keys []string) []contract.Part {
+	out := make([]contract.Part, len(c.also))
 	for i, a := range c.also {
-		out[i] = store.Part{Key: a.scope + a.Name, Limits: a.eff}
+		out[i] = contract.Part{Key: a.scope + a.Name, Limits: a.eff}
 		if keys != nil {
 			out[i].Key = keys[i]
 		}
@@ -152,7 +153,7 @@ func (t *Transport) keyAlso(r *rule, req *http.Request, k *keyed) error {
 
 // limitOf returns the key and the limit that set res's slot (Cause
 // CauseLimit): the rule's own, or one of its Also.
-func (r *rule) limitOf(res store.Reservation, k keyed) (key string, l Limit) {
+func (r *rule) limitOf(res contract.Reservation, k keyed) (key string, l Limit) {
 	switch {
 	case res.Part == 0 && res.Limit < len(r.Limits):
 		return k.key, r.Limits[res.Limit]
@@ -167,8 +168,7 @@ func (r *rule) limitOf(res store.Reservation, k keyed) (key string, l Limit) {
 // checkAlso refuses, at construction, rules with Also that a sharded store
 // could not reserve: no HashTag to co-locate their keys.
 func checkAlso(st store.Store, rules []*rule) error {
-	s, ok := st.(interface{ Sharded() bool })
-	if !ok || !s.Sharded() {
+	if !st.Caps().Sharded {
 		return nil
 	}
 	for _, r := range rules {
@@ -182,17 +182,17 @@ func checkAlso(st store.Store, rules []*rule) error {
 
 // alsoShare cuts the limits of parts to the local share s (FailLocal), nil
 // when there are none, and reports whether cost fits every cut limit.
-func (s localShare) alsoShare(parts []store.Part, cost int) ([]store.Part, bool) {
+func (s localShare) alsoShare(parts []contract.Part, cost int) ([]contract.Part, bool) {
 	if parts == nil {
 		return nil, true
 	}
-	out := make([]store.Part, len(parts))
+	out := make([]contract.Part, len(parts))
 	for i, p := range parts {
 		cut := shareOf(p.Limits, s.share)
 		if cost > cut.minN {
 			return nil, false
 		}
-		out[i] = store.Part{Key: p.Key, Limits: cut.limits}
+		out[i] = contract.Part{Key: p.Key, Limits: cut.limits}
 	}
 	return out, true
 }

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/internal/contract"
 )
 
 // This file is what a process has heard of its keys' pauses and moves to a
@@ -59,9 +59,9 @@ func (h *keyNews) update(skey string, f func(*news)) {
 
 // replied notes what an allowed reservation of skey from the shared store
 // says; slot is its slot on the store's clock (0: not known).
-func (h *keyNews) replied(skey string, res store.Reservation, slot int64) {
+func (h *keyNews) replied(skey string, res contract.Reservation, slot int64) {
 	moved := res.Reshaped()
-	paused := res.Cause == store.CauseUpstream && slot > 0
+	paused := res.Cause == contract.CauseUpstream && slot > 0
 	if moved == 0 && !paused {
 		return // the common path: no lock
 	}

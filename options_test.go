@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/fakestore"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -100,8 +101,7 @@ func TestConfigValidation(t *testing.T) {
 		{name: "nil logger", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithLogger(nil)}, want: "WithLogger: nil logger"},
 		{name: "unknown StoreFailure", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreFailure(throttle.StoreFailure(9))}, want: "unknown StoreFailure 9"},
 		{name: "negative StoreFailure", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreFailure(throttle.StoreFailure(-1))}, want: "unknown StoreFailure -1"},
-		{name: "typed nil store", st: (*store.Memory)(nil), opts: []throttle.Option{throttle.WithRule(ok)}, want: "nil store"},
-		{name: "typed nil Redis store", st: (*store.Redis)(nil), opts: []throttle.Option{throttle.WithRule(ok)}, want: "nil store"},
+		{name: "typed nil store", st: (*fakestore.Store)(nil), opts: []throttle.Option{throttle.WithRule(ok)}, want: "nil store"},
 		{name: "typed nil base", base: (*http.Transport)(nil), opts: []throttle.Option{throttle.WithRule(ok)}, want: "base is a nil *http.Transport"},
 		{name: "nil func base", base: roundTripperFunc(nil), opts: []throttle.Option{throttle.WithRule(ok)}, want: "base is a nil throttle_test.roundTripperFunc"},
 		{name: "valid FailOpen", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreFailure(throttle.FailOpen)}},

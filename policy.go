@@ -11,6 +11,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -65,13 +66,13 @@ const (
 type policy struct {
 	kind     StoreFailure
 	shared   store.Store
-	feedback store.Feedback // shared's, nil when it keeps no feedback
-	timeout  time.Duration  // 0: the store is in-process and needs no timer
+	feedback contract.Feedback // shared's, nil when it keeps no feedback
+	timeout  time.Duration     // 0: the store is in-process and needs no timer
 	health   health
 
 	// FailLocal: the in-process limiter and each rule's share of its
 	// limits, by rule scope; read-only after newPolicy.
-	local  *store.Memory
+	local  store.Store
 	shares map[string]localShare
 }
 
@@ -88,14 +89,16 @@ type localShare struct {
 // newPolicy validates the policy options of c and prepares the local limiter.
 func newPolicy(st store.Store, c config, now func() time.Time) (*policy, error) {
 	p := &policy{kind: c.storeFailure, shared: st, timeout: c.storeTimeout}
-	p.feedback, _ = st.(store.Feedback)
+	if st.Caps().Feedback {
+		p.feedback = st
+	}
 	p.health.now = now
 	if p.timeout == 0 {
 		p.timeout = defaultStoreTimeout
 	}
 	// A Memory store never waits on anything but its lock, and a timer per
 	// call would cost it more than the call.
-	if _, inProcess := st.(*store.Memory); inProcess {
+	if st.Caps().InProcess {
 		p.timeout = 0
 	}
 	if p.kind != FailLocal {
@@ -145,7 +148,7 @@ func shareOf(limits []Limit, share float64) localShare {
 
 // grant is the policy's answer to a reservation.
 type grant struct {
-	res  store.Reservation
+	res  contract.Reservation
 	from store.Store // holds res, for Cancel
 	// err is the failure when nothing was decided: the store's error when
 	// the context ended, a *StoreError, or the local limiter's error.
@@ -159,7 +162,7 @@ type grant struct {
 
 // reserve reserves a slot for req under r, in the shared store or, when that
 // fails or is marked down, as the policy says.
-func (p *policy) reserve(ctx context.Context, r *rule, skey string, req store.Request) grant {
+func (p *policy) reserve(ctx context.Context, r *rule, skey string, req contract.Request) grant {
 	try := p.health.begin(p.health.now())
 	var cause error
 	if try == skip {
@@ -210,7 +213,7 @@ func (p *policy) reserve(ctx context.Context, r *rule, skey string, req store.Re
 // call is one Reserve of the shared store, bounded by the timeout. A call cut
 // by it returns an error matching ErrStoreTimeout, not the context's
 // DeadlineExceeded, which a caller would take for its own deadline.
-func (p *policy) call(ctx context.Context, skey string, req store.Request) (store.Reservation, error) {
+func (p *policy) call(ctx context.Context, skey string, req contract.Request) (contract.Reservation, error) {
 	if p.timeout == 0 {
 		return p.shared.Reserve(ctx, skey, req)
 	}
@@ -236,8 +239,8 @@ func (e *timeoutError) Is(target error) bool { return target == ErrStoreTimeout 
 // learn records what the upstream said about skey: in the shared store, or
 // in the local limiter while the shared store is marked down under FailLocal.
 // It reports whether a store recorded l.
-func (p *policy) learn(ctx context.Context, r *rule, skey string, l store.Learned) (recorded bool, err error) {
-	var fb store.Feedback = p.feedback
+func (p *policy) learn(ctx context.Context, r *rule, skey string, l contract.Learned) (recorded bool, err error) {
+	var fb contract.Feedback = p.feedback
 	if p.health.isDown.Load() {
 		if p.kind != FailLocal {
 			return false, &StoreError{Rule: r.Name, Err: p.health.lastError(), NotTried: true}
@@ -275,7 +278,7 @@ func (p *policy) mirror(r *rule, k keyed) {
 		return
 	}
 	_, _ = p.local.Reserve(context.Background(), k.skey,
-		store.Request{Limits: s.limits, Cost: k.cost, MaxWait: s.maxPer, Algorithm: r.Algorithm, Also: also})
+		contract.Request{Limits: s.limits, Cost: k.cost, MaxWait: s.maxPer, Algorithm: r.Algorithm, Also: also})
 }
 
 // attempt says how a request may use the shared store.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/internal/contract"
 )
 
 // Mode says what a request does when its slot is not free at once.
@@ -115,7 +115,7 @@ type Rule struct {
 	NoDefaultPace bool
 	// Algorithm is how the rule counts: SlidingLog (the zero value, exact),
 	// FixedWindow, SlidingCounter or Buckets (approximate, with memory that
-	// does not grow with N); see store.Algorithm and the README's table.
+	// does not grow with N); see Algorithm and the README's table.
 	// Buckets reads each limit's Precision; the others refuse one.
 	Algorithm Algorithm
 
@@ -288,9 +288,9 @@ func (c *rule) compileShape() error {
 // compileAlgorithm fails here for what the store would refuse on every
 // request: an unknown algorithm, a Precision it cannot use, too many buckets.
 func (c *rule) compileAlgorithm() error {
-	probe := store.Request{Limits: c.eff, Cost: 1, Algorithm: c.Algorithm}
+	probe := contract.Request{Limits: c.eff, Cost: 1, Algorithm: c.Algorithm}
 	if err := probe.Validate("rule"); err != nil {
-		return c.fail("%s", strings.TrimPrefix(err.Error(), store.ErrInvalidRequest.Error()+": "))
+		return c.fail("%s", strings.TrimPrefix(err.Error(), contract.ErrInvalidRequest.Error()+": "))
 	}
 	return nil
 }

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/internal/contract"
 )
 
 // This file is the shape of a rule's sends: the pace it keeps by default,
@@ -14,7 +14,7 @@ import (
 // kept every configured limit (docs/feedback.md, "A 429 despite
 // compliance"): the upstream counts differently, a GCRA or a token bucket
 // with a small burst, so the key moves fleet-wide to a stricter shape, paced
-// at the rule's own rate without a burst (store.Learned.Pace), instead of
+// at the rule's own rate without a burst (contract.Learned.Pace), instead of
 // pausing for a window after each burst that 429s.
 
 // defaultBurst is the least burst of the pace a rule keeps by default (see
@@ -143,7 +143,7 @@ func shapeTTL(p Limit) time.Duration {
 // a pause of a couple of spacings, not a window. A stated wait (Retry-After,
 // a budget's reset, X-App-Usage) is kept whole.
 // It reports whether the 429 moves the key (a new pace, not a slowing).
-func (f *feedbackState) reshape(r *rule, skey string, sig signals, due, now time.Time, l *store.Learned) (move bool) {
+func (f *feedbackState) reshape(r *rule, skey string, sig signals, due, now time.Time, l *contract.Learned) (move bool) {
 	p, own, ok := r.shapeFor()
 	if !ok {
 		return false

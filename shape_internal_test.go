@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -116,7 +117,7 @@ func TestReshape(t *testing.T) {
 	require.NoError(t, err)
 	l = fixed.learn(sig, true)
 	f.reshape(fixed, "f", sig, now, now, &l)
-	assert.Equal(t, store.Learned{Pause: sec}, l, "a counting algorithm: the pause alone")
+	assert.Equal(t, contract.Learned{Pause: sec}, l, "a counting algorithm: the pause alone")
 }
 
 // A rule that states no shape keeps a pace beside its windows: at its
@@ -175,7 +176,7 @@ func TestDefaultPaceCost(t *testing.T) {
 	got := r.limitsFor(40)
 	assert.Equal(t, 39, got[r.auto].Burst)
 	assert.Equal(t, defaultBurst, r.eff[r.auto].Burst, "the rule's limits unchanged")
-	require.NoError(t, (&store.Request{Limits: got, Cost: 40}).Validate("t"))
+	require.NoError(t, (&contract.Request{Limits: got, Cost: 40}).Validate("t"))
 }
 
 // The default pace's burst absorbs an allowance: a fast limit's requests at
@@ -190,7 +191,7 @@ func TestDefaultPaceAbsorbsTheAllowance(t *testing.T) {
 		m, err := store.NewMemory()
 		require.NoError(t, err)
 		for i := range 400 {
-			res, err := m.Reserve(context.Background(), "k", store.Request{Limits: r.limitsFor(1), Cost: 1, MaxWait: time.Second, Allowance: 2 * time.Millisecond})
+			res, err := m.Reserve(context.Background(), "k", contract.Request{Limits: r.limitsFor(1), Cost: 1, MaxWait: time.Second, Allowance: 2 * time.Millisecond})
 			require.NoError(t, err)
 			require.True(t, res.Allowed, "request %d", i)
 			// (1s + 5ms)/10,000, rounded up to whole microseconds.

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -135,7 +136,7 @@ func (t *Transport) attempt(ctx context.Context, r *rule, k keyed, n int, req *h
 type keyed struct {
 	key, skey string
 	cost      int
-	also      []store.Part // the rule's Also, keyed (multikey.go)
+	also      []contract.Part // the rule's Also, keyed (multikey.go)
 }
 
 // keyOf derives the rate key and the cost of req under r.

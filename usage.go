@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/internal/contract"
 )
 
 // ErrUnknownRule is matched, with errors.Is, by the error of Usage and
@@ -15,8 +15,7 @@ import (
 var ErrUnknownRule = errors.New("throttle: no rule of that name")
 
 // ErrNoUsage is matched, with errors.Is, by the error of Usage when the
-// Transport's store cannot report usage (it does not implement
-// store.Inspector).
+// Transport's store cannot report usage.
 var ErrNoUsage = errors.New("throttle: the store cannot report usage")
 
 // rule returns the rule (or default rule) of the given name, nil if none.
@@ -55,7 +54,7 @@ func (t *Transport) StoreKey(rule, rateKey string) (string, error) {
 }
 
 // Usage reports the state of one rate key of the rule named rule, in one
-// read-only call to the store (see store.Usage): units used per limit, the
+// read-only call to the store: units used per limit, the
 // next free slot a request of cost 1 would get, the upstream's pause,
 // learned limit, learned pace and budget. rateKey is the key as the rule's
 // KeyFunc returns it, not a raw token: derive it from a token with
@@ -68,17 +67,17 @@ func (t *Transport) StoreKey(rule, rateKey string) (string, error) {
 // Errors: ErrUnknownRule, a *KeyError for an empty key, ErrNoUsage, or the
 // store's error. It calls the store directly, not through the failure
 // policy: a store that is down gives its error.
-func (t *Transport) Usage(ctx context.Context, rule, rateKey string) (store.Usage, error) {
+func (t *Transport) Usage(ctx context.Context, rule, rateKey string) (contract.Usage, error) {
 	key, err := t.StoreKey(rule, rateKey)
 	if err != nil {
-		return store.Usage{}, err
+		return contract.Usage{}, err
 	}
-	in, ok := t.policy.shared.(store.Inspector)
+	in, ok := t.policy.shared, t.policy.shared.Caps().Usage
 	if !ok {
-		return store.Usage{}, fmt.Errorf("%w (%T)", ErrNoUsage, t.policy.shared)
+		return contract.Usage{}, fmt.Errorf("%w (%T)", ErrNoUsage, t.policy.shared)
 	}
 	r := t.ruleNamed(rule)
-	return in.Usage(ctx, key, store.Request{Limits: r.limitsFor(1), Cost: 1, Algorithm: r.Algorithm})
+	return in.Usage(ctx, key, contract.Request{Limits: r.limitsFor(1), Cost: 1, Algorithm: r.Algorithm})
 }
 
 // CredentialKey returns the rate key that a built-in KeyFunc derives from a

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -80,7 +81,7 @@ func TestTransportUsage(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, strings.HasPrefix(sk, "api:hmac:"), sk)
 	assert.NotContains(t, sk, "tok-1")
-	direct, err := st.Usage(context.Background(), sk, store.Request{Limits: []store.Limit{u.Limits[0].Limit, u.Limits[1].Limit}, Cost: 1})
+	direct, err := st.Usage(context.Background(), sk, contract.Request{Limits: []contract.Limit{u.Limits[0].Limit, u.Limits[1].Limit}, Cost: 1})
 	require.NoError(t, err)
 	assert.Equal(t, 3, direct.Limits[0].Used+direct.Limits[0].Reserved)
 
@@ -124,7 +125,7 @@ func TestTransportUsageDefaultPace(t *testing.T) {
 		pace := u.Limits[1].Limit
 		assert.True(t, pace.Paced)
 		assert.Equal(t, pace.Burst+1, u.Limits[1].Used, "the burst is spent")
-		assert.Equal(t, store.CauseLimit, u.NextCause)
+		assert.Equal(t, contract.CauseLimit, u.NextCause)
 		assert.Equal(t, 1, u.NextLimit)
 		assert.Positive(t, u.Next)
 

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -61,12 +62,12 @@ func inprocCases() []inprocCase {
 	ctx := context.Background()
 	// Admitted: a limit no benchmark reaches. Refused: one unit per hour,
 	// spent before the loop.
-	big := store.Limit{N: 1 << 30, Per: 10 * time.Millisecond}
-	tiny := store.Limit{N: 1, Per: time.Hour}
-	memStore := func(l store.Limit, want bool) func(bool) func(*testing.B) {
+	big := contract.Limit{N: 1 << 30, Per: 10 * time.Millisecond}
+	tiny := contract.Limit{N: 1, Per: time.Hour}
+	memStore := func(l contract.Limit, want bool) func(bool) func(*testing.B) {
 		return func(parallel bool) func(*testing.B) {
 			m, _ := store.NewMemory()
-			req := store.Request{Limits: []store.Limit{l}, Cost: 1}
+			req := contract.Request{Limits: []contract.Limit{l}, Cost: 1}
 			_, _ = m.Reserve(ctx, "k", req)
 			return serialOrParallel(parallel, func() bool {
 				r, err := m.Reserve(ctx, "k", req)
@@ -91,7 +92,7 @@ func inprocCases() []inprocCase {
 			})
 		}
 	}
-	roundTrip := func(l store.Limit, want bool) func(bool) func(*testing.B) {
+	roundTrip := func(l contract.Limit, want bool) func(bool) func(*testing.B) {
 		return func(parallel bool) func(*testing.B) {
 			m, _ := store.NewMemory()
 			tr, _ := throttle.New(okTransport{}, m, throttle.WithRule(throttle.Rule{

@@ -11,6 +11,7 @@ import (
 	ulule "github.com/ulule/limiter/v3"
 	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -74,12 +75,12 @@ func newLimiter(ctx context.Context, kind string, rdb *redis.Client, n int, w, m
 		if err != nil {
 			return nil, err
 		}
-		req := store.Request{Limits: []store.Limit{{N: n, Per: w}}, Cost: 1, MaxWait: maxWait}
+		req := contract.Request{Limits: []contract.Limit{{N: n, Per: w}}, Cost: 1, MaxWait: maxWait}
 		l.decide = func(ctx context.Context, key string) (bool, time.Duration, time.Duration, error) {
 			r, err := st.Reserve(ctx, key, req)
 			return r.Allowed, r.Delay, r.RetryAfter, err
 		}
-		// The log's key, as store.Redis documents it: prefix + "{" + key + "}".
+		// The log's key, as store.NewRedis documents it: prefix + "{" + key + "}".
 		l.logKeys = func(key string) []string { return []string{store.DefaultPrefix + "{" + key + "}"} }
 	case kRedisRate, kRedisRate1:
 		rl := redis_rate.NewLimiter(rdb)

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -131,7 +132,7 @@ const decisionKeys = 1000
 
 // decisionLimit admits every call of the decision rows: 1,000,000 per second
 // per key.
-var decisionLimit = store.Limit{N: 1_000_000, Per: time.Second}
+var decisionLimit = contract.Limit{N: 1_000_000, Per: time.Second}
 
 type decisionOp struct {
 	name string

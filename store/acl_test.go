@@ -9,8 +9,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/redistest"
 	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 func toAny(ss []string) []any {
@@ -41,17 +43,17 @@ func setUser(t *testing.T, admin *redis.Client, user, pw, prefix string, extra .
 func TestACLRule(t *testing.T) {
 	srv := redistest.Start(t, "--maxmemory", "10mb", "--maxmemory-policy", "noeviction")
 	admin := srv.Client(t)
-	for _, prefix := range []string{store.DefaultPrefix, "app*1:"} {
+	for _, prefix := range []string{redisstore.DefaultPrefix, "app*1:"} {
 		t.Run(prefix, func(t *testing.T) {
 			setUser(t, admin, "throttle", "s3cret", prefix)
 			c := userClient(t, srv, "throttle", "s3cret")
-			s, err := store.NewRedis(c, store.WithPrefix(prefix))
+			s, err := redisstore.NewRedis(c, redisstore.WithPrefix(prefix))
 			require.NoError(t, err)
-			for _, alg := range []store.Algorithm{store.SlidingLog, store.FixedWindow, store.SlidingCounter, store.Buckets} {
+			for _, alg := range []contract.Algorithm{contract.SlidingLog, contract.FixedWindow, contract.SlidingCounter, contract.Buckets} {
 				key := uniqueKey(t)
-				limits := []store.Limit{lim(2, time.Minute), lim(5, time.Hour)}
-				if alg == store.Buckets {
-					limits = []store.Limit{prec(2, time.Minute, time.Second)}
+				limits := []contract.Limit{lim(2, time.Minute), lim(5, time.Hour)}
+				if alg == contract.Buckets {
+					limits = []contract.Limit{prec(2, time.Minute, time.Second)}
 				}
 				r := algReq(alg, 1, time.Hour, limits...)
 				for range 3 {
@@ -63,7 +65,7 @@ func TestACLRule(t *testing.T) {
 					require.True(t, reserve(t, s, key, r).Allowed)
 				}
 				require.NoError(t, s.Pause(ctx, key, time.Millisecond))
-				require.NoError(t, s.Learn(ctx, key, store.Learned{Limit: lim(1, time.Second), LimitTTL: time.Minute, Remaining: 5, Reset: time.Minute}))
+				require.NoError(t, s.Learn(ctx, key, contract.Learned{Limit: lim(1, time.Second), LimitTTL: time.Minute, Remaining: 5, Reset: time.Minute}))
 				reserve(t, s, key, r)
 				// A key in a wrong state is repaired (TYPE, DEL).
 				require.NoError(t, admin.Set(ctx, s.RedisKeyFor(key, alg), "x", 0).Err())
@@ -71,7 +73,7 @@ func TestACLRule(t *testing.T) {
 			}
 			// A paced limit beside a window limit (GET, SET), and Usage.
 			key := uniqueKey(t)
-			paced := store.Request{Limits: []store.Limit{lim(5, time.Minute), {N: 10, Per: time.Second, Paced: true, Burst: 1}}, Cost: 1, MaxWait: time.Hour}
+			paced := contract.Request{Limits: []contract.Limit{lim(5, time.Minute), {N: 10, Per: time.Second, Paced: true, Burst: 1}}, Cost: 1, MaxWait: time.Hour}
 			for range 3 {
 				res := reserve(t, s, key, paced)
 				require.True(t, res.Allowed)
@@ -107,7 +109,7 @@ func TestWrongPassword(t *testing.T) {
 	srv := redistest.Start(t, "--requirepass", "right-horse-battery")
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "wrong-staple"})
 	t.Cleanup(func() { _ = c.Close() })
-	s, err := store.NewRedis(c)
+	s, err := redisstore.NewRedis(c)
 	require.NoError(t, err)
 	start := time.Now()
 	_, err = s.Reserve(ctx, uniqueKey(t), req(1, 0, lim(1, time.Second)))
@@ -118,14 +120,14 @@ func TestWrongPassword(t *testing.T) {
 	t.Logf("%v after %s", err, time.Since(start))
 
 	// No password at all: NOAUTH.
-	s, err = store.NewRedis(srv.Client(t))
+	s, err = redisstore.NewRedis(srv.Client(t))
 	require.NoError(t, err)
 	_, err = s.Reserve(ctx, uniqueKey(t), req(1, 0, lim(1, time.Second)))
 	assert.ErrorContains(t, err, "NOAUTH")
 
 	ok := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "right-horse-battery"})
 	t.Cleanup(func() { _ = ok.Close() })
-	s, err = store.NewRedis(ok)
+	s, err = redisstore.NewRedis(ok)
 	require.NoError(t, err)
 	assert.True(t, reserve(t, s, uniqueKey(t), req(1, 0, lim(1, time.Second))).Allowed)
 }

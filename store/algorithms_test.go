@@ -13,17 +13,20 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/memstore"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
-var countingAlgorithms = []store.Algorithm{store.FixedWindow, store.SlidingCounter, store.Buckets}
+var countingAlgorithms = []contract.Algorithm{contract.FixedWindow, contract.SlidingCounter, contract.Buckets}
 
-func algReq(alg store.Algorithm, cost int, maxWait time.Duration, limits ...store.Limit) store.Request {
-	return store.Request{Limits: limits, Cost: cost, MaxWait: maxWait, Algorithm: alg}
+func algReq(alg contract.Algorithm, cost int, maxWait time.Duration, limits ...contract.Limit) contract.Request {
+	return contract.Request{Limits: limits, Cost: cost, MaxWait: maxWait, Algorithm: alg}
 }
 
-func prec(n int, per, precision time.Duration) store.Limit {
-	return store.Limit{N: n, Per: per, Precision: precision}
+func prec(n int, per, precision time.Duration) contract.Limit {
+	return contract.Limit{N: n, Per: per, Precision: precision}
 }
 
 // TestAlgorithmCases checks each counting algorithm's exact slots on every
@@ -33,13 +36,13 @@ func TestAlgorithmCases(t *testing.T) { runCases(t, algorithmCases) }
 
 type allowed struct {
 	delay time.Duration
-	cause store.Cause
+	cause contract.Cause
 	limit int
 }
 
 // expect reserves and checks the answer: a delay when want is an allowed, a
 // RetryAfter when it is a time.Duration.
-func expect(t *testing.T, s store.Store, key string, r store.Request, want any, msg string) store.Reservation {
+func expect(t *testing.T, s store.Store, key string, r contract.Request, want any, msg string) contract.Reservation {
 	t.Helper()
 	res := reserve(t, s, key, r)
 	switch w := want.(type) {
@@ -59,124 +62,124 @@ var algorithmCases = []conformanceCase{
 	{"fixed: N per window, the next window at its start", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		l := lim(3, time.Second)
 		for i := range 3 {
-			expect(t, s, key, algReq(store.FixedWindow, 1, 0, l), allowed{0, store.CauseNone, 0}, fmt.Sprint("unit ", i))
+			expect(t, s, key, algReq(contract.FixedWindow, 1, 0, l), allowed{0, contract.CauseNone, 0}, fmt.Sprint("unit ", i))
 		}
 		clock.Advance(400 * time.Millisecond)
-		expect(t, s, key, algReq(store.FixedWindow, 1, 0, l), 600*time.Millisecond, "window full")
-		expect(t, s, key, algReq(store.FixedWindow, 2, time.Second, l), allowed{600 * time.Millisecond, store.CauseLimit, 0}, "reserved in the next window")
-		expect(t, s, key, algReq(store.FixedWindow, 2, time.Second, l), 1600*time.Millisecond, "next window too full for 2")
-		expect(t, s, key, algReq(store.FixedWindow, 1, time.Second, l), allowed{600 * time.Millisecond, store.CauseLimit, 0}, "one fits")
+		expect(t, s, key, algReq(contract.FixedWindow, 1, 0, l), 600*time.Millisecond, "window full")
+		expect(t, s, key, algReq(contract.FixedWindow, 2, time.Second, l), allowed{600 * time.Millisecond, contract.CauseLimit, 0}, "reserved in the next window")
+		expect(t, s, key, algReq(contract.FixedWindow, 2, time.Second, l), 1600*time.Millisecond, "next window too full for 2")
+		expect(t, s, key, algReq(contract.FixedWindow, 1, time.Second, l), allowed{600 * time.Millisecond, contract.CauseLimit, 0}, "one fits")
 	}},
 	{"fixed: 2N across a window edge (its known weakness)", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		l := lim(3, time.Second)
 		clock.Advance(900 * time.Millisecond)
-		expect(t, s, key, algReq(store.FixedWindow, 3, 0, l), allowed{0, store.CauseNone, 0}, "3 at 0.9s")
+		expect(t, s, key, algReq(contract.FixedWindow, 3, 0, l), allowed{0, contract.CauseNone, 0}, "3 at 0.9s")
 		clock.Advance(100 * time.Millisecond)
-		expect(t, s, key, algReq(store.FixedWindow, 3, 0, l), allowed{0, store.CauseNone, 0}, "3 more at 1.0s: 6 in 100ms")
+		expect(t, s, key, algReq(contract.FixedWindow, 3, 0, l), allowed{0, contract.CauseNone, 0}, "3 more at 1.0s: 6 in 100ms")
 	}},
 	{"fixed: two limits", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
-		ls := []store.Limit{lim(2, 100*time.Millisecond), lim(3, time.Second)}
-		expect(t, s, key, algReq(store.FixedWindow, 2, time.Second, ls...), allowed{0, store.CauseNone, 0}, "2 now")
-		expect(t, s, key, algReq(store.FixedWindow, 1, time.Second, ls...), allowed{100 * time.Millisecond, store.CauseLimit, 0}, "short window full")
-		expect(t, s, key, algReq(store.FixedWindow, 1, 2*time.Second, ls...), allowed{time.Second, store.CauseLimit, 1}, "long window full")
+		ls := []contract.Limit{lim(2, 100*time.Millisecond), lim(3, time.Second)}
+		expect(t, s, key, algReq(contract.FixedWindow, 2, time.Second, ls...), allowed{0, contract.CauseNone, 0}, "2 now")
+		expect(t, s, key, algReq(contract.FixedWindow, 1, time.Second, ls...), allowed{100 * time.Millisecond, contract.CauseLimit, 0}, "short window full")
+		expect(t, s, key, algReq(contract.FixedWindow, 1, 2*time.Second, ls...), allowed{time.Second, contract.CauseLimit, 1}, "long window full")
 	}},
 	{"counter: seed 003's arithmetic", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		l := lim(10, time.Second)
-		expect(t, s, key, algReq(store.SlidingCounter, 10, 0, l), allowed{0, store.CauseNone, 0}, "10 at 0")
+		expect(t, s, key, algReq(contract.SlidingCounter, 10, 0, l), allowed{0, contract.CauseNone, 0}, "10 at 0")
 		clock.Advance(1250 * time.Millisecond)
 		// estimate 10 * 0.75 = 7.5: room for 2.
-		expect(t, s, key, algReq(store.SlidingCounter, 2, 0, l), allowed{0, store.CauseNone, 0}, "2 at 1.25s")
+		expect(t, s, key, algReq(contract.SlidingCounter, 2, 0, l), allowed{0, contract.CauseNone, 0}, "2 at 1.25s")
 		// 10 * (1 - f) + 2 + 1 <= 10 from f = 0.3: 50ms on.
-		expect(t, s, key, algReq(store.SlidingCounter, 1, 0, l), 50*time.Millisecond, "third waits")
-		expect(t, s, key, algReq(store.SlidingCounter, 1, time.Second, l), allowed{50 * time.Millisecond, store.CauseLimit, 0}, "reserved")
+		expect(t, s, key, algReq(contract.SlidingCounter, 1, 0, l), 50*time.Millisecond, "third waits")
+		expect(t, s, key, algReq(contract.SlidingCounter, 1, time.Second, l), allowed{50 * time.Millisecond, contract.CauseLimit, 0}, "reserved")
 	}},
 	{"counter: a full window waits for the next", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		l := lim(4, time.Second)
 		clock.Advance(200 * time.Millisecond)
-		expect(t, s, key, algReq(store.SlidingCounter, 4, 0, l), allowed{0, store.CauseNone, 0}, "4 at 0.2s")
+		expect(t, s, key, algReq(contract.SlidingCounter, 4, 0, l), allowed{0, contract.CauseNone, 0}, "4 at 0.2s")
 		// Window 0 is full: window 1 starts with estimate 4, which falls by
 		// 1 every 250ms: cost 2 fits from 1.5s.
-		expect(t, s, key, algReq(store.SlidingCounter, 2, 2*time.Second, l), allowed{1300 * time.Millisecond, store.CauseLimit, 0}, "2 at 1.5s")
+		expect(t, s, key, algReq(contract.SlidingCounter, 2, 2*time.Second, l), allowed{1300 * time.Millisecond, contract.CauseLimit, 0}, "2 at 1.5s")
 		// Now window 1 holds 2: estimate 4·(1-f)+2 leaves 1 from f = 0.75.
-		expect(t, s, key, algReq(store.SlidingCounter, 1, 2*time.Second, l), allowed{1550 * time.Millisecond, store.CauseLimit, 0}, "1 at 1.75s")
+		expect(t, s, key, algReq(contract.SlidingCounter, 1, 2*time.Second, l), allowed{1550 * time.Millisecond, contract.CauseLimit, 0}, "1 at 1.75s")
 	}},
 	{"counter: a unit now may not overfill a reserved next window", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		l := lim(4, time.Second)
 		clock.Advance(500 * time.Millisecond)
-		a := expect(t, s, key, algReq(store.SlidingCounter, 4, 0, l), allowed{0, store.CauseNone, 0}, "4 at 0.5s")
-		expect(t, s, key, algReq(store.SlidingCounter, 2, 2*time.Second, l), allowed{time.Second, store.CauseLimit, 0}, "2 at 1.5s")
+		a := expect(t, s, key, algReq(contract.SlidingCounter, 4, 0, l), allowed{0, contract.CauseNone, 0}, "4 at 0.5s")
+		expect(t, s, key, algReq(contract.SlidingCounter, 2, 2*time.Second, l), allowed{time.Second, contract.CauseLimit, 0}, "2 at 1.5s")
 		require.NoError(t, s.Cancel(ctx, a))
 		// Window 0 is empty again, but 3 more there would make the estimate
 		// at 1.0s 3 + 2 = 5.
-		expect(t, s, key, algReq(store.SlidingCounter, 3, 0, l), 2*time.Second, "3 would overfill window 1")
-		expect(t, s, key, algReq(store.SlidingCounter, 2, 0, l), allowed{0, store.CauseNone, 0}, "2 fit")
+		expect(t, s, key, algReq(contract.SlidingCounter, 3, 0, l), 2*time.Second, "3 would overfill window 1")
+		expect(t, s, key, algReq(contract.SlidingCounter, 2, 0, l), allowed{0, contract.CauseNone, 0}, "2 fit")
 	}},
 	{"buckets: spans of B buckets", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		l := prec(4, time.Second, 250*time.Millisecond)
-		expect(t, s, key, algReq(store.Buckets, 2, 0, l), allowed{0, store.CauseNone, 0}, "2 in bucket 0")
+		expect(t, s, key, algReq(contract.Buckets, 2, 0, l), allowed{0, contract.CauseNone, 0}, "2 in bucket 0")
 		clock.Advance(250 * time.Millisecond)
-		expect(t, s, key, algReq(store.Buckets, 2, 0, l), allowed{0, store.CauseNone, 0}, "2 in bucket 1")
+		expect(t, s, key, algReq(contract.Buckets, 2, 0, l), allowed{0, contract.CauseNone, 0}, "2 in bucket 1")
 		clock.Advance(250 * time.Millisecond)
-		expect(t, s, key, algReq(store.Buckets, 1, 0, l), 500*time.Millisecond, "full until bucket 0 leaves")
-		expect(t, s, key, algReq(store.Buckets, 2, time.Second, l), allowed{500 * time.Millisecond, store.CauseLimit, 0}, "2 in bucket 4")
-		expect(t, s, key, algReq(store.Buckets, 1, time.Second, l), allowed{750 * time.Millisecond, store.CauseLimit, 0}, "1 in bucket 5")
+		expect(t, s, key, algReq(contract.Buckets, 1, 0, l), 500*time.Millisecond, "full until bucket 0 leaves")
+		expect(t, s, key, algReq(contract.Buckets, 2, time.Second, l), allowed{500 * time.Millisecond, contract.CauseLimit, 0}, "2 in bucket 4")
+		expect(t, s, key, algReq(contract.Buckets, 1, time.Second, l), allowed{750 * time.Millisecond, contract.CauseLimit, 0}, "1 in bucket 5")
 	}},
 	{"buckets: a unit now may not overfill a span with a reservation", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		l := prec(2, time.Second, 500*time.Millisecond) // B = 2
-		first := expect(t, s, key, algReq(store.Buckets, 2, 2*time.Second, l), allowed{0, store.CauseNone, 0}, "2 in bucket 0")
-		expect(t, s, key, algReq(store.Buckets, 2, 2*time.Second, l), allowed{time.Second, store.CauseLimit, 0}, "2 in bucket 2")
+		first := expect(t, s, key, algReq(contract.Buckets, 2, 2*time.Second, l), allowed{0, contract.CauseNone, 0}, "2 in bucket 0")
+		expect(t, s, key, algReq(contract.Buckets, 2, 2*time.Second, l), allowed{time.Second, contract.CauseLimit, 0}, "2 in bucket 2")
 		require.NoError(t, s.Cancel(ctx, first))
 		clock.Advance(600 * time.Millisecond)
 		// Bucket 1 is free, but spans (1,2] and (2,3] would hold 3.
-		expect(t, s, key, algReq(store.Buckets, 1, 2*time.Second, l), allowed{1400 * time.Millisecond, store.CauseLimit, 0}, "1 in bucket 4")
+		expect(t, s, key, algReq(contract.Buckets, 1, 2*time.Second, l), allowed{1400 * time.Millisecond, contract.CauseLimit, 0}, "1 in bucket 4")
 	}},
 	{"buckets: precision zero is a fixed window", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		l := lim(2, time.Second)
 		clock.Advance(900 * time.Millisecond)
-		expect(t, s, key, algReq(store.Buckets, 2, 0, l), allowed{0, store.CauseNone, 0}, "2 at 0.9s")
+		expect(t, s, key, algReq(contract.Buckets, 2, 0, l), allowed{0, contract.CauseNone, 0}, "2 at 0.9s")
 		clock.Advance(100 * time.Millisecond)
-		expect(t, s, key, algReq(store.Buckets, 2, 0, l), allowed{0, store.CauseNone, 0}, "2 at 1.0s")
+		expect(t, s, key, algReq(contract.Buckets, 2, 0, l), allowed{0, contract.CauseNone, 0}, "2 at 1.0s")
 	}},
 	{"each algorithm keeps its own state", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
-		for _, alg := range append([]store.Algorithm{store.SlidingLog}, countingAlgorithms...) {
-			expect(t, s, key, algReq(alg, 1, 0, lim(1, time.Second)), allowed{0, store.CauseNone, 0}, alg.String())
+		for _, alg := range append([]contract.Algorithm{contract.SlidingLog}, countingAlgorithms...) {
+			expect(t, s, key, algReq(alg, 1, 0, lim(1, time.Second)), allowed{0, contract.CauseNone, 0}, alg.String())
 		}
 	}},
 	{"cancel gives the units back", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		for _, alg := range countingAlgorithms {
 			r := algReq(alg, 2, 0, lim(2, time.Second))
-			res := expect(t, s, key, r, allowed{0, store.CauseNone, 0}, alg.String())
+			res := expect(t, s, key, r, allowed{0, contract.CauseNone, 0}, alg.String())
 			// A full sliding counter needs its window and the next to pass.
-			retry := map[store.Algorithm]time.Duration{store.SlidingCounter: 2 * time.Second}[alg]
+			retry := map[contract.Algorithm]time.Duration{contract.SlidingCounter: 2 * time.Second}[alg]
 			expect(t, s, key, r, max(retry, time.Second), alg.String()+" full")
 			require.NoError(t, s.Cancel(ctx, res))
-			expect(t, s, key, r, allowed{0, store.CauseNone, 0}, alg.String()+" after cancel")
+			expect(t, s, key, r, allowed{0, contract.CauseNone, 0}, alg.String()+" after cancel")
 		}
 	}},
 	{"invalid precision", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
-		for name, r := range map[string]store.Request{
-			"precision on the log":   algReq(store.SlidingLog, 1, 0, prec(1, time.Second, time.Millisecond)),
-			"precision on fixed":     algReq(store.FixedWindow, 1, 0, prec(1, time.Second, time.Millisecond)),
-			"negative precision":     algReq(store.Buckets, 1, 0, prec(1, time.Second, -time.Millisecond)),
-			"precision above Per":    algReq(store.Buckets, 1, 0, prec(1, time.Second, 2*time.Second)),
-			"too many buckets":       algReq(store.Buckets, 1, 0, prec(1, time.Second, 100*time.Microsecond)),
-			"unknown algorithm":      algReq(store.Algorithm(9), 1, 0, lim(1, time.Second)),
-			"precision below 1µs":    algReq(store.Buckets, 1, 0, prec(1, time.Second, time.Nanosecond)),
-			"cost above N (buckets)": algReq(store.Buckets, 3, 0, prec(2, time.Second, time.Millisecond*100)),
+		for name, r := range map[string]contract.Request{
+			"precision on the log":   algReq(contract.SlidingLog, 1, 0, prec(1, time.Second, time.Millisecond)),
+			"precision on fixed":     algReq(contract.FixedWindow, 1, 0, prec(1, time.Second, time.Millisecond)),
+			"negative precision":     algReq(contract.Buckets, 1, 0, prec(1, time.Second, -time.Millisecond)),
+			"precision above Per":    algReq(contract.Buckets, 1, 0, prec(1, time.Second, 2*time.Second)),
+			"too many buckets":       algReq(contract.Buckets, 1, 0, prec(1, time.Second, 100*time.Microsecond)),
+			"unknown algorithm":      algReq(contract.Algorithm(9), 1, 0, lim(1, time.Second)),
+			"precision below 1µs":    algReq(contract.Buckets, 1, 0, prec(1, time.Second, time.Nanosecond)),
+			"cost above N (buckets)": algReq(contract.Buckets, 3, 0, prec(2, time.Second, time.Millisecond*100)),
 		} {
 			_, err := s.Reserve(ctx, key, r)
-			assert.ErrorIs(t, err, store.ErrInvalidRequest, name)
+			assert.ErrorIs(t, err, contract.ErrInvalidRequest, name)
 		}
 	}},
 }
 
 // randomLimits draws 1-3 limits for alg.
-func randomLimits(rng *rand.Rand, alg store.Algorithm) []store.Limit {
-	limits := make([]store.Limit, 1+rng.IntN(3))
+func randomLimits(rng *rand.Rand, alg contract.Algorithm) []contract.Limit {
+	limits := make([]contract.Limit, 1+rng.IntN(3))
 	for i := range limits {
 		per := time.Duration(10+rng.IntN(2000)) * time.Millisecond
 		limits[i] = lim(3+rng.IntN(18), per)
-		if alg == store.Buckets && rng.IntN(4) != 0 {
+		if alg == contract.Buckets && rng.IntN(4) != 0 {
 			limits[i].Precision = per / time.Duration(1+rng.IntN(8))
 		}
 	}
@@ -200,13 +203,13 @@ func TestAlgorithmDifferential(t *testing.T) {
 					stores[i] = im.open(t, clock.Now)
 				}
 				key := uniqueKey(t)
-				var held [][]store.Reservation // per op, one per store
+				var held [][]contract.Reservation // per op, one per store
 				refusals, upstream := 0, 0
 				last := time.Now()
 				for op := range 400 {
 					if rng.IntN(16) == 0 {
 						// What an upstream might say: every store hears the same.
-						var l store.Learned
+						var l contract.Learned
 						switch rng.IntN(3) {
 						case 0:
 							l.Pause = time.Duration(rng.IntN(300)) * time.Millisecond
@@ -218,7 +221,7 @@ func TestAlgorithmDifferential(t *testing.T) {
 							l.Reset = time.Duration(rng.IntN(2000)) * time.Millisecond
 						}
 						for _, s := range stores {
-							require.NoError(t, s.(store.Feedback).Learn(ctx, key, l))
+							require.NoError(t, s.(contract.Feedback).Learn(ctx, key, l))
 						}
 						continue
 					}
@@ -234,15 +237,15 @@ func TestAlgorithmDifferential(t *testing.T) {
 					if rng.IntN(2) == 0 {
 						r.MaxServerWait = time.Duration(rng.IntN(500)) * time.Millisecond
 					}
-					var got []store.Reservation
+					var got []contract.Reservation
 					for _, s := range stores {
 						got = append(got, reserve(t, s, key, r))
 					}
 					for j := 1; j < len(got); j++ {
 						a, b := got[0], got[j]
 						require.Equal(t,
-							[]any{a.Allowed, a.Delay, a.RetryAfter, a.Slot(), a.Limit, a.Cause},
-							[]any{b.Allowed, b.Delay, b.RetryAfter, b.Slot(), b.Limit, b.Cause},
+							[]any{a.Allowed, a.Delay, a.RetryAfter, a.Slot, a.Limit, a.Cause},
+							[]any{b.Allowed, b.Delay, b.RetryAfter, b.Slot, b.Limit, b.Cause},
 							"op %d, %s vs %s, limits %v", op, ims[0].name, ims[j].name, limits)
 					}
 					if got[0].Allowed {
@@ -250,7 +253,7 @@ func TestAlgorithmDifferential(t *testing.T) {
 					} else {
 						refusals++
 					}
-					if got[0].Cause == store.CauseUpstream || got[0].Cause == store.CauseLearned {
+					if got[0].Cause == contract.CauseUpstream || got[0].Cause == contract.CauseLearned {
 						upstream++
 					}
 					// Redis expires keys in real time: the fake clock must
@@ -282,7 +285,7 @@ func TestAlgorithmProperty(t *testing.T) {
 	}
 }
 
-func runAlgorithmProperty(t *testing.T, im impl, alg store.Algorithm, seed uint64) {
+func runAlgorithmProperty(t *testing.T, im impl, alg contract.Algorithm, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	limits := randomLimits(rng, alg)
 	// Memory on a fake clock that the workers move; Redis on its own TIME
@@ -314,7 +317,7 @@ func runAlgorithmProperty(t *testing.T, im impl, alg store.Algorithm, seed uint6
 					assert.NoError(t, s.Cancel(ctx, res))
 				} else if res.Allowed {
 					mu.Lock()
-					log = append(log, sent{res.Slot(), cost})
+					log = append(log, sent{res.Slot, cost})
 					mu.Unlock()
 				}
 				clock.Advance(time.Duration(r.IntN(5_000)) * time.Microsecond)
@@ -328,7 +331,7 @@ func runAlgorithmProperty(t *testing.T, im impl, alg store.Algorithm, seed uint6
 		most := maxInSpans(log, alg, l)
 		require.LessOrEqual(t, most, l.N, "limit %s", l)
 		full = full || most == l.N
-		if alg == store.SlidingCounter {
+		if alg == contract.SlidingCounter {
 			// The estimate weighs the previous window, so a window itself
 			// seldom fills: two windows together reaching N show the
 			// counter at work.
@@ -340,9 +343,9 @@ func runAlgorithmProperty(t *testing.T, im impl, alg store.Algorithm, seed uint6
 
 // maxInSpans returns the most units in one aligned window (FixedWindow,
 // SlidingCounter) or span of buckets (Buckets) of l.
-func maxInSpans(log []sent, alg store.Algorithm, l store.Limit) int {
+func maxInSpans(log []sent, alg contract.Algorithm, l contract.Limit) int {
 	length, n := l.Per.Microseconds(), int64(1)
-	if alg == store.Buckets {
+	if alg == contract.Buckets {
 		if l.Precision != 0 {
 			length = l.Precision.Microseconds()
 		}
@@ -367,7 +370,7 @@ func maxInSpans(log []sent, alg store.Algorithm, l store.Limit) int {
 }
 
 // maxInTwoWindows returns the most units in two adjacent aligned windows.
-func maxInTwoWindows(log []sent, l store.Limit) int {
+func maxInTwoWindows(log []sent, l contract.Limit) int {
 	per := map[int64]int{}
 	for _, e := range log {
 		per[e.slot/l.Per.Microseconds()] += e.cost
@@ -380,14 +383,14 @@ func maxInTwoWindows(log []sent, l store.Limit) int {
 }
 
 func TestParseAlgorithm(t *testing.T) {
-	for _, alg := range append([]store.Algorithm{store.SlidingLog}, countingAlgorithms...) {
-		got, err := store.ParseAlgorithm(alg.String())
+	for _, alg := range append([]contract.Algorithm{contract.SlidingLog}, countingAlgorithms...) {
+		got, err := contract.ParseAlgorithm(alg.String())
 		require.NoError(t, err)
 		assert.Equal(t, alg, got)
 	}
-	_, err := store.ParseAlgorithm("leaky")
+	_, err := contract.ParseAlgorithm("leaky")
 	assert.ErrorContains(t, err, `unknown algorithm "leaky"`)
-	assert.Equal(t, "Algorithm(9)", store.Algorithm(9).String())
+	assert.Equal(t, "Algorithm(9)", contract.Algorithm(9).String())
 }
 
 // TestAlgorithmFootprint measures, on a real redis-server, what a key costs
@@ -400,20 +403,20 @@ func TestParseAlgorithm(t *testing.T) {
 func TestAlgorithmFootprint(t *testing.T) {
 	c := realRedis(t)
 	clock := newFakeClock()
-	s, err := store.NewRedis(c, store.WithClientTime(clock.Now))
+	s, err := redisstore.NewRedis(c, redisstore.WithClientTime(clock.Now))
 	require.NoError(t, err)
 	day := 24 * time.Hour
 	cases := []struct {
 		name     string
-		alg      store.Algorithm
-		limit    store.Limit
+		alg      contract.Algorithm
+		limit    contract.Limit
 		maxBytes int64
 	}{
-		{"log", store.SlidingLog, lim(1_000_000, day), 12_000_000},
-		{"fixed", store.FixedWindow, lim(1_000_000, day), 256},
-		{"counter", store.SlidingCounter, lim(1_000_000, day), 256},
-		{"buckets 1h", store.Buckets, prec(1_000_000, day, time.Hour), 2048},
-		{"buckets 1m", store.Buckets, prec(1_000_000, day, time.Minute), 128 << 10},
+		{"log", contract.SlidingLog, lim(1_000_000, day), 12_000_000},
+		{"fixed", contract.FixedWindow, lim(1_000_000, day), 256},
+		{"counter", contract.SlidingCounter, lim(1_000_000, day), 256},
+		{"buckets 1h", contract.Buckets, prec(1_000_000, day, time.Hour), 2048},
+		{"buckets 1m", contract.Buckets, prec(1_000_000, day, time.Minute), 128 << 10},
 	}
 	cpuPing := serverCPU(t, c, func() {
 		for range 2000 {
@@ -494,13 +497,13 @@ func serverCPU(t *testing.T, c *redis.Client, f func()) float64 {
 // TestMemoryDefaultClock runs feedback and every algorithm on a Memory store
 // with its own clock (no WithClock), as programs use it.
 func TestMemoryDefaultClock(t *testing.T) {
-	m, err := store.NewMemory()
+	m, err := memstore.NewMemory()
 	require.NoError(t, err)
-	require.NoError(t, m.Learn(ctx, "k", store.Learned{Pause: time.Millisecond}))
-	for _, alg := range append([]store.Algorithm{store.SlidingLog}, countingAlgorithms...) {
+	require.NoError(t, m.Learn(ctx, "k", contract.Learned{Pause: time.Millisecond}))
+	for _, alg := range append([]contract.Algorithm{contract.SlidingLog}, countingAlgorithms...) {
 		res := reserve(t, m, "k", algReq(alg, 1, time.Second, lim(1, time.Second)))
 		require.True(t, res.Allowed, alg.String())
-		assert.Equal(t, store.CauseUpstream, res.Cause, "%s: the pause holds the slot", alg)
+		assert.Equal(t, contract.CauseUpstream, res.Cause, "%s: the pause holds the slot", alg)
 		assert.Greater(t, res.Delay, time.Duration(0), alg.String())
 	}
 }

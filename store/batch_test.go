@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 // pipelineHook counts the pipelines a client sends and their sizes, and can
@@ -66,12 +66,12 @@ func (h *pipelineHook) hold(before, after chan struct{}) {
 	h.before, h.after = before, after
 }
 
-func batchedStore(t *testing.T) (*store.Redis, *redis.Client, *pipelineHook) {
+func batchedStore(t *testing.T) (*redisstore.Redis, *redis.Client, *pipelineHook) {
 	t.Helper()
 	c := realRedis(t)
 	h := &pipelineHook{}
 	c.AddHook(h)
-	s, err := store.NewRedis(c, store.WithBatching(64))
+	s, err := redisstore.NewRedis(c, redisstore.WithBatching(64))
 	require.NoError(t, err)
 	return s, c, h
 }
@@ -208,14 +208,14 @@ func TestRedisBatchingConfig(t *testing.T) {
 		return nil, net.ErrClosed
 	}})
 	defer c.Close()
-	for _, max := range []int{-1, 0, 1, store.MaxBatch + 1} {
-		_, err := store.NewRedis(c, store.WithBatching(max))
+	for _, max := range []int{-1, 0, 1, redisstore.MaxBatch + 1} {
+		_, err := redisstore.NewRedis(c, redisstore.WithBatching(max))
 		assert.ErrorContains(t, err, "WithBatching", "max %d", max)
 	}
-	_, err := store.NewRedis(c, store.WithBatching(2), store.WithReplicaAck(1, time.Second))
+	_, err := redisstore.NewRedis(c, redisstore.WithBatching(2), redisstore.WithReplicaAck(1, time.Second))
 	assert.ErrorContains(t, err, "cannot be combined")
-	_, err = store.NewRedis(fakeScripter{}, store.WithBatching(2))
+	_, err = redisstore.NewRedis(fakeScripter{}, redisstore.WithBatching(2))
 	assert.ErrorContains(t, err, "pipelines")
-	_, err = store.NewRedis(c, store.WithBatching(store.MaxBatch))
+	_, err = redisstore.NewRedis(c, redisstore.WithBatching(redisstore.MaxBatch))
 	assert.NoError(t, err)
 }

@@ -12,8 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/redistest"
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 // TestClusterKeysAndSlots runs reservations and cancels for many rate keys
@@ -24,7 +25,7 @@ import (
 func TestClusterKeysAndSlots(t *testing.T) {
 	c := redistest.SharedCluster(t)
 	cc := c.Client(t)
-	s, err := store.NewRedis(cc)
+	s, err := redisstore.NewRedis(cc)
 	require.NoError(t, err)
 
 	nodes, err := c.Nodes(ctx)
@@ -52,7 +53,7 @@ func TestClusterKeysAndSlots(t *testing.T) {
 		m, err := c.MasterOf(ctx, rk)
 		require.NoError(t, err)
 		masters[m] = true
-		var last store.Reservation
+		var last contract.Reservation
 		for range 3 {
 			last = reserve(t, s, key, r)
 			require.True(t, last.Allowed)
@@ -96,7 +97,7 @@ func TestClusterKeysAndSlots(t *testing.T) {
 // and cancels go on, through EVAL, on every master.
 func TestClusterScriptFlush(t *testing.T) {
 	cc := redistest.SharedCluster(t).Client(t)
-	s, err := store.NewRedis(cc)
+	s, err := redisstore.NewRedis(cc)
 	require.NoError(t, err)
 	base := uniqueKey(t)
 	r := req(1, time.Hour, lim(1, time.Hour))

@@ -15,8 +15,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/redistest"
 	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/memstore"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 func TestMain(m *testing.M) {
@@ -89,21 +92,21 @@ func uniqueKey(t *testing.T) string {
 
 func impls(t *testing.T) []impl {
 	memory := impl{"memory", func(t *testing.T, clock func() time.Time) store.Store {
-		var opts []store.MemoryOption
+		var opts []memstore.MemoryOption
 		if clock != nil {
-			opts = append(opts, store.WithClock(clock))
+			opts = append(opts, memstore.WithClock(clock))
 		}
-		m, err := store.NewMemory(opts...)
+		m, err := memstore.NewMemory(opts...)
 		require.NoError(t, err)
 		return m
 	}}
 	redisOn := func(srv func(t *testing.T) *redistest.Server) func(t *testing.T, clock func() time.Time) store.Store {
 		return func(t *testing.T, clock func() time.Time) store.Store {
-			var opts []store.RedisOption
+			var opts []redisstore.RedisOption
 			if clock != nil {
-				opts = append(opts, store.WithClientTime(clock))
+				opts = append(opts, redisstore.WithClientTime(clock))
 			}
-			r, err := store.NewRedis(srv(t).Client(t), opts...)
+			r, err := redisstore.NewRedis(srv(t).Client(t), opts...)
 			require.NoError(t, err)
 			return r
 		}
@@ -120,11 +123,11 @@ func impls(t *testing.T) []impl {
 		// pipelines (the property tests), lone ones go alone (the cases). Its
 		// own prefix: the differential tests use one key on every store.
 		{name + "-batched", func(t *testing.T, clock func() time.Time) store.Store {
-			opts := []store.RedisOption{store.WithBatching(64), store.WithPrefix("batched:")}
+			opts := []redisstore.RedisOption{redisstore.WithBatching(64), redisstore.WithPrefix("batched:")}
 			if clock != nil {
-				opts = append(opts, store.WithClientTime(clock))
+				opts = append(opts, redisstore.WithClientTime(clock))
 			}
-			r, err := store.NewRedis(redistest.Shared(t).Client(t), opts...)
+			r, err := redisstore.NewRedis(redistest.Shared(t).Client(t), opts...)
 			require.NoError(t, err)
 			return r
 		}},
@@ -133,22 +136,22 @@ func impls(t *testing.T) []impl {
 		// A real Redis Cluster (3 masters, 3 replicas) through a ClusterClient:
 		// a script touching a key outside its declared key's slot fails there.
 		{"redis-cluster", func(t *testing.T, clock func() time.Time) store.Store {
-			var opts []store.RedisOption
+			var opts []redisstore.RedisOption
 			if clock != nil {
-				opts = append(opts, store.WithClientTime(clock))
+				opts = append(opts, redisstore.WithClientTime(clock))
 			}
-			r, err := store.NewRedis(redistest.SharedCluster(t).Client(t), opts...)
+			r, err := redisstore.NewRedis(redistest.SharedCluster(t).Client(t), opts...)
 			require.NoError(t, err)
 			return r
 		}},
 	}
 }
 
-func req(cost int, maxWait time.Duration, limits ...store.Limit) store.Request {
-	return store.Request{Limits: limits, Cost: cost, MaxWait: maxWait}
+func req(cost int, maxWait time.Duration, limits ...contract.Limit) contract.Request {
+	return contract.Request{Limits: limits, Cost: cost, MaxWait: maxWait}
 }
 
-func lim(n int, per time.Duration) store.Limit { return store.Limit{N: n, Per: per} }
+func lim(n int, per time.Duration) contract.Limit { return contract.Limit{N: n, Per: per} }
 
 // TestConformance runs the same cases, with the same expectations, on every
 // store, on a fake clock so that every slot is exact.
@@ -182,7 +185,7 @@ type conformanceCase struct {
 
 var ctx = context.Background()
 
-func reserve(t *testing.T, s store.Store, key string, r store.Request) store.Reservation {
+func reserve(t *testing.T, s store.Store, key string, r contract.Request) contract.Reservation {
 	t.Helper()
 	res, err := s.Reserve(ctx, key, r)
 	require.NoError(t, err)
@@ -200,7 +203,7 @@ var conformanceCases = []conformanceCase{
 		res := reserve(t, s, key, req(1, 0, lim(3, time.Second)))
 		assert.False(t, res.Allowed)
 		assert.Equal(t, 700*time.Millisecond, res.RetryAfter)
-		assert.Equal(t, store.CauseLimit, res.Cause)
+		assert.Equal(t, contract.CauseLimit, res.Cause)
 		assert.Equal(t, 0, res.Limit)
 	}},
 	{"a refusal records nothing", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
@@ -234,7 +237,7 @@ var conformanceCases = []conformanceCase{
 		res = reserve(t, s, key, req(1, 800*time.Millisecond, lim(1, time.Second)))
 		assert.True(t, res.Allowed)
 		assert.Equal(t, 800*time.Millisecond, res.Delay)
-		assert.Equal(t, store.CauseLimit, res.Cause)
+		assert.Equal(t, contract.CauseLimit, res.Cause)
 		assert.Equal(t, 0, res.Limit)
 	}},
 	{"the window slides: units come back one window after their send", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
@@ -265,9 +268,9 @@ var conformanceCases = []conformanceCase{
 		assert.Equal(t, time.Second, res.Delay, "all five units free again one window later")
 	}},
 	{"several limits are checked together and the binding one is named", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
-		limits := []store.Limit{lim(2, 100*time.Millisecond), lim(3, time.Second)}
-		r := store.Request{Limits: limits, Cost: 1, MaxWait: time.Hour}
-		var got []store.Reservation
+		limits := []contract.Limit{lim(2, 100*time.Millisecond), lim(3, time.Second)}
+		r := contract.Request{Limits: limits, Cost: 1, MaxWait: time.Hour}
+		var got []contract.Reservation
 		for range 5 {
 			got = append(got, reserve(t, s, key, r))
 		}
@@ -276,11 +279,11 @@ var conformanceCases = []conformanceCase{
 			delays = append(delays, g.Delay)
 		}
 		assert.Equal(t, []time.Duration{0, 0, 100 * time.Millisecond, time.Second, time.Second}, delays)
-		causes, limitIdx := []store.Cause{}, []int{}
+		causes, limitIdx := []contract.Cause{}, []int{}
 		for _, g := range got {
 			causes, limitIdx = append(causes, g.Cause), append(limitIdx, g.Limit)
 		}
-		assert.Equal(t, []store.Cause{store.CauseNone, store.CauseNone, store.CauseLimit, store.CauseLimit, store.CauseLimit}, causes)
+		assert.Equal(t, []contract.Cause{contract.CauseNone, contract.CauseNone, contract.CauseLimit, contract.CauseLimit, contract.CauseLimit}, causes)
 		assert.Equal(t, []int{0, 0, 0, 1, 1}, limitIdx)
 	}},
 	{"cancel gives the slot back to the next request", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
@@ -299,7 +302,7 @@ var conformanceCases = []conformanceCase{
 		reserve(t, s, key, r)
 		a := reserve(t, s, key, r) // 2 units at 1s
 		b := reserve(t, s, key, r) // 2 units at 1s
-		require.Equal(t, a.Slot(), b.Slot())
+		require.Equal(t, a.Slot, b.Slot)
 		require.NoError(t, s.Cancel(ctx, a))
 		// Two units at 1s remain: two more fit at 1s, then the next must wait.
 		assert.Equal(t, time.Second, reserve(t, s, key, r).Delay)
@@ -350,12 +353,12 @@ var conformanceCases = []conformanceCase{
 		require.Equal(t, time.Second, second.Delay)
 		clock.Advance(-10 * time.Second)
 		third := reserve(t, s, key, r)
-		assert.GreaterOrEqual(t, third.Slot(), second.Slot()+int64(time.Second/time.Microsecond))
-		assert.Equal(t, store.CauseLimit, third.Cause)
+		assert.GreaterOrEqual(t, third.Slot, second.Slot+int64(time.Second/time.Microsecond))
+		assert.Equal(t, contract.CauseLimit, third.Cause)
 		clock.Advance(-10 * time.Second)
 		fourth := reserve(t, s, key, req(1, time.Hour, lim(100, time.Second)))
-		assert.Equal(t, third.Slot(), fourth.Slot(), "a looser limit admits at once; the order holds it to the last entry")
-		assert.Equal(t, store.CauseOrder, fourth.Cause)
+		assert.Equal(t, third.Slot, fourth.Slot, "a looser limit admits at once; the order holds it to the last entry")
+		assert.Equal(t, contract.CauseOrder, fourth.Cause)
 		assert.Equal(t, 0, fourth.Limit)
 	}},
 	{"an idle key starts afresh", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
@@ -371,14 +374,14 @@ var conformanceCases = []conformanceCase{
 		first := reserve(t, s, key, r)
 		require.True(t, first.Allowed)
 		assert.Equal(t, time.Duration(0), first.Delay, "the slot itself is not moved")
-		assert.Equal(t, first.Slot()+100_000, first.Entry())
+		assert.Equal(t, first.Slot+100_000, first.Entry)
 		second := reserve(t, s, key, req(1, time.Hour, lim(2, time.Second)))
 		assert.Equal(t, 100*time.Millisecond, second.Delay, "without an allowance, never before the last entry")
-		assert.Equal(t, store.CauseOrder, second.Cause)
-		assert.Equal(t, first.Entry(), second.Entry())
+		assert.Equal(t, contract.CauseOrder, second.Cause)
+		assert.Equal(t, first.Entry, second.Entry)
 		third := reserve(t, s, key, r)
 		assert.Equal(t, 1100*time.Millisecond, third.Delay, "one window after the first unit's latest send")
-		assert.Equal(t, third.Slot()+100_000, third.Entry())
+		assert.Equal(t, third.Slot+100_000, third.Entry)
 		// Cancel removes the entries by their recorded time.
 		require.NoError(t, s.Cancel(ctx, third))
 		again := reserve(t, s, key, r)
@@ -392,15 +395,15 @@ var conformanceCases = []conformanceCase{
 		fast.Allowance = time.Millisecond
 		b := reserve(t, s, key, fast)
 		assert.Equal(t, time.Duration(0), b.Delay)
-		assert.Equal(t, store.CauseNone, b.Cause, "an allowance is not held by the order")
-		assert.Equal(t, a.Entry(), b.Entry(), "recorded at the last entry, which is later than its own slot + allowance")
+		assert.Equal(t, contract.CauseNone, b.Cause, "an allowance is not held by the order")
+		assert.Equal(t, a.Entry, b.Entry, "recorded at the last entry, which is later than its own slot + allowance")
 		c := reserve(t, s, key, fast)
 		assert.Equal(t, time.Duration(0), c.Delay)
 		d := reserve(t, s, key, fast)
 		assert.Equal(t, 1300*time.Millisecond, d.Delay, "the oldest of the three is counted at its latest send")
 	}},
 	{"invalid requests are refused with ErrInvalidRequest", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
-		for name, r := range map[string]store.Request{
+		for name, r := range map[string]contract.Request{
 			"no limits":            {Cost: 1},
 			"cost 0":               req(0, 0, lim(1, time.Second)),
 			"cost above N":         req(3, 0, lim(5, time.Second), lim(2, time.Second)),
@@ -409,16 +412,16 @@ var conformanceCases = []conformanceCase{
 			"negative wait":        req(1, -time.Second, lim(1, time.Second)),
 			"negative limit":       req(1, 0, lim(-1, time.Second)),
 			"window 1ns":           req(1, 0, lim(1, time.Nanosecond)),
-			"negative server wait": {Limits: []store.Limit{lim(1, time.Second)}, Cost: 1, MaxServerWait: -time.Second},
-			"negative allowance":   {Limits: []store.Limit{lim(1, time.Second)}, Cost: 1, Allowance: -time.Millisecond},
-			"allowance too large":  {Limits: []store.Limit{lim(1, time.Second)}, Cost: 1, Allowance: store.MaxAllowance + time.Microsecond},
-			"counted allowance":    {Limits: []store.Limit{lim(1, time.Second)}, Cost: 1, Allowance: time.Millisecond, Algorithm: store.FixedWindow},
+			"negative server wait": {Limits: []contract.Limit{lim(1, time.Second)}, Cost: 1, MaxServerWait: -time.Second},
+			"negative allowance":   {Limits: []contract.Limit{lim(1, time.Second)}, Cost: 1, Allowance: -time.Millisecond},
+			"allowance too large":  {Limits: []contract.Limit{lim(1, time.Second)}, Cost: 1, Allowance: contract.MaxAllowance + time.Microsecond},
+			"counted allowance":    {Limits: []contract.Limit{lim(1, time.Second)}, Cost: 1, Allowance: time.Millisecond, Algorithm: contract.FixedWindow},
 		} {
 			_, err := s.Reserve(ctx, key, r)
-			assert.ErrorIs(t, err, store.ErrInvalidRequest, name)
+			assert.ErrorIs(t, err, contract.ErrInvalidRequest, name)
 		}
 		_, err := s.Reserve(ctx, "", req(1, 0, lim(1, time.Second)))
-		assert.ErrorIs(t, err, store.ErrInvalidRequest, "empty key")
+		assert.ErrorIs(t, err, contract.ErrInvalidRequest, "empty key")
 	}},
 	{"an entry no reservation could have written is repaired", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		// As a Transport reserves: no wait, a small allowance. An entry an
@@ -435,12 +438,12 @@ var conformanceCases = []conformanceCase{
 			require.True(t, res.Allowed, "request %d: not held back by the bad entry", i)
 			assert.Equal(t, time.Duration(0), res.Delay)
 		}
-		u, err := s.(store.Inspector).Usage(ctx, key, r)
+		u, err := s.(contract.Inspector).Usage(ctx, key, r)
 		require.NoError(t, err)
 		assert.Less(t, u.Last, time.Second, "the bad entry is gone, and nothing was recorded after it")
 	}},
 	{"a paced time no reservation could have left is repaired", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
-		r := store.Request{Limits: []store.Limit{lim(100, time.Second), paced(10, time.Second, 1)}, Cost: 1}
+		r := contract.Request{Limits: []contract.Limit{lim(100, time.Second), paced(10, time.Second, 1)}, Cost: 1}
 		require.True(t, reserve(t, s, key, r).Allowed)
 		require.NoError(t, s.(injector).InjectPace(key, clock.Now().Add(time.Hour).UnixMicro()))
 		clock.Advance(time.Second)
@@ -543,7 +546,7 @@ type sent struct {
 // its slot, at the end of its allowance or in between, at random.
 func runProperty(t *testing.T, im impl, seed uint64, allowances []time.Duration) {
 	rng := rand.New(rand.NewPCG(seed, 42))
-	limits := make([]store.Limit, 1+rng.IntN(3))
+	limits := make([]contract.Limit, 1+rng.IntN(3))
 	maxCost := 3
 	for i := range limits {
 		limits[i] = lim(maxCost+rng.IntN(18), time.Duration(10+rng.IntN(2000))*time.Millisecond)
@@ -584,14 +587,14 @@ func runProperty(t *testing.T, im impl, seed uint64, allowances []time.Duration)
 				if !res.Allowed {
 					continue
 				}
-				if res.Cause == store.CauseLimit {
+				if res.Cause == contract.CauseLimit {
 					bound.Add(1)
 				}
 				if r.IntN(5) == 0 {
 					assert.NoError(t, s.Cancel(ctx, res))
 					continue
 				}
-				at := res.Slot()
+				at := res.Slot
 				switch a := rq.Allowance.Microseconds(); r.IntN(3) {
 				case 1:
 					at += a

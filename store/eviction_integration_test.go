@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle/internal/redistest"
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 // TestEvictionCheckCluster: the check asks every master of a Cluster, and one
@@ -22,7 +22,7 @@ func TestEvictionCheckCluster(t *testing.T) {
 	cc := c.Client(t)
 	r := req(1, 0, lim(10, time.Minute))
 
-	s, err := store.NewRedis(cc)
+	s, err := redisstore.NewRedis(cc)
 	require.NoError(t, err)
 	assert.True(t, reserve(t, s, uniqueKey(t), r).Allowed, "noeviction everywhere")
 
@@ -37,11 +37,11 @@ func TestEvictionCheckCluster(t *testing.T) {
 	require.NoError(t, node.ConfigSet(ctx, "maxmemory", "100mb").Err())
 	require.NoError(t, node.ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err())
 
-	s, err = store.NewRedis(cc)
+	s, err = redisstore.NewRedis(cc)
 	require.NoError(t, err)
 	for range 5 {
 		_, err = s.Reserve(ctx, uniqueKey(t), r) // keys on every master
-		require.ErrorIs(t, err, store.ErrEvictingPolicy)
+		require.ErrorIs(t, err, redisstore.ErrEvictingPolicy)
 		assert.Contains(t, err.Error(), master+": maxmemory-policy volatile-lru")
 	}
 }

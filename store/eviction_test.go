@@ -15,6 +15,7 @@ import (
 
 	"github.com/throttle-go/throttle/internal/redistest"
 	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 // TestEvictionCheck: on a server with a memory limit and an evicting policy,
@@ -30,28 +31,28 @@ func TestEvictionCheck(t *testing.T) {
 
 	for name, srv := range map[string]*redistest.Server{"allkeys-lru": lru, "volatile-ttl": volatile} {
 		t.Run(name, func(t *testing.T) {
-			s, err := store.NewRedis(srv.Client(t))
+			s, err := redisstore.NewRedis(srv.Client(t))
 			require.NoError(t, err)
 			for range 3 {
 				_, err = s.Reserve(ctx, uniqueKey(t), r)
-				require.ErrorIs(t, err, store.ErrEvictingPolicy)
+				require.ErrorIs(t, err, redisstore.ErrEvictingPolicy)
 				assert.Contains(t, err.Error(), "maxmemory-policy "+name+" with maxmemory 10485760")
 			}
 			var logs logBuffer
-			s, err = store.NewRedis(srv.Client(t), store.WithEvictionCheck(store.EvictionWarn), store.WithLogger(logs.logger()))
+			s, err = redisstore.NewRedis(srv.Client(t), redisstore.WithEvictionCheck(redisstore.EvictionWarn), redisstore.WithLogger(logs.logger()))
 			require.NoError(t, err)
 			assert.True(t, reserve(t, s, uniqueKey(t), r).Allowed)
 			assert.True(t, reserve(t, s, uniqueKey(t), r).Allowed)
 			assert.Equal(t, 1, strings.Count(logs.String(), "maxmemory-policy "+name), "once per check: %s", logs.String())
 
-			s, err = store.NewRedis(srv.Client(t), store.WithEvictionCheck(store.EvictionOff))
+			s, err = redisstore.NewRedis(srv.Client(t), redisstore.WithEvictionCheck(redisstore.EvictionOff))
 			require.NoError(t, err)
 			assert.True(t, reserve(t, s, uniqueKey(t), r).Allowed)
 		})
 	}
 	for name, srv := range map[string]*redistest.Server{"noeviction": noEviction, "no maxmemory": unlimited} {
 		t.Run(name, func(t *testing.T) {
-			s, err := store.NewRedis(srv.Client(t))
+			s, err := redisstore.NewRedis(srv.Client(t))
 			require.NoError(t, err)
 			assert.True(t, reserve(t, s, uniqueKey(t), r).Allowed)
 		})
@@ -61,13 +62,13 @@ func TestEvictionCheck(t *testing.T) {
 // TestEvictionCheckOptions: EvictionWarn needs a logger; unknown checks and
 // nil loggers are refused.
 func TestEvictionCheckOptions(t *testing.T) {
-	_, err := store.NewRedis(fakeScripter{}, store.WithEvictionCheck(store.EvictionWarn))
+	_, err := redisstore.NewRedis(fakeScripter{}, redisstore.WithEvictionCheck(redisstore.EvictionWarn))
 	assert.ErrorContains(t, err, "needs WithLogger")
-	_, err = store.NewRedis(fakeScripter{}, store.WithEvictionCheck(store.EvictionCheck(9)))
+	_, err = redisstore.NewRedis(fakeScripter{}, redisstore.WithEvictionCheck(redisstore.EvictionCheck(9)))
 	assert.ErrorContains(t, err, "unknown check")
-	_, err = store.NewRedis(fakeScripter{}, store.WithLogger(nil))
+	_, err = redisstore.NewRedis(fakeScripter{}, redisstore.WithLogger(nil))
 	assert.ErrorContains(t, err, "nil logger")
-	assert.Equal(t, "EvictionRefuse", store.EvictionRefuse.String())
+	assert.Equal(t, "EvictionRefuse", redisstore.EvictionRefuse.String())
 }
 
 // TestEvictionCheckWithoutConfig: a user denied CONFIG (a managed Redis, an
@@ -76,23 +77,23 @@ func TestEvictionCheckOptions(t *testing.T) {
 func TestEvictionCheckWithoutConfig(t *testing.T) {
 	srv := redistest.Start(t, "--maxmemory", "10mb", "--maxmemory-policy", "allkeys-lfu")
 	admin := srv.Client(t)
-	rule := strings.Fields(store.ACLRule(store.DefaultPrefix))
+	rule := strings.Fields(store.ACLRule(redisstore.DefaultPrefix))
 	require.NoError(t, admin.Do(ctx, append([]any{"acl", "setuser", "noconfig", "on", ">pw1"}, toAny(rule)...)...).Err())
 	require.NoError(t, admin.Do(ctx, append([]any{"acl", "setuser", "blind", "on", ">pw2"}, toAny(append(rule[:len(rule):len(rule)], "-info"))...)...).Err())
 	r := req(1, 0, lim(10, time.Minute))
 
-	s, err := store.NewRedis(userClient(t, srv, "noconfig", "pw1"))
+	s, err := redisstore.NewRedis(userClient(t, srv, "noconfig", "pw1"))
 	require.NoError(t, err)
 	_, err = s.Reserve(ctx, uniqueKey(t), r)
-	require.ErrorIs(t, err, store.ErrEvictingPolicy, "read through INFO")
+	require.ErrorIs(t, err, redisstore.ErrEvictingPolicy, "read through INFO")
 	assert.Contains(t, err.Error(), "allkeys-lfu")
 
 	var logs logBuffer
-	s, err = store.NewRedis(userClient(t, srv, "blind", "pw2"), store.WithEvictionCheck(store.EvictionWarn), store.WithLogger(logs.logger()))
+	s, err = redisstore.NewRedis(userClient(t, srv, "blind", "pw2"), redisstore.WithEvictionCheck(redisstore.EvictionWarn), redisstore.WithLogger(logs.logger()))
 	require.NoError(t, err)
 	assert.True(t, reserve(t, s, uniqueKey(t), r).Allowed)
 	assert.Contains(t, logs.String(), "cannot read the Redis maxmemory-policy")
-	s, err = store.NewRedis(userClient(t, srv, "blind", "pw2"))
+	s, err = redisstore.NewRedis(userClient(t, srv, "blind", "pw2"))
 	require.NoError(t, err)
 	assert.True(t, reserve(t, s, uniqueKey(t), r).Allowed, "an unknown policy is not refused")
 }
@@ -102,7 +103,7 @@ func TestEvictionCheckWithoutConfig(t *testing.T) {
 func TestOOMSurfaces(t *testing.T) {
 	srv := redistest.Start(t, "--maxmemory-policy", "noeviction")
 	c := srv.Client(t)
-	s, err := store.NewRedis(c)
+	s, err := redisstore.NewRedis(c)
 	require.NoError(t, err)
 	r := req(1, 0, lim(10, time.Minute))
 	require.True(t, reserve(t, s, uniqueKey(t), r).Allowed)
@@ -115,7 +116,7 @@ func TestOOMSurfaces(t *testing.T) {
 	_, err = s.Reserve(ctx, uniqueKey(t), r)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "OOM command not allowed")
-	assert.NotErrorIs(t, err, store.ErrKeyState)
+	assert.NotErrorIs(t, err, redisstore.ErrKeyState)
 }
 
 // configScripter is a server that counts the eviction checks: it answers
@@ -165,7 +166,7 @@ func (c *configScripter) count() int {
 func TestEvictionCheckOnce(t *testing.T) {
 	granted := []any{int64(1), int64(0), int64(5), int64(0), int64(0)}
 	c := &configScripter{fakeScripter: fakeScripter{reply: granted}, policy: "allkeys-lru", gate: make(chan struct{})}
-	s, err := store.NewRedis(c)
+	s, err := redisstore.NewRedis(c)
 	require.NoError(t, err)
 	clock := newFakeClock()
 	s.SetEvictionClock(clock.Now)
@@ -184,16 +185,16 @@ func TestEvictionCheckOnce(t *testing.T) {
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		require.ErrorIs(t, err, store.ErrEvictingPolicy, "no first call went unchecked")
+		require.ErrorIs(t, err, redisstore.ErrEvictingPolicy, "no first call went unchecked")
 	}
 	assert.Equal(t, 1, c.count())
 
 	c.mu.Lock()
 	c.policy = "noeviction"
 	c.mu.Unlock()
-	clock.Advance(store.EvictionRecheck - time.Second)
+	clock.Advance(redisstore.EvictionRecheck - time.Second)
 	_, err = s.Reserve(ctx, "k", r)
-	require.ErrorIs(t, err, store.ErrEvictingPolicy, "the answer holds until the recheck")
+	require.ErrorIs(t, err, redisstore.ErrEvictingPolicy, "the answer holds until the recheck")
 	assert.Equal(t, 1, c.count())
 	clock.Advance(time.Second)
 	_, err = s.Reserve(ctx, "k", r)
@@ -201,7 +202,7 @@ func TestEvictionCheckOnce(t *testing.T) {
 	assert.Equal(t, 2, c.count())
 
 	// No answer: the previous verdict holds, and the next call asks again.
-	clock.Advance(store.EvictionRecheck)
+	clock.Advance(redisstore.EvictionRecheck)
 	c.mu.Lock()
 	c.err = errors.New("dial tcp: connection refused")
 	c.mu.Unlock()
@@ -219,10 +220,10 @@ func TestEvictionCheckOnce(t *testing.T) {
 //	go test -run '^$' -bench EvictionGate ./store/
 func BenchmarkEvictionGate(b *testing.B) {
 	granted := []any{int64(1), int64(0), int64(5), int64(0), int64(0)}
-	for _, check := range []store.EvictionCheck{store.EvictionRefuse, store.EvictionOff} {
+	for _, check := range []redisstore.EvictionCheck{redisstore.EvictionRefuse, redisstore.EvictionOff} {
 		b.Run(check.String(), func(b *testing.B) {
 			c := &configScripter{fakeScripter: fakeScripter{reply: granted}, policy: "noeviction"}
-			s, err := store.NewRedis(c, store.WithEvictionCheck(check))
+			s, err := redisstore.NewRedis(c, redisstore.WithEvictionCheck(check))
 			require.NoError(b, err)
 			r := req(1, 0, lim(10, time.Minute))
 			b.ReportAllocs()
@@ -240,7 +241,7 @@ func BenchmarkEvictionGate(b *testing.B) {
 // TestEvictionCheckMiniredis: miniredis (the tests' fallback) knows neither
 // CONFIG nor INFO memory: the policy is unknown, and the store runs.
 func TestEvictionCheckMiniredis(t *testing.T) {
-	s, err := store.NewRedis(redistest.Mini(t).Client(t))
+	s, err := redisstore.NewRedis(redistest.Mini(t).Client(t))
 	require.NoError(t, err)
 	assert.True(t, reserve(t, s, uniqueKey(t), req(1, 0, lim(10, time.Minute))).Allowed)
 }

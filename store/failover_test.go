@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle/internal/redistest"
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 // TestFailoverLoss measures what a failover loses: callers reserve as fast
@@ -44,11 +44,11 @@ func TestFailoverLoss(t *testing.T) {
 func failoverLoss(t *testing.T, ack bool) (lost, granted int) {
 	c := redistest.StartCluster(t)
 	cc := c.Client(t)
-	var opts []store.RedisOption
+	var opts []redisstore.RedisOption
 	if ack {
-		opts = append(opts, store.WithReplicaAck(1, time.Second))
+		opts = append(opts, redisstore.WithReplicaAck(1, time.Second))
 	}
-	s, err := store.NewRedis(cc, opts...)
+	s, err := redisstore.NewRedis(cc, opts...)
 	require.NoError(t, err)
 	key := uniqueKey(t)
 	rk := s.RedisKey(key)
@@ -82,11 +82,11 @@ func failoverLoss(t *testing.T, ack bool) (lost, granted int) {
 				mu.Lock()
 				if err != nil {
 					errs++
-					if errors.Is(err, store.ErrReplicaAck) {
+					if errors.Is(err, redisstore.ErrReplicaAck) {
 						ackErrs++
 					}
 				} else if res.Allowed {
-					grants = append(grants, grant{res.Slot(), now})
+					grants = append(grants, grant{res.Slot, now})
 					if k := killedAt.Load(); k != nil && now.After(*k) {
 						afterOK.Add(1)
 					}

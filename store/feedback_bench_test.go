@@ -11,8 +11,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/redistest"
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 	"github.com/throttle-go/throttle/store/internal/script"
 )
 
@@ -32,7 +33,7 @@ func BenchmarkReserveScriptFeedback(b *testing.B) {
 	}
 	rdb := srv.Client(b)
 	script := redis.NewScript(script.Reserve("log"))
-	st, err := store.NewRedis(rdb)
+	st, err := redisstore.NewRedis(rdb)
 	require.NoError(b, err)
 	ctx := context.Background()
 	// A limit that never binds: every call appends one entry.
@@ -45,8 +46,8 @@ func BenchmarkReserveScriptFeedback(b *testing.B) {
 		{"log only", func(k string) []string { return []string{st.RedisKey(k)} }, nil},
 		{"empty feedback", func(k string) []string { return []string{st.RedisKey(k), st.FeedbackKey(k)} }, nil},
 		{"learned limit and budget", func(k string) []string { return []string{st.RedisKey(k), st.FeedbackKey(k)} }, func(k string) {
-			require.NoError(b, st.Learn(ctx, k, store.Learned{
-				Limit: store.Limit{N: 1_000_000, Per: time.Second}, LimitTTL: time.Hour,
+			require.NoError(b, st.Learn(ctx, k, contract.Learned{
+				Limit: contract.Limit{N: 1_000_000, Per: time.Second}, LimitTTL: time.Hour,
 				Remaining: 1 << 40, Reset: time.Hour,
 			}))
 		}},

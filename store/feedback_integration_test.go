@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 // TestFeedbackCluster runs the feedback cases on a Redis Cluster, where the
@@ -27,7 +27,7 @@ func TestFeedbackCluster(t *testing.T) {
 	for _, c := range feedbackCases {
 		t.Run(c.name, func(t *testing.T) {
 			clock := newFakeClock()
-			st, err := store.NewRedis(client, store.WithClientTime(clock.Now))
+			st, err := redisstore.NewRedis(client, redisstore.WithClientTime(clock.Now))
 			require.NoError(t, err)
 			c.run(t, st, st, clock, uniqueKey(t))
 		})

@@ -11,7 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 // TestFeedbackConformance runs the same feedback cases (pauses, learned
@@ -23,8 +25,8 @@ func TestFeedbackConformance(t *testing.T) {
 				t.Run(c.name, func(t *testing.T) {
 					clock := newFakeClock()
 					s := im.open(t, clock.Now)
-					fb, ok := s.(store.Feedback)
-					require.True(t, ok, "%T implements store.Feedback", s)
+					fb, ok := s.(contract.Feedback)
+					require.True(t, ok, "%T implements contract.Feedback", s)
 					c.run(t, s, fb, clock, uniqueKey(t))
 				})
 			}
@@ -34,68 +36,68 @@ func TestFeedbackConformance(t *testing.T) {
 
 type feedbackCase struct {
 	name string
-	run  func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string)
+	run  func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string)
 }
 
-func learn(t *testing.T, fb store.Feedback, key string, l store.Learned) {
+func learn(t *testing.T, fb contract.Feedback, key string, l contract.Learned) {
 	t.Helper()
 	require.NoError(t, fb.Learn(ctx, key, l))
 }
 
 var feedbackCases = []feedbackCase{
-	{"feedback to a busy key holds its next slots, also after the last one is cancelled", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+	{"feedback to a busy key holds its next slots, also after the last one is cancelled", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
 		r := req(1, 2*time.Second, lim(100, time.Second))
 		for range 3 {
 			require.Zero(t, reserve(t, s, key, r).Delay)
 		}
-		learn(t, fb, key, store.Learned{Limit: lim(1, time.Second), LimitTTL: 10 * time.Second})
+		learn(t, fb, key, contract.Learned{Limit: lim(1, time.Second), LimitTTL: 10 * time.Second})
 		res := reserve(t, s, key, r)
 		assert.Equal(t, time.Second, res.Delay, "the learned 1/s holds the next slot a second after the last")
-		assert.Equal(t, store.CauseLearned, res.Cause)
+		assert.Equal(t, contract.CauseLearned, res.Cause)
 		require.NoError(t, s.Cancel(ctx, res))
 		res = reserve(t, s, key, r)
 		assert.Equal(t, time.Second, res.Delay, "the cancelled reservation took nothing of the learned limit with it")
-		assert.Equal(t, store.CauseLearned, res.Cause)
+		assert.Equal(t, contract.CauseLearned, res.Cause)
 		clock.Advance(11 * time.Second)
 		res = reserve(t, s, key, r)
 		assert.Zero(t, res.Delay, "the learned limit has expired")
-		assert.Equal(t, store.CauseNone, res.Cause)
+		assert.Equal(t, contract.CauseNone, res.Cause)
 		require.NoError(t, fb.Pause(ctx, key, time.Second))
 		res = reserve(t, s, key, r)
 		assert.Equal(t, time.Second, res.Delay, "a pause after the learned limit expired is seen")
-		assert.Equal(t, store.CauseUpstream, res.Cause)
+		assert.Equal(t, contract.CauseUpstream, res.Cause)
 	}},
-	{"a pause holds every slot back to its end", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+	{"a pause holds every slot back to its end", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
 		require.NoError(t, fb.Pause(ctx, key, 2*time.Second))
 		res := reserve(t, s, key, req(1, time.Minute, lim(10, time.Second)))
 		require.True(t, res.Allowed)
 		assert.Equal(t, 2*time.Second, res.Delay)
-		assert.Equal(t, store.CauseUpstream, res.Cause)
+		assert.Equal(t, contract.CauseUpstream, res.Cause)
 		assert.Equal(t, 0, res.Limit)
 		res = reserve(t, s, key, req(1, time.Minute, lim(10, time.Second)))
 		assert.Equal(t, 2*time.Second, res.Delay, "the pause holds the next one too; the limit does not")
 	}},
-	{"a pause past MaxWait is refused with RetryAfter to its end", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+	{"a pause past MaxWait is refused with RetryAfter to its end", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
 		require.NoError(t, fb.Pause(ctx, key, 3*time.Second))
 		clock.Advance(time.Second)
 		res := reserve(t, s, key, req(1, time.Second, lim(10, time.Second)))
 		assert.False(t, res.Allowed)
-		assert.Equal(t, store.CauseUpstream, res.Cause)
+		assert.Equal(t, contract.CauseUpstream, res.Cause)
 		assert.Equal(t, 2*time.Second, res.RetryAfter)
 		res = reserve(t, s, key, req(1, 0, lim(10, time.Second)))
 		assert.False(t, res.Allowed, "fail fast")
 		clock.Advance(2 * time.Second)
 		res = reserve(t, s, key, req(1, 0, lim(10, time.Second)))
 		assert.True(t, res.Allowed, "the pause is over")
-		assert.Equal(t, store.CauseNone, res.Cause)
+		assert.Equal(t, contract.CauseNone, res.Cause)
 	}},
-	{"a pause past MaxServerWait is refused even within MaxWait", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+	{"a pause past MaxServerWait is refused even within MaxWait", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
 		require.NoError(t, fb.Pause(ctx, key, 5*time.Second))
 		r := req(1, time.Minute, lim(1, time.Second))
 		r.MaxServerWait = 4 * time.Second
 		res := reserve(t, s, key, r)
 		assert.False(t, res.Allowed)
-		assert.Equal(t, store.CauseUpstream, res.Cause)
+		assert.Equal(t, contract.CauseUpstream, res.Cause)
 		assert.Equal(t, 5*time.Second, res.RetryAfter)
 		r.MaxServerWait = 5 * time.Second
 		res = reserve(t, s, key, r)
@@ -105,10 +107,10 @@ var feedbackCases = []feedbackCase{
 		res = reserve(t, s, key, r)
 		assert.True(t, res.Allowed)
 		assert.Equal(t, 6*time.Second, res.Delay)
-		assert.Equal(t, store.CauseLimit, res.Cause)
+		assert.Equal(t, contract.CauseLimit, res.Cause)
 		assert.Equal(t, 0, res.Limit)
 	}},
-	{"pauses merge to the latest end, never shortened", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+	{"pauses merge to the latest end, never shortened", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
 		require.NoError(t, fb.Pause(ctx, key, 2*time.Second))
 		require.NoError(t, fb.Pause(ctx, key, time.Second))
 		res := reserve(t, s, key, req(1, time.Minute, lim(10, time.Second)))
@@ -118,40 +120,40 @@ var feedbackCases = []feedbackCase{
 		res = reserve(t, s, key, req(1, time.Minute, lim(10, time.Second)))
 		assert.Equal(t, 3*time.Second, res.Delay, "the later end wins")
 	}},
-	{"a pause does not touch other keys", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+	{"a pause does not touch other keys", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
 		require.NoError(t, fb.Pause(ctx, key+"a", time.Hour))
 		assert.True(t, reserve(t, s, key+"b", req(1, 0, lim(1, time.Second))).Allowed)
 		assert.False(t, reserve(t, s, key+"a", req(1, 0, lim(1, time.Second))).Allowed)
 	}},
-	{"a learned limit tightens the configured one", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
-		learn(t, fb, key, store.Learned{Limit: lim(2, time.Second), LimitTTL: time.Minute})
+	{"a learned limit tightens the configured one", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
+		learn(t, fb, key, contract.Learned{Limit: lim(2, time.Second), LimitTTL: time.Minute})
 		r := req(1, time.Minute, lim(10, time.Second))
 		var delays []time.Duration
-		var causes []store.Cause
+		var causes []contract.Cause
 		for range 5 {
 			res := reserve(t, s, key, r)
 			delays = append(delays, res.Delay)
 			causes = append(causes, res.Cause)
 		}
 		assert.Equal(t, []time.Duration{0, 0, time.Second, time.Second, 2 * time.Second}, delays)
-		assert.Equal(t, []store.Cause{store.CauseNone, store.CauseNone, store.CauseLearned, store.CauseLearned, store.CauseLearned}, causes)
+		assert.Equal(t, []contract.Cause{contract.CauseNone, contract.CauseNone, contract.CauseLearned, contract.CauseLearned, contract.CauseLearned}, causes)
 	}},
-	{"a learned limit never loosens: the configured one still binds", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
-		learn(t, fb, key, store.Learned{Limit: lim(100, time.Second), LimitTTL: time.Minute})
+	{"a learned limit never loosens: the configured one still binds", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
+		learn(t, fb, key, contract.Learned{Limit: lim(100, time.Second), LimitTTL: time.Minute})
 		r := req(1, 0, lim(2, time.Second))
 		assert.True(t, reserve(t, s, key, r).Allowed)
 		assert.True(t, reserve(t, s, key, r).Allowed)
 		assert.False(t, reserve(t, s, key, r).Allowed)
 	}},
-	{"a learned limit with a window longer than the request's is ignored", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
-		learn(t, fb, key, store.Learned{Limit: lim(1, time.Hour), LimitTTL: time.Hour})
+	{"a learned limit with a window longer than the request's is ignored", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
+		learn(t, fb, key, contract.Learned{Limit: lim(1, time.Hour), LimitTTL: time.Hour})
 		r := req(1, 0, lim(3, time.Second))
 		for i := range 3 {
 			assert.True(t, reserve(t, s, key, r).Allowed, "request %d", i)
 		}
 	}},
-	{"a learned limit expires", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
-		learn(t, fb, key, store.Learned{Limit: lim(1, time.Second), LimitTTL: 2 * time.Second})
+	{"a learned limit expires", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
+		learn(t, fb, key, contract.Learned{Limit: lim(1, time.Second), LimitTTL: 2 * time.Second})
 		r := req(1, 0, lim(10, time.Second))
 		assert.True(t, reserve(t, s, key, r).Allowed)
 		assert.False(t, reserve(t, s, key, r).Allowed)
@@ -159,101 +161,101 @@ var feedbackCases = []feedbackCase{
 		assert.True(t, reserve(t, s, key, r).Allowed)
 		assert.True(t, reserve(t, s, key, r).Allowed, "forgotten")
 	}},
-	{"the latest learned limit replaces the earlier", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
-		learn(t, fb, key, store.Learned{Limit: lim(1, time.Second), LimitTTL: time.Minute})
-		learn(t, fb, key, store.Learned{Limit: lim(3, time.Second), LimitTTL: time.Minute})
+	{"the latest learned limit replaces the earlier", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
+		learn(t, fb, key, contract.Learned{Limit: lim(1, time.Second), LimitTTL: time.Minute})
+		learn(t, fb, key, contract.Learned{Limit: lim(3, time.Second), LimitTTL: time.Minute})
 		r := req(1, 0, lim(10, time.Second))
 		for i := range 3 {
 			assert.True(t, reserve(t, s, key, r).Allowed, "request %d", i)
 		}
 		assert.False(t, reserve(t, s, key, r).Allowed)
 	}},
-	{"a budget is spent, then holds until its reset", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
-		learn(t, fb, key, store.Learned{Remaining: 2, Reset: 10 * time.Second})
+	{"a budget is spent, then holds until its reset", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
+		learn(t, fb, key, contract.Learned{Remaining: 2, Reset: 10 * time.Second})
 		r := req(1, time.Minute, lim(100, time.Second))
 		assert.Equal(t, time.Duration(0), reserve(t, s, key, r).Delay)
 		assert.Equal(t, time.Duration(0), reserve(t, s, key, r).Delay)
 		res := reserve(t, s, key, r)
 		assert.Equal(t, 10*time.Second, res.Delay)
-		assert.Equal(t, store.CauseUpstream, res.Cause)
+		assert.Equal(t, contract.CauseUpstream, res.Cause)
 		r.MaxServerWait = 5 * time.Second
 		res = reserve(t, s, key, r)
 		assert.False(t, res.Allowed)
-		assert.Equal(t, store.CauseUpstream, res.Cause)
+		assert.Equal(t, contract.CauseUpstream, res.Cause)
 		assert.Equal(t, 10*time.Second, res.RetryAfter)
 	}},
-	{"a budget in the same window only shrinks; a later window replaces it", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
-		learn(t, fb, key, store.Learned{Remaining: 1, Reset: 10 * time.Second})
-		learn(t, fb, key, store.Learned{Remaining: 5, Reset: 11 * time.Second})
+	{"a budget in the same window only shrinks; a later window replaces it", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
+		learn(t, fb, key, contract.Learned{Remaining: 1, Reset: 10 * time.Second})
+		learn(t, fb, key, contract.Learned{Remaining: 5, Reset: 11 * time.Second})
 		r := req(1, 0, lim(100, time.Second))
 		assert.True(t, reserve(t, s, key, r).Allowed)
 		assert.False(t, reserve(t, s, key, r).Allowed, "one remained, not five")
-		learn(t, fb, key, store.Learned{Remaining: 2, Reset: 30 * time.Second})
+		learn(t, fb, key, contract.Learned{Remaining: 2, Reset: 30 * time.Second})
 		assert.True(t, reserve(t, s, key, r).Allowed)
 		assert.True(t, reserve(t, s, key, r).Allowed)
 		assert.False(t, reserve(t, s, key, r).Allowed)
 		clock.Advance(30 * time.Second)
 		assert.True(t, reserve(t, s, key, r).Allowed, "after the reset the budget says nothing")
 	}},
-	{"remaining 0 is a pause until the reset", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
-		learn(t, fb, key, store.Learned{Remaining: 0, Reset: 3 * time.Second})
+	{"remaining 0 is a pause until the reset", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
+		learn(t, fb, key, contract.Learned{Remaining: 0, Reset: 3 * time.Second})
 		res := reserve(t, s, key, req(1, 0, lim(100, time.Second)))
 		assert.False(t, res.Allowed)
-		assert.Equal(t, store.CauseUpstream, res.Cause)
+		assert.Equal(t, contract.CauseUpstream, res.Cause)
 		assert.Equal(t, 3*time.Second, res.RetryAfter)
 	}},
-	{"a learned pace spaces a key's log requests, a cancel gives its time back", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+	{"a learned pace spaces a key's log requests, a cancel gives its time back", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
 		r := req(1, time.Hour, lim(100, time.Second))
-		expect(t, s, key, r, allowed{0, store.CauseNone, 0}, "before: free")
-		expect(t, s, key, r, allowed{0, store.CauseNone, 0}, "before: a burst")
-		learn(t, fb, key, store.Learned{Pace: paced(10, time.Second, 0), PaceTTL: time.Minute})
-		expect(t, s, key, r, allowed{0, store.CauseNone, 0}, "no pace state yet: at once")
-		expect(t, s, key, r, allowed{100 * ms, store.CauseLearned, 0}, "then one every 100ms")
-		last := expect(t, s, key, r, allowed{200 * ms, store.CauseLearned, 0}, "then one every 100ms")
+		expect(t, s, key, r, allowed{0, contract.CauseNone, 0}, "before: free")
+		expect(t, s, key, r, allowed{0, contract.CauseNone, 0}, "before: a burst")
+		learn(t, fb, key, contract.Learned{Pace: paced(10, time.Second, 0), PaceTTL: time.Minute})
+		expect(t, s, key, r, allowed{0, contract.CauseNone, 0}, "no pace state yet: at once")
+		expect(t, s, key, r, allowed{100 * ms, contract.CauseLearned, 0}, "then one every 100ms")
+		last := expect(t, s, key, r, allowed{200 * ms, contract.CauseLearned, 0}, "then one every 100ms")
 		require.NoError(t, s.Cancel(ctx, last))
-		expect(t, s, key, r, allowed{200 * ms, store.CauseLearned, 0}, "the cancelled reservation gave its time back")
+		expect(t, s, key, r, allowed{200 * ms, contract.CauseLearned, 0}, "the cancelled reservation gave its time back")
 		clock.Advance(time.Minute)
 		assert.Equal(t, []time.Duration{0, 0, 0}, delays(t, s, key, r, 3), "the learned pace has expired")
 	}},
-	{"a learned pace and a request's own: the larger spacing, the smaller burst", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+	{"a learned pace and a request's own: the larger spacing, the smaller burst", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
 		own := req(1, time.Hour, lim(100, time.Second), paced(10, time.Second, 3))
-		learn(t, fb, key, store.Learned{Pace: paced(5, time.Second, 0), PaceTTL: time.Minute})
+		learn(t, fb, key, contract.Learned{Pace: paced(5, time.Second, 0), PaceTTL: time.Minute})
 		assert.Equal(t, []time.Duration{0, 200 * ms}, delays(t, s, key, own, 2), "5/s, burst 0")
-		last := expect(t, s, key, own, allowed{400 * ms, store.CauseLearned, 0}, "5/s, burst 0")
+		last := expect(t, s, key, own, allowed{400 * ms, contract.CauseLearned, 0}, "5/s, burst 0")
 		require.NoError(t, s.Cancel(ctx, last))
-		expect(t, s, key, own, allowed{400 * ms, store.CauseLearned, 0}, "the cancel gave back the learned spacing")
-		learn(t, fb, key+"b", store.Learned{Pace: paced(20, time.Second, 9), PaceTTL: time.Minute})
+		expect(t, s, key, own, allowed{400 * ms, contract.CauseLearned, 0}, "the cancel gave back the learned spacing")
+		learn(t, fb, key+"b", contract.Learned{Pace: paced(20, time.Second, 9), PaceTTL: time.Minute})
 		assert.Equal(t, []time.Duration{0, 0, 0, 0, 100 * ms}, delays(t, s, key+"b", own, 5), "looser: the request's own")
-		learn(t, fb, key+"c", store.Learned{Pace: paced(20, time.Second, 0), PaceTTL: time.Minute})
-		expect(t, s, key+"c", own, allowed{0, store.CauseNone, 0}, "first")
-		expect(t, s, key+"c", own, allowed{100 * ms, store.CauseLearned, 0}, "the own spacing, the learned burst")
+		learn(t, fb, key+"c", contract.Learned{Pace: paced(20, time.Second, 0), PaceTTL: time.Minute})
+		expect(t, s, key+"c", own, allowed{0, contract.CauseNone, 0}, "first")
+		expect(t, s, key+"c", own, allowed{100 * ms, contract.CauseLearned, 0}, "the own spacing, the learned burst")
 		alone := req(1, time.Hour, paced(10, time.Second, 3))
-		learn(t, fb, key+"d", store.Learned{Pace: paced(5, time.Second, 0), PaceTTL: time.Minute})
+		learn(t, fb, key+"d", contract.Learned{Pace: paced(5, time.Second, 0), PaceTTL: time.Minute})
 		assert.Equal(t, []time.Duration{0, 200 * ms, 400 * ms}, delays(t, s, key+"d", alone, 3), "a paced limit alone")
 	}},
-	{"a pace learned while one holds slows it, never hurries it", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
+	{"a pace learned while one holds slows it, never hurries it", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
 		r := req(1, time.Hour, lim(100, time.Second))
-		learn(t, fb, key, store.Learned{Pace: paced(5, time.Second, 0), PaceTTL: time.Minute})
-		learn(t, fb, key, store.Learned{Pace: paced(10, time.Second, 3), PaceTTL: time.Minute})
+		learn(t, fb, key, contract.Learned{Pace: paced(5, time.Second, 0), PaceTTL: time.Minute})
+		learn(t, fb, key, contract.Learned{Pace: paced(10, time.Second, 3), PaceTTL: time.Minute})
 		assert.Equal(t, []time.Duration{0, 200 * ms, 400 * ms}, delays(t, s, key, r, 3), "the slower spacing, burst 0")
-		learn(t, fb, key+"b", store.Learned{Pace: paced(10, time.Second, 0), PaceTTL: time.Minute})
-		learn(t, fb, key+"b", store.Learned{Pace: paced(5, time.Second, 0), PaceTTL: time.Minute})
+		learn(t, fb, key+"b", contract.Learned{Pace: paced(10, time.Second, 0), PaceTTL: time.Minute})
+		learn(t, fb, key+"b", contract.Learned{Pace: paced(5, time.Second, 0), PaceTTL: time.Minute})
 		assert.Equal(t, []time.Duration{0, 200 * ms}, delays(t, s, key+"b", r, 2), "slowed")
 		clock.Advance(2 * time.Minute)
-		learn(t, fb, key, store.Learned{Pace: paced(10, time.Second, 0), PaceTTL: time.Minute})
+		learn(t, fb, key, contract.Learned{Pace: paced(10, time.Second, 0), PaceTTL: time.Minute})
 		assert.Equal(t, []time.Duration{0, 100 * ms}, delays(t, s, key, r, 2), "once the old one ended, the new one alone")
 	}},
-	{"a learned pace is ignored by the counting algorithms", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
-		learn(t, fb, key, store.Learned{Pace: paced(1, time.Second, 0), PaceTTL: time.Minute})
-		for _, alg := range []store.Algorithm{store.FixedWindow, store.SlidingCounter} {
+	{"a learned pace is ignored by the counting algorithms", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
+		learn(t, fb, key, contract.Learned{Pace: paced(1, time.Second, 0), PaceTTL: time.Minute})
+		for _, alg := range []contract.Algorithm{contract.FixedWindow, contract.SlidingCounter} {
 			r := algReq(alg, 1, time.Hour, lim(100, time.Hour))
 			assert.Equal(t, []time.Duration{0, 0, 0}, delays(t, s, key, r, 3), alg.String())
 		}
 	}},
-	{"invalid feedback is refused with ErrInvalidFeedback", func(t *testing.T, s store.Store, fb store.Feedback, clock *fakeClock, key string) {
-		for name, l := range map[string]store.Learned{
+	{"invalid feedback is refused with ErrInvalidFeedback", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
+		for name, l := range map[string]contract.Learned{
 			"negative pause":     {Pause: -time.Second},
-			"huge pause":         {Pause: store.MaxFeedback + time.Second},
+			"huge pause":         {Pause: contract.MaxFeedback + time.Second},
 			"negative N":         {Limit: lim(-1, time.Second), LimitTTL: time.Second},
 			"limit no window":    {Limit: lim(1, 0), LimitTTL: time.Second},
 			"limit no TTL":       {Limit: lim(1, time.Second)},
@@ -265,9 +267,9 @@ var feedbackCases = []feedbackCase{
 			"pace burst above N": {Pace: paced(1, time.Second, 2), PaceTTL: time.Second},
 			"pace negative N":    {Pace: paced(-1, time.Second, 0), PaceTTL: time.Second},
 		} {
-			assert.ErrorIs(t, fb.Learn(ctx, key, l), store.ErrInvalidFeedback, name)
+			assert.ErrorIs(t, fb.Learn(ctx, key, l), contract.ErrInvalidFeedback, name)
 		}
-		assert.ErrorIs(t, fb.Pause(ctx, "", time.Second), store.ErrInvalidFeedback, "empty key")
+		assert.ErrorIs(t, fb.Pause(ctx, "", time.Second), contract.ErrInvalidFeedback, "empty key")
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
 		assert.Error(t, fb.Pause(cctx, key, time.Second), "a cancelled context")
@@ -280,7 +282,7 @@ var feedbackCases = []feedbackCase{
 func TestFeedbackKeyExpires(t *testing.T) {
 	srv := sharedOrSkip(t)
 	rdb := srv.Client(t)
-	st, err := store.NewRedis(rdb)
+	st, err := redisstore.NewRedis(rdb)
 	require.NoError(t, err)
 	key := uniqueKey(t)
 	assert.Equal(t, st.RedisKey(key)+":p", st.FeedbackKey(key))
@@ -292,7 +294,7 @@ func TestFeedbackKeyExpires(t *testing.T) {
 	require.NoError(t, err)
 	assert.Greater(t, ttl, time.Second)
 	assert.LessOrEqual(t, ttl, 1502*time.Millisecond)
-	require.NoError(t, st.Learn(ctx, key, store.Learned{Limit: lim(1, time.Second), LimitTTL: 10 * time.Second}))
+	require.NoError(t, st.Learn(ctx, key, contract.Learned{Limit: lim(1, time.Second), LimitTTL: 10 * time.Second}))
 	ttl, err = rdb.PTTL(ctx, st.FeedbackKey(key)).Result()
 	require.NoError(t, err)
 	assert.Greater(t, ttl, 9*time.Second, "extended to the learned limit's end")
@@ -307,10 +309,10 @@ func TestFeedbackKeyExpires(t *testing.T) {
 func TestFeedbackMemory(t *testing.T) {
 	srv := sharedOrSkip(t)
 	rdb := srv.Client(t)
-	st, err := store.NewRedis(rdb)
+	st, err := redisstore.NewRedis(rdb)
 	require.NoError(t, err)
 	key := uniqueKey(t)
-	require.NoError(t, st.Learn(ctx, key, store.Learned{
+	require.NoError(t, st.Learn(ctx, key, contract.Learned{
 		Pause: time.Minute, Limit: lim(40, time.Second), LimitTTL: time.Hour, Remaining: 4999, Reset: time.Hour,
 		Pace: paced(100, time.Second, 0), PaceTTL: time.Hour,
 	}))
@@ -339,14 +341,14 @@ func TestFeedbackDifferential(t *testing.T) {
 					red := im.open(t, clock.Now)
 					key := uniqueKey(t)
 					rng := rand.New(rand.NewPCG(seed, 7))
-					limits := []store.Limit{lim(3+rng.IntN(5), time.Second), lim(10+rng.IntN(10), 5*time.Second)}
+					limits := []contract.Limit{lim(3+rng.IntN(5), time.Second), lim(10+rng.IntN(10), 5*time.Second)}
 					if seed%2 == 1 { // a pace that starts slowly: pauses and learned paces meet it
-						limits = append(limits, store.Limit{N: 4 + rng.IntN(8), Per: time.Second, Paced: true, Burst: 2 + rng.IntN(3), SlowStart: true})
+						limits = append(limits, contract.Limit{N: 4 + rng.IntN(8), Per: time.Second, Paced: true, Burst: 2 + rng.IntN(3), SlowStart: true})
 					}
-					var granted []store.Reservation
+					var granted []contract.Reservation
 					seen := map[string]int{}
 					for step := range 600 {
-						var l store.Learned
+						var l contract.Learned
 						switch op := rng.IntN(20); op {
 						case 0:
 							l.Pause = time.Duration(rng.IntN(1500)) * time.Millisecond
@@ -378,9 +380,9 @@ func TestFeedbackDifferential(t *testing.T) {
 							}
 							seen[fmt.Sprintf("allowed=%v cause=%v", a.Allowed, a.Cause)]++
 						}
-						if l != (store.Learned{}) {
-							require.NoError(t, mem.(store.Feedback).Learn(ctx, key, l))
-							require.NoError(t, red.(store.Feedback).Learn(ctx, key, l))
+						if l != (contract.Learned{}) {
+							require.NoError(t, mem.(contract.Feedback).Learn(ctx, key, l))
+							require.NoError(t, red.(contract.Feedback).Learn(ctx, key, l))
 						}
 						clock.Advance(time.Duration(rng.IntN(50)) * time.Millisecond)
 					}
@@ -405,7 +407,7 @@ func TestFeedbackDifferential(t *testing.T) {
 func TestRedisFeedbackMark(t *testing.T) {
 	c := realRedis(t)
 	clock := newFakeClock()
-	s, err := store.NewRedis(c, store.WithClientTime(clock.Now))
+	s, err := redisstore.NewRedis(c, redisstore.WithClientTime(clock.Now))
 	require.NoError(t, err)
 	key := uniqueKey(t)
 	rk := s.RedisKey(key)
@@ -421,14 +423,14 @@ func TestRedisFeedbackMark(t *testing.T) {
 	second := reserve(t, s, key, r)
 	assert.Positive(t, lastEntry(), "no feedback: no mark")
 	require.NoError(t, s.Pause(ctx, key, 500*time.Millisecond))
-	assert.Equal(t, -second.Slot(), lastEntry(), "feedback marks the last entry")
+	assert.Equal(t, -second.Slot, lastEntry(), "feedback marks the last entry")
 	require.NoError(t, s.Cancel(ctx, second))
 	assert.Negative(t, lastEntry(), "Cancel of a marked entry moves the mark to the new last entry")
 	res := reserve(t, s, key, r)
-	assert.Equal(t, store.CauseUpstream, res.Cause, "the pause is seen after the marked entry was cancelled")
-	assert.Equal(t, -res.Slot(), lastEntry(), "a reservation while the pause lasts carries the mark")
+	assert.Equal(t, contract.CauseUpstream, res.Cause, "the pause is seen after the marked entry was cancelled")
+	assert.Equal(t, -res.Slot, lastEntry(), "a reservation while the pause lasts carries the mark")
 	clock.Advance(time.Second)
 	res = reserve(t, s, key, r)
-	assert.Equal(t, store.CauseNone, res.Cause)
-	assert.Equal(t, res.Slot(), lastEntry(), "once the pause is over the mark is dropped")
+	assert.Equal(t, contract.CauseNone, res.Cause)
+	assert.Equal(t, res.Slot, lastEntry(), "once the pause is over the mark is dropped")
 }

@@ -13,7 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/internal/contract"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 // logBuffer is a slog.Logger whose output a test reads.
@@ -43,9 +44,9 @@ func (b *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(
 func TestRedisWrongTypeHeals(t *testing.T) {
 	c := realRedis(t)
 	var logs logBuffer
-	s, err := store.NewRedis(c, store.WithLogger(logs.logger()))
+	s, err := redisstore.NewRedis(c, redisstore.WithLogger(logs.logger()))
 	require.NoError(t, err)
-	for _, alg := range []store.Algorithm{store.SlidingLog, store.FixedWindow, store.SlidingCounter, store.Buckets} {
+	for _, alg := range []contract.Algorithm{contract.SlidingLog, contract.FixedWindow, contract.SlidingCounter, contract.Buckets} {
 		t.Run(alg.String(), func(t *testing.T) {
 			key, other := uniqueKey(t), uniqueKey(t)
 			r := algReq(alg, 1, 0, lim(10, time.Minute))
@@ -68,7 +69,7 @@ func TestRedisWrongTypeHeals(t *testing.T) {
 // and the log marked so that the reserve script reads it.
 func TestRedisFeedbackWrongTypeHeals(t *testing.T) {
 	c := realRedis(t)
-	s, err := store.NewRedis(c)
+	s, err := redisstore.NewRedis(c)
 	require.NoError(t, err)
 	key := uniqueKey(t)
 	r := req(1, 0, lim(10, time.Minute))
@@ -88,7 +89,7 @@ func TestRedisFeedbackWrongTypeHeals(t *testing.T) {
 // request is answered as if they had never been there.
 func TestRedisBadEntriesHeal(t *testing.T) {
 	c := realRedis(t)
-	s, err := store.NewRedis(c)
+	s, err := redisstore.NewRedis(c)
 	require.NoError(t, err)
 	r := req(1, time.Second, lim(3, time.Minute))
 	now := func() int64 {
@@ -134,7 +135,7 @@ func TestRedisBadEntriesHeal(t *testing.T) {
 // them (not repaired away).
 func TestRedisPlausibleFutureEntriesStay(t *testing.T) {
 	c := realRedis(t)
-	s, err := store.NewRedis(c)
+	s, err := redisstore.NewRedis(c)
 	require.NoError(t, err)
 	key := uniqueKey(t)
 	long := req(1, 10*time.Hour, lim(1, time.Hour))
@@ -159,22 +160,22 @@ func (replyErr) RedisError()     {}
 // ErrKeyState, which says so; Cancel too.
 func TestRedisUnrepairableKey(t *testing.T) {
 	wrong := replyErr("WRONGTYPE Operation against a key holding the wrong kind of value")
-	s, err := store.NewRedis(fakeScripter{err: wrong})
+	s, err := redisstore.NewRedis(fakeScripter{err: wrong})
 	require.NoError(t, err)
 	_, err = s.Reserve(ctx, "k", req(1, 0, lim(1, time.Second)))
-	require.ErrorIs(t, err, store.ErrKeyState)
-	var ks *store.KeyStateError
+	require.ErrorIs(t, err, redisstore.ErrKeyState)
+	var ks *redisstore.KeyStateError
 	require.ErrorAs(t, err, &ks)
 	assert.Equal(t, "k", ks.Key)
 	assert.ErrorIs(t, err, wrong)
 	assert.Contains(t, err.Error(), "the repair failed")
 
 	// A connection error is no key's state.
-	s, err = store.NewRedis(fakeScripter{err: errors.New("dial tcp: connection refused")})
+	s, err = redisstore.NewRedis(fakeScripter{err: errors.New("dial tcp: connection refused")})
 	require.NoError(t, err)
 	_, err = s.Reserve(ctx, "k", req(1, 0, lim(1, time.Second)))
 	require.Error(t, err)
-	assert.NotErrorIs(t, err, store.ErrKeyState)
+	assert.NotErrorIs(t, err, redisstore.ErrKeyState)
 }
 
 // TestRedisRepairOffTheCommonPath: the repair adds no command to a common
@@ -183,7 +184,7 @@ func TestRedisUnrepairableKey(t *testing.T) {
 func TestRedisRepairOffTheCommonPath(t *testing.T) {
 	c := realRedis(t)
 	var logs logBuffer
-	s, err := store.NewRedis(c, store.WithLogger(logs.logger()))
+	s, err := redisstore.NewRedis(c, redisstore.WithLogger(logs.logger()))
 	require.NoError(t, err)
 	key := uniqueKey(t)
 	r := req(1, 0, lim(1000, time.Minute))
@@ -205,11 +206,11 @@ var _ redis.Error = replyErr("")
 // and the request answered; a pause within it stays.
 func TestRedisFarFeedbackHeals(t *testing.T) {
 	c := realRedis(t)
-	s, err := store.NewRedis(c)
+	s, err := redisstore.NewRedis(c)
 	require.NoError(t, err)
 	tm, err := c.Time(ctx).Result()
 	require.NoError(t, err)
-	far := strconv.FormatInt(tm.Add(store.MaxFeedback+24*time.Hour).UnixMicro(), 10)
+	far := strconv.FormatInt(tm.Add(contract.MaxFeedback+24*time.Hour).UnixMicro(), 10)
 	for _, field := range []string{"p", "r"} {
 		t.Run(field, func(t *testing.T) {
 			key := uniqueKey(t)
@@ -226,10 +227,10 @@ func TestRedisFarFeedbackHeals(t *testing.T) {
 	key := uniqueKey(t)
 	r := req(1, 0, lim(10, time.Minute))
 	reserve(t, s, key, r)
-	require.NoError(t, s.Pause(ctx, key, store.MaxFeedback-time.Hour))
+	require.NoError(t, s.Pause(ctx, key, contract.MaxFeedback-time.Hour))
 	res := reserve(t, s, key, r)
 	assert.False(t, res.Allowed)
-	assert.Equal(t, store.CauseUpstream, res.Cause, "a long pause within MaxFeedback is kept")
+	assert.Equal(t, contract.CauseUpstream, res.Cause, "a long pause within MaxFeedback is kept")
 }
 
 // TestRedisBadPaceHeals: a paced limit's time in a wrong state (another
@@ -237,9 +238,9 @@ func TestRedisFarFeedbackHeals(t *testing.T) {
 // key's reservations go on.
 func TestRedisBadPaceHeals(t *testing.T) {
 	c := realRedis(t)
-	s, err := store.NewRedis(c)
+	s, err := redisstore.NewRedis(c)
 	require.NoError(t, err)
-	paced := store.Request{Limits: []store.Limit{lim(5, time.Minute), {N: 10, Per: time.Second, Paced: true, Burst: 1}}, Cost: 1, MaxWait: time.Second}
+	paced := contract.Request{Limits: []contract.Limit{lim(5, time.Minute), {N: 10, Per: time.Second, Paced: true, Burst: 1}}, Cost: 1, MaxWait: time.Second}
 	for name, spoil := range map[string]func(pk string) error{
 		"another type": func(pk string) error { return c.RPush(ctx, pk, "x").Err() },
 		"not a number": func(pk string) error { return c.Set(ctx, pk, "x", time.Hour).Err() },
@@ -263,19 +264,19 @@ func TestRedisBadPaceHeals(t *testing.T) {
 // and for a counting algorithm.
 func TestRedisUsageOfABadKey(t *testing.T) {
 	c := realRedis(t)
-	s, err := store.NewRedis(c)
+	s, err := redisstore.NewRedis(c)
 	require.NoError(t, err)
 	key := uniqueKey(t)
 	require.NoError(t, c.RPush(ctx, s.RedisKey(key), "x", "y").Err())
 	_, err = s.Usage(ctx, key, req(1, 0, lim(1, time.Minute)))
-	require.ErrorIs(t, err, store.ErrKeyState)
+	require.ErrorIs(t, err, redisstore.ErrKeyState)
 
 	key = uniqueKey(t)
 	require.NoError(t, c.HSet(ctx, s.RedisKey(key)+":p", "p", "99999999999999999999").Err())
-	_, err = s.Usage(ctx, key, algReq(store.FixedWindow, 1, 0, lim(1, time.Minute)))
-	require.ErrorIs(t, err, store.ErrKeyState)
+	_, err = s.Usage(ctx, key, algReq(contract.FixedWindow, 1, 0, lim(1, time.Minute)))
+	require.ErrorIs(t, err, redisstore.ErrKeyState)
 	_, err = s.Usage(ctx, key, req(1, 0, lim(1, time.Minute)))
-	require.ErrorIs(t, err, store.ErrKeyState)
+	require.ErrorIs(t, err, redisstore.ErrKeyState)
 }
 
 // TestRedisKeysKeepAnExpiry: a throttle key that another program wrote
@@ -285,11 +286,11 @@ func TestRedisUsageOfABadKey(t *testing.T) {
 func TestRedisKeysKeepAnExpiry(t *testing.T) {
 	c := realRedis(t)
 	clock := newFakeClock()
-	s, err := store.NewRedis(c, store.WithClientTime(clock.Now))
+	s, err := redisstore.NewRedis(c, redisstore.WithClientTime(clock.Now))
 	require.NoError(t, err)
 
 	key := uniqueKey(t)
-	r := store.Request{Limits: []store.Limit{lim(100, time.Second), paced(10, time.Second, 1)}, Cost: 1}
+	r := contract.Request{Limits: []contract.Limit{lim(100, time.Second), paced(10, time.Second, 1)}, Cost: 1}
 	require.True(t, reserve(t, s, key, r).Allowed)
 	require.NoError(t, s.InjectPace(key, clock.Now().Add(time.Hour).UnixMicro()))
 	clock.Advance(time.Second)
@@ -311,8 +312,8 @@ func TestRedisKeysKeepAnExpiry(t *testing.T) {
 // TestScriptsKnowMaxAllowance: the scripts' horizon (prelude.lua's
 // implausible) writes MaxAllowance in microseconds as a number.
 func TestScriptsKnowMaxAllowance(t *testing.T) {
-	us := strconv.FormatInt(store.MaxAllowance.Microseconds(), 10)
+	us := strconv.FormatInt(contract.MaxAllowance.Microseconds(), 10)
 	for _, name := range []string{"reserve log", "reserve paced", "reserve log+also"} {
-		assert.Contains(t, store.Scripts()[name], "max_wait + "+us+" + span", name)
+		assert.Contains(t, redisstore.Scripts()[name], "max_wait + "+us+" + span", name)
 	}
 }

@@ -10,8 +10,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/redistest"
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 // BenchmarkLease measures what a cap on requests in flight costs a request
@@ -28,11 +29,11 @@ func BenchmarkLease(b *testing.B) {
 		b.Skip("needs a real redis-server")
 	}
 	rdb := srv.Client(b)
-	st, err := store.NewRedis(rdb)
+	st, err := redisstore.NewRedis(rdb)
 	require.NoError(b, err)
 	ctx := context.Background()
-	limit := []store.Limit{{N: 1_000_000_000, Per: time.Second}} // never binds
-	one := func(b *testing.B, key string, rq store.Request) {
+	limit := []contract.Limit{{N: 1_000_000_000, Per: time.Second}} // never binds
+	one := func(b *testing.B, key string, rq contract.Request) {
 		res, err := st.Reserve(ctx, key, rq)
 		if err != nil {
 			b.Fatal(err)
@@ -65,7 +66,7 @@ func BenchmarkLease(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			key := fmt.Sprintf("bench-lease-%d", time.Now().UnixNano())
-			rq := store.Request{Limits: limit, Cost: 1, MaxWait: time.Minute}
+			rq := contract.Request{Limits: limit, Cost: 1, MaxWait: time.Minute}
 			if c.inFlight > 0 {
 				rq.InFlight, rq.LeaseFor = c.inFlight, 10*time.Second
 			}

@@ -13,22 +13,23 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 
 // capped is a request of cost 1 under limit, with a cap of n in flight and
 // leases of dur.
-func capped(n int, dur, maxWait time.Duration, limits ...store.Limit) store.Request {
+func capped(n int, dur, maxWait time.Duration, limits ...contract.Limit) contract.Request {
 	if len(limits) == 0 {
-		limits = []store.Limit{lim(1000, time.Second)}
+		limits = []contract.Limit{lim(1000, time.Second)}
 	}
-	return store.Request{Limits: limits, Cost: 1, MaxWait: maxWait, InFlight: n, LeaseFor: dur}
+	return contract.Request{Limits: limits, Cost: 1, MaxWait: maxWait, InFlight: n, LeaseFor: dur}
 }
 
-func leases(t *testing.T, s store.Store) store.Leases {
+func leases(t *testing.T, s store.Store) contract.Leases {
 	t.Helper()
-	l, ok := s.(store.Leases)
-	require.True(t, ok, "%T implements store.Leases", s)
+	l, ok := s.(contract.Leases)
+	require.True(t, ok, "%T implements contract.Leases", s)
 	return l
 }
 
@@ -46,7 +47,7 @@ var leaseCases = []conformanceCase{
 		require.True(t, b.Allowed)
 		c := reserve(t, s, key, r)
 		assert.False(t, c.Allowed)
-		assert.Equal(t, store.CauseInFlight, c.Cause)
+		assert.Equal(t, contract.CauseInFlight, c.Cause)
 		assert.Equal(t, time.Millisecond, c.RetryAfter, "a lease was taken just now: retry soon (at least 1ms)")
 		assert.False(t, c.Lease.Held() || c.Lease.Queued(), "no wait: no ticket")
 		require.NoError(t, leases(t, s).Release(ctx, a.Lease))
@@ -63,7 +64,7 @@ var leaseCases = []conformanceCase{
 		b := reserve(t, s, key, r)
 		clock.Advance(300 * time.Millisecond)
 		res := reserve(t, s, key, r)
-		require.Equal(t, store.CauseInFlight, res.Cause)
+		require.Equal(t, contract.CauseInFlight, res.Cause)
 		assert.Equal(t, 300*time.Millisecond, res.RetryAfter, "the newest lease was taken 300ms ago: as long again")
 		w := reserve(t, s, key, capped(2, 10*time.Second, time.Minute))
 		require.True(t, w.Lease.Queued())
@@ -72,20 +73,20 @@ var leaseCases = []conformanceCase{
 		clock.Advance(400 * time.Millisecond)
 		require.NoError(t, ls.Release(ctx, a.Lease)) // handed to the waiter
 		res = reserve(t, s, key, r)
-		require.Equal(t, store.CauseInFlight, res.Cause)
+		require.Equal(t, contract.CauseInFlight, res.Cause)
 		assert.Equal(t, time.Millisecond, res.RetryAfter, "a lease changed hands just now")
 		clock.Advance(9 * time.Second)
 		res = reserve(t, s, key, r)
-		require.Equal(t, store.CauseInFlight, res.Cause)
+		require.Equal(t, contract.CauseInFlight, res.Cause)
 		assert.Equal(t, 300*time.Millisecond, res.RetryAfter, "at most until the earliest lease expires (b's, taken at 100ms, at 10.1s)")
 		require.NoError(t, ls.Release(ctx, b.Lease))
 		require.NoError(t, ls.Release(ctx, w.Lease))
 	}},
 	{"a cap in flight with more keys: the cap on the own key, each key's limits, one call", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		k := tagged(key, "token", "token2", "app")
-		r := func() store.Request {
+		r := func() contract.Request {
 			r := capped(2, time.Hour, 0, lim(100, time.Second))
-			r.Also = []store.Part{{Key: k[2], Limits: []store.Limit{lim(3, time.Hour)}}}
+			r.Also = []contract.Part{{Key: k[2], Limits: []contract.Limit{lim(3, time.Hour)}}}
 			return r
 		}
 		a := reserve(t, s, k[0], r())
@@ -94,51 +95,51 @@ var leaseCases = []conformanceCase{
 		b := reserve(t, s, k[0], r())
 		require.True(t, b.Allowed)
 		c := reserve(t, s, k[0], r())
-		assert.Equal(t, store.CauseInFlight, c.Cause, "the cap is on the request's own key")
+		assert.Equal(t, contract.CauseInFlight, c.Cause, "the cap is on the request's own key")
 		d := reserve(t, s, k[1], r())
 		require.True(t, d.Allowed, "another token has its own cap")
 		e := reserve(t, s, k[1], r())
 		require.False(t, e.Allowed)
-		assert.Equal(t, store.CauseLimit, e.Cause, "the app's limit: 3 sent, the refused in flight not counted")
+		assert.Equal(t, contract.CauseLimit, e.Cause, "the app's limit: 3 sent, the refused in flight not counted")
 		assert.Equal(t, 1, e.Part)
 		require.NoError(t, leases(t, s).Release(ctx, a.Lease))
-		assert.Equal(t, store.CauseLimit, reserve(t, s, k[0], r()).Cause, "a lease free, the app's limit refuses; no lease taken")
+		assert.Equal(t, contract.CauseLimit, reserve(t, s, k[0], r()).Cause, "a lease free, the app's limit refuses; no lease taken")
 		require.NoError(t, leases(t, s).Release(ctx, d.Lease))
 		require.NoError(t, s.Cancel(ctx, b))
 		require.NoError(t, leases(t, s).Release(ctx, b.Lease))
 		f := reserve(t, s, k[1], r())
 		require.True(t, f.Allowed, "a cancel gives the app's unit back")
 		assert.True(t, f.Lease.Held())
-		p := capped(1, time.Hour, 0, store.Limit{N: 10, Per: time.Second, Paced: true, Burst: 2})
-		p.Also = []store.Part{{Key: k[2] + "p", Limits: []store.Limit{lim(5, time.Hour)}}}
+		p := capped(1, time.Hour, 0, contract.Limit{N: 10, Per: time.Second, Paced: true, Burst: 2})
+		p.Also = []contract.Part{{Key: k[2] + "p", Limits: []contract.Limit{lim(5, time.Hour)}}}
 		pk := tagged(key, "paced")[0]
 		require.True(t, reserve(t, s, pk, p).Allowed, "a paced limit with more keys takes a lease")
-		assert.Equal(t, store.CauseInFlight, reserve(t, s, pk, p).Cause)
+		assert.Equal(t, contract.CauseInFlight, reserve(t, s, pk, p).Cause)
 	}},
 	{"a reservation the rate refuses takes no lease", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		r := capped(2, time.Hour, 0, lim(1, time.Second))
 		require.True(t, reserve(t, s, key, r).Allowed)
 		refused := reserve(t, s, key, r)
 		require.False(t, refused.Allowed)
-		assert.Equal(t, store.CauseLimit, refused.Cause)
+		assert.Equal(t, contract.CauseLimit, refused.Cause)
 		clock.Advance(time.Second)
 		require.True(t, reserve(t, s, key, r).Allowed, "the refusal held no lease")
 		clock.Advance(time.Second)
 		res := reserve(t, s, key, r)
 		assert.False(t, res.Allowed)
-		assert.Equal(t, store.CauseInFlight, res.Cause)
+		assert.Equal(t, contract.CauseInFlight, res.Cause)
 	}},
 	{"a lease refusal records nothing in the log", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		r := capped(1, time.Hour, 0, lim(2, time.Hour))
 		a := reserve(t, s, key, r)
 		for range 5 {
-			require.Equal(t, store.CauseInFlight, reserve(t, s, key, r).Cause)
+			require.Equal(t, contract.CauseInFlight, reserve(t, s, key, r).Cause)
 		}
 		require.NoError(t, leases(t, s).Release(ctx, a.Lease))
 		b := reserve(t, s, key, r)
 		require.True(t, b.Allowed, "the log holds one unit of two")
 		require.NoError(t, leases(t, s).Release(ctx, b.Lease))
-		assert.Equal(t, store.CauseLimit, reserve(t, s, key, r).Cause, "and now two")
+		assert.Equal(t, contract.CauseLimit, reserve(t, s, key, r).Cause, "and now two")
 	}},
 	{"an expired lease is reclaimed: a holder that died", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		r := capped(1, time.Second, 0)
@@ -146,11 +147,11 @@ var leaseCases = []conformanceCase{
 		require.True(t, a.Allowed)
 		clock.Advance(999 * time.Millisecond)
 		res := reserve(t, s, key, r)
-		assert.Equal(t, store.CauseInFlight, res.Cause)
+		assert.Equal(t, contract.CauseInFlight, res.Cause)
 		assert.Equal(t, time.Millisecond, res.RetryAfter)
 		clock.Advance(time.Millisecond)
 		assert.True(t, reserve(t, s, key, r).Allowed)
-		assert.ErrorIs(t, leases(t, s).Renew(ctx, a.Lease), store.ErrLeaseExpired)
+		assert.ErrorIs(t, leases(t, s).Renew(ctx, a.Lease), contract.ErrLeaseExpired)
 	}},
 	{"renew extends a held lease by its duration", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		r := capped(1, time.Second, 0)
@@ -159,7 +160,7 @@ var leaseCases = []conformanceCase{
 		require.NoError(t, leases(t, s).Renew(ctx, a.Lease))
 		clock.Advance(800 * time.Millisecond)
 		res := reserve(t, s, key, r)
-		assert.Equal(t, store.CauseInFlight, res.Cause)
+		assert.Equal(t, contract.CauseInFlight, res.Cause)
 		assert.Equal(t, 200*time.Millisecond, res.RetryAfter)
 		require.NoError(t, leases(t, s).Renew(ctx, a.Lease))
 	}},
@@ -168,13 +169,13 @@ var leaseCases = []conformanceCase{
 		a := reserve(t, s, key, capped(1, time.Hour, 0))
 		w1 := reserve(t, s, key, capped(1, time.Hour, time.Minute))
 		w2 := reserve(t, s, key, capped(1, time.Hour, time.Minute))
-		for _, w := range []store.Reservation{w1, w2} {
+		for _, w := range []contract.Reservation{w1, w2} {
 			require.False(t, w.Allowed)
-			require.Equal(t, store.CauseInFlight, w.Cause)
+			require.Equal(t, contract.CauseInFlight, w.Cause)
 			require.True(t, w.Lease.Queued())
 		}
 		require.NoError(t, ls.Release(ctx, a.Lease))
-		assert.Equal(t, store.CauseInFlight, reserve(t, s, key, capped(1, time.Hour, 0)).Cause, "the freed lease went to the first waiter")
+		assert.Equal(t, contract.CauseInFlight, reserve(t, s, key, capped(1, time.Hour, 0)).Cause, "the freed lease went to the first waiter")
 		got, err := ls.Await(ctx, w1.Lease)
 		require.NoError(t, err)
 		require.True(t, got.Held())
@@ -182,9 +183,9 @@ var leaseCases = []conformanceCase{
 		held.Held = got
 		res := reserve(t, s, key, held)
 		require.True(t, res.Allowed, "the handed lease reserves")
-		assert.Equal(t, store.CauseNone, res.Cause)
+		assert.Equal(t, contract.CauseNone, res.Cause)
 		// The second waiter gets it when the first is done.
-		done := make(chan store.Lease)
+		done := make(chan contract.Lease)
 		go func() {
 			l, err := ls.Await(ctx, w2.Lease)
 			assert.NoError(t, err)
@@ -238,32 +239,32 @@ var leaseCases = []conformanceCase{
 		require.True(t, b.Allowed)
 		r := capped(1, time.Second, 0)
 		r.Held = a.Lease
-		assert.Equal(t, store.CauseInFlight, reserve(t, s, key, r).Cause, "a's lease expired and b holds the only one")
+		assert.Equal(t, contract.CauseInFlight, reserve(t, s, key, r).Cause, "a's lease expired and b holds the only one")
 	}},
 	{"invalid in-flight fields are refused", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
-		for _, r := range []store.Request{
+		for _, r := range []contract.Request{
 			capped(-1, time.Second, 0), capped(1, 0, 0), capped(1, 25*time.Hour, 0),
-			{Limits: []store.Limit{lim(1, time.Second)}, Cost: 1, LeaseFor: time.Second},
+			{Limits: []contract.Limit{lim(1, time.Second)}, Cost: 1, LeaseFor: time.Second},
 		} {
 			_, err := s.Reserve(ctx, key, r)
-			assert.ErrorIs(t, err, store.ErrInvalidRequest, "%+v", r)
-			assert.ErrorIs(t, r.Validate(key), store.ErrInvalidRequest)
+			assert.ErrorIs(t, err, contract.ErrInvalidRequest, "%+v", r)
+			assert.ErrorIs(t, r.Validate(key), contract.ErrInvalidRequest)
 		}
 	}},
 	{"every algorithm takes a lease", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
-		for _, alg := range []store.Algorithm{store.SlidingLog, store.FixedWindow, store.SlidingCounter, store.Buckets} {
+		for _, alg := range []contract.Algorithm{contract.SlidingLog, contract.FixedWindow, contract.SlidingCounter, contract.Buckets} {
 			r := capped(1, time.Hour, 0, lim(10, time.Second))
 			r.Algorithm = alg
 			k := key + alg.String()
 			a := reserve(t, s, k, r)
 			require.True(t, a.Allowed, alg.String())
-			assert.Equal(t, store.CauseInFlight, reserve(t, s, k, r).Cause, alg.String())
+			assert.Equal(t, contract.CauseInFlight, reserve(t, s, k, r).Cause, alg.String())
 			require.NoError(t, leases(t, s).Release(ctx, a.Lease))
 			assert.True(t, reserve(t, s, k, r).Allowed, alg.String())
 		}
-		p := capped(1, time.Hour, 0, store.Limit{N: 10, Per: time.Second, Paced: true, Burst: 2, SlowStart: true})
+		p := capped(1, time.Hour, 0, contract.Limit{N: 10, Per: time.Second, Paced: true, Burst: 2, SlowStart: true})
 		assert.True(t, reserve(t, s, key+"paced", p).Allowed)
-		assert.Equal(t, store.CauseInFlight, reserve(t, s, key+"paced", p).Cause)
+		assert.Equal(t, contract.CauseInFlight, reserve(t, s, key+"paced", p).Cause)
 	}},
 }
 
@@ -353,7 +354,7 @@ func runLeaseProperty(t *testing.T, im impl, seed uint64) {
 
 // runLeaseRound is one round of runLeaseProperty: 12 workers reserving,
 // holding, dying and releasing leases under the cap.
-func runLeaseRound(t *testing.T, s store.Store, ls store.Leases, key string, limit int, dur time.Duration, seed uint64, round int,
+func runLeaseRound(t *testing.T, s store.Store, ls contract.Leases, key string, limit int, dur time.Duration, seed uint64, round int,
 	now func() time.Time, hold func(int, int64), drop func(int), granted, died, waited, expired *atomic.Int64) {
 	var wg sync.WaitGroup
 	for w := range 12 {
@@ -384,7 +385,7 @@ func runLeaseRound(t *testing.T, s store.Store, ls store.Leases, key string, lim
 						// Handed, then expired before this call (a slow
 						// store: LeaseFor is short here): queued anew.
 						expired.Add(1)
-						assert.Equal(t, store.CauseInFlight, res.Cause)
+						assert.Equal(t, contract.CauseInFlight, res.Cause)
 						assert.NoError(t, ls.Release(ctx, res.Lease))
 						continue
 					}

@@ -6,7 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/internal/contract"
+	"github.com/throttle-go/throttle/store/internal/memstore"
 )
 
 // The memory store's Reserve, allocations included:
@@ -18,21 +19,21 @@ func BenchmarkMemoryReserve(b *testing.B) {
 	ctx := context.Background()
 	for _, c := range []struct {
 		name    string
-		limit   store.Limit
+		limit   contract.Limit
 		allowed bool
 		keys    int
 	}{
-		{"allowed", store.Limit{N: 1 << 30, Per: 10 * time.Millisecond}, true, 1},
-		{"refused", store.Limit{N: 1, Per: time.Hour}, false, 1},
-		{"allowed/1000keys", store.Limit{N: 1 << 30, Per: 10 * time.Millisecond}, true, 1000},
+		{"allowed", contract.Limit{N: 1 << 30, Per: 10 * time.Millisecond}, true, 1},
+		{"refused", contract.Limit{N: 1, Per: time.Hour}, false, 1},
+		{"allowed/1000keys", contract.Limit{N: 1 << 30, Per: 10 * time.Millisecond}, true, 1000},
 	} {
 		keys := make([]string, c.keys)
 		for i := range keys {
 			keys[i] = "k" + strconv.Itoa(i)
 		}
-		req := store.Request{Limits: []store.Limit{c.limit}, Cost: 1}
-		setup := func(b *testing.B) *store.Memory {
-			m, err := store.NewMemory()
+		req := contract.Request{Limits: []contract.Limit{c.limit}, Cost: 1}
+		setup := func(b *testing.B) *memstore.Memory {
+			m, err := memstore.NewMemory()
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -42,7 +43,7 @@ func BenchmarkMemoryReserve(b *testing.B) {
 			b.ReportAllocs()
 			return m
 		}
-		check := func(b *testing.B, r store.Reservation, err error) {
+		check := func(b *testing.B, r contract.Reservation, err error) {
 			if err != nil || r.Allowed != c.allowed {
 				b.Fatalf("Reserve: allowed=%v err=%v", r.Allowed, err)
 			}

@@ -10,8 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/redistest"
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 // BenchmarkReserveMultiKey measures a reservation under one key, two keys
@@ -30,16 +31,16 @@ func BenchmarkReserveMultiKey(b *testing.B) {
 	rdb := srv.Client(b)
 	var calls atomic.Int64
 	rdb.AddHook(countCalls{&calls})
-	st, err := store.NewRedis(rdb)
+	st, err := redisstore.NewRedis(rdb)
 	require.NoError(b, err)
 	ctx := context.Background()
-	never := []store.Limit{{N: 1_000_000_000, Per: time.Second}} // every call appends one entry
+	never := []contract.Limit{{N: 1_000_000_000, Per: time.Second}} // every call appends one entry
 	for _, keys := range []int{1, 2, 4} {
 		b.Run(fmt.Sprintf("%d keys", keys), func(b *testing.B) {
 			base := fmt.Sprintf("bench-multikey-%d-%d", keys, time.Now().UnixNano())
-			r := store.Request{Cost: 1, Limits: never}
+			r := contract.Request{Cost: 1, Limits: never}
 			for i := 1; i < keys; i++ {
-				r.Also = append(r.Also, store.Part{Key: fmt.Sprintf("{%s}also%d", base, i), Limits: never})
+				r.Also = append(r.Also, contract.Part{Key: fmt.Sprintf("{%s}also%d", base, i), Limits: never})
 			}
 			key := "{" + base + "}own"
 			_, err := st.Reserve(ctx, key, r) // loads the script

@@ -13,8 +13,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/redistest"
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 // TestMultiKeyCluster: on a Redis Cluster the keys of one request must share
@@ -22,13 +23,13 @@ import (
 // an error that says so, and a store on one server takes it.
 func TestMultiKeyCluster(t *testing.T) {
 	cl := redistest.SharedCluster(t)
-	s, err := store.NewRedis(cl.Client(t))
+	s, err := redisstore.NewRedis(cl.Client(t))
 	require.NoError(t, err)
 	assert.True(t, s.Sharded())
 	key := uniqueKey(t)
 	r := two("", key+"-app", 0)
 	_, err = s.Reserve(ctx, key+"-a", r)
-	require.ErrorIs(t, err, store.ErrInvalidRequest)
+	require.ErrorIs(t, err, contract.ErrInvalidRequest)
 	assert.Contains(t, err.Error(), "hash tag")
 	assert.False(t, errors.Is(err, redis.Nil))
 
@@ -38,7 +39,7 @@ func TestMultiKeyCluster(t *testing.T) {
 	assert.True(t, res.Allowed)
 	assert.Equal(t, "throttle:{"+key+"}app", s.RedisKey(k[1]), "a key with its own tag is named as it is")
 
-	one, err := store.NewRedis(redistest.Shared(t).Client(t))
+	one, err := redisstore.NewRedis(redistest.Shared(t).Client(t))
 	require.NoError(t, err)
 	assert.False(t, one.Sharded())
 	res, err = one.Reserve(ctx, key+"-a", r)
@@ -53,7 +54,7 @@ func TestMultiKeyCluster(t *testing.T) {
 // keys on one.
 func TestMultiKeyClusterMonitor(t *testing.T) {
 	c := redistest.SharedCluster(t)
-	s, err := store.NewRedis(c.Client(t))
+	s, err := redisstore.NewRedis(c.Client(t))
 	require.NoError(t, err)
 	nodes, err := c.Nodes(ctx)
 	require.NoError(t, err)
@@ -71,7 +72,7 @@ func TestMultiKeyClusterMonitor(t *testing.T) {
 	for i := range 30 {
 		k := tagged(fmt.Sprintf("%s-%d", base, i), "token", "app", "platform")
 		r := req(1, time.Hour, lim(2, time.Second))
-		r.Also = []store.Part{{Key: k[1], Limits: []store.Limit{lim(3, time.Second)}}, {Key: k[2], Limits: []store.Limit{lim(4, time.Second)}}}
+		r.Also = []contract.Part{{Key: k[1], Limits: []contract.Limit{lim(3, time.Second)}}, {Key: k[2], Limits: []contract.Limit{lim(4, time.Second)}}}
 		slot := redistest.Slot(s.RedisKey(k[0]))
 		for _, key := range k {
 			slotOf[s.RedisKey(key)] = slot
@@ -80,7 +81,7 @@ func TestMultiKeyClusterMonitor(t *testing.T) {
 		m, err := c.MasterOf(ctx, s.RedisKey(k[0]))
 		require.NoError(t, err)
 		masters[m] = true
-		var last store.Reservation
+		var last contract.Reservation
 		for range 3 {
 			last = reserve(t, s, k[0], r)
 			require.True(t, last.Allowed)

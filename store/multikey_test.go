@@ -11,7 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 // tagged returns keys that share the hash tag of key, so that the cases run
@@ -26,9 +28,9 @@ func tagged(key string, names ...string) []string {
 
 // two is a request of cost 1 under the token's own limit, 2 per second, and
 // the app's, 3 per second.
-func two(token, app string, maxWait time.Duration) store.Request {
+func two(token, app string, maxWait time.Duration) contract.Request {
 	r := req(1, maxWait, lim(2, time.Second))
-	r.Also = []store.Part{{Key: app, Limits: []store.Limit{lim(3, time.Second)}}}
+	r.Also = []contract.Part{{Key: app, Limits: []contract.Limit{lim(3, time.Second)}}}
 	return r
 }
 
@@ -45,13 +47,13 @@ var multiKeyCases = []conformanceCase{
 		clock.Advance(100 * time.Millisecond)
 		res := reserve(t, s, a, two(a, app, 0))
 		require.False(t, res.Allowed, "token a's own limit")
-		assert.Equal(t, store.CauseLimit, res.Cause)
+		assert.Equal(t, contract.CauseLimit, res.Cause)
 		assert.Equal(t, 0, res.Part)
 		assert.Equal(t, 900*time.Millisecond, res.RetryAfter)
 		require.True(t, reserve(t, s, b, two(b, app, 0)).Allowed, "the app's third")
 		res = reserve(t, s, b, two(b, app, 0))
 		require.False(t, res.Allowed, "the app's limit")
-		assert.Equal(t, store.CauseLimit, res.Cause)
+		assert.Equal(t, contract.CauseLimit, res.Cause)
 		assert.Equal(t, 1, res.Part)
 		assert.Equal(t, 0, res.Limit)
 		assert.Equal(t, 900*time.Millisecond, res.RetryAfter)
@@ -77,7 +79,7 @@ var multiKeyCases = []conformanceCase{
 		assert.Equal(t, []time.Duration{0, 0, time.Second, time.Second, time.Second}, delays)
 		res := reserve(t, s, b, two(b, app, time.Hour))
 		assert.Equal(t, 2*time.Second, res.Delay, "b's own two are at 1s")
-		assert.Equal(t, store.CauseLimit, res.Cause)
+		assert.Equal(t, contract.CauseLimit, res.Cause)
 	}},
 	{"cancel gives the units back under every key", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		k := tagged(key, "a", "b", "app")
@@ -90,7 +92,7 @@ var multiKeyCases = []conformanceCase{
 		require.NoError(t, s.Cancel(ctx, res))
 		assert.True(t, reserve(t, s, b, two(b, app, 0)).Allowed, "the app's unit came back")
 		r := two(b, app, 0)
-		r.Also[0].Limits = []store.Limit{lim(4, time.Second)}
+		r.Also[0].Limits = []contract.Limit{lim(4, time.Second)}
 		res = reserve(t, s, b, r)
 		assert.True(t, res.Allowed, "b's own log holds one entry, not two: the cancel removed one")
 	}},
@@ -101,14 +103,14 @@ var multiKeyCases = []conformanceCase{
 		r.Allowance = 300 * time.Millisecond
 		first := reserve(t, s, a, r)
 		require.True(t, first.Allowed)
-		assert.Equal(t, first.Slot()+300_000, first.Entry())
+		assert.Equal(t, first.Slot+300_000, first.Entry)
 		clock.Advance(100 * time.Millisecond)
 		rb := two(b, app, time.Hour)
 		rb.Allowance = 50 * time.Millisecond
 		res := reserve(t, s, b, rb)
 		require.True(t, res.Allowed)
 		assert.Equal(t, time.Duration(0), res.Delay, "an allowance does not hold the next one back")
-		assert.Equal(t, first.Entry(), res.Entry(), "never before the app's last entry")
+		assert.Equal(t, first.Entry, res.Entry, "never before the app's last entry")
 		require.NoError(t, s.Cancel(ctx, res))
 		require.NoError(t, s.Cancel(ctx, first))
 		// Both gone from every log: the app admits three at once again.
@@ -120,10 +122,10 @@ var multiKeyCases = []conformanceCase{
 	{"a paced own limit with a windowed part", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		k := tagged(key, "a", "app")
 		a, app := k[0], k[1]
-		r := store.Request{Cost: 1, MaxWait: time.Hour, Limits: []store.Limit{{N: 10, Per: time.Second, Paced: true}},
-			Also: []store.Part{{Key: app, Limits: []store.Limit{lim(2, time.Second)}}}}
+		r := contract.Request{Cost: 1, MaxWait: time.Hour, Limits: []contract.Limit{{N: 10, Per: time.Second, Paced: true}},
+			Also: []contract.Part{{Key: app, Limits: []contract.Limit{lim(2, time.Second)}}}}
 		var delays []time.Duration
-		var last store.Reservation
+		var last contract.Reservation
 		for range 3 {
 			last = reserve(t, s, a, r)
 			require.True(t, last.Allowed)
@@ -139,20 +141,20 @@ var multiKeyCases = []conformanceCase{
 // TestMultiKeyInvalid: what no store can grant is refused before any call.
 func TestMultiKeyInvalid(t *testing.T) {
 	t.Parallel()
-	ok := store.Request{Cost: 2, Limits: []store.Limit{lim(5, time.Second)}}
-	part := func(key string, l ...store.Limit) []store.Part { return []store.Part{{Key: key, Limits: l}} }
-	for name, r := range map[string]store.Request{
-		"empty Also":         {Cost: 1, Limits: ok.Limits, Also: []store.Part{}},
+	ok := contract.Request{Cost: 2, Limits: []contract.Limit{lim(5, time.Second)}}
+	part := func(key string, l ...contract.Limit) []contract.Part { return []contract.Part{{Key: key, Limits: l}} }
+	for name, r := range map[string]contract.Request{
+		"empty Also":         {Cost: 1, Limits: ok.Limits, Also: []contract.Part{}},
 		"empty key":          {Cost: 1, Limits: ok.Limits, Also: part("", lim(1, time.Second))},
 		"own key again":      {Cost: 1, Limits: ok.Limits, Also: part("k", lim(1, time.Second))},
 		"no limits":          {Cost: 1, Limits: ok.Limits, Also: part("app")},
 		"cost above N":       {Cost: 2, Limits: ok.Limits, Also: part("app", lim(1, time.Second))},
-		"paced part":         {Cost: 1, Limits: ok.Limits, Also: part("app", store.Limit{N: 1, Per: time.Second, Paced: true})},
-		"counting":           {Cost: 1, Limits: ok.Limits, Algorithm: store.FixedWindow, Also: part("app", lim(1, time.Second))},
+		"paced part":         {Cost: 1, Limits: ok.Limits, Also: part("app", contract.Limit{N: 1, Per: time.Second, Paced: true})},
+		"counting":           {Cost: 1, Limits: ok.Limits, Algorithm: contract.FixedWindow, Also: part("app", lim(1, time.Second))},
 		"the same key twice": {Cost: 1, Limits: ok.Limits, Also: append(part("app", lim(1, time.Second)), part("app", lim(2, time.Second))...)},
 	} {
 		err := r.Validate("k")
-		assert.ErrorIs(t, err, store.ErrInvalidRequest, name)
+		assert.ErrorIs(t, err, contract.ErrInvalidRequest, name)
 	}
 	ok.Also = part("app", lim(2, time.Second))
 	assert.NoError(t, ok.Validate("k"))
@@ -180,9 +182,9 @@ func runMultiKeyProperty(t *testing.T, im impl, seed uint64) {
 	const keys, maxCost = 4, 3
 	base := uniqueKey(t)
 	names := tagged(base, "k0", "k1", "k2", "k3")
-	limits := make([][]store.Limit, keys) // a key is always reserved with the same limits
+	limits := make([][]contract.Limit, keys) // a key is always reserved with the same limits
 	for k := range limits {
-		limits[k] = make([]store.Limit, 1+rng.IntN(2))
+		limits[k] = make([]contract.Limit, 1+rng.IntN(2))
 		for i := range limits[k] {
 			limits[k][i] = lim(maxCost+rng.IntN(12), time.Duration(10+rng.IntN(1500))*time.Millisecond)
 		}
@@ -213,7 +215,7 @@ func runMultiKeyProperty(t *testing.T, im impl, seed uint64) {
 				rq := req(cost, time.Duration(r.IntN(2000))*time.Millisecond, limits[set[0]]...)
 				rq.Allowance = allowances[w%len(allowances)]
 				for _, k := range set[1:] {
-					rq.Also = append(rq.Also, store.Part{Key: names[k], Limits: limits[k]})
+					rq.Also = append(rq.Also, contract.Part{Key: names[k], Limits: limits[k]})
 				}
 				res, err := s.Reserve(ctx, names[set[0]], rq)
 				if !assert.NoError(t, err) {
@@ -226,7 +228,7 @@ func runMultiKeyProperty(t *testing.T, im impl, seed uint64) {
 					assert.NoError(t, s.Cancel(ctx, res))
 					continue
 				}
-				at := res.Slot()
+				at := res.Slot
 				switch a := rq.Allowance.Microseconds(); r.IntN(3) {
 				case 1:
 					at += a
@@ -267,7 +269,7 @@ func runMultiKeyProperty(t *testing.T, im impl, seed uint64) {
 // request's own key, and the request is answered, recorded in both logs.
 func TestRedisMultiKeyPartHeals(t *testing.T) {
 	c := realRedis(t)
-	s, err := store.NewRedis(c)
+	s, err := redisstore.NewRedis(c)
 	require.NoError(t, err)
 	for name, spoil := range map[string]func(lk string) error{
 		"another type": func(lk string) error { return c.Set(ctx, lk, "x", 0).Err() },
@@ -285,7 +287,7 @@ func TestRedisMultiKeyPartHeals(t *testing.T) {
 			require.True(t, res.Allowed)
 			assert.Less(t, res.Delay, time.Second, "not held back by the bad entry")
 			assert.Equal(t, "list", c.Type(ctx, s.RedisKey(k[1])).Val())
-			assert.Equal(t, strconv.FormatInt(res.Entry(), 10), c.LIndex(ctx, s.RedisKey(k[1]), -1).Val(), "recorded in the app's log")
+			assert.Equal(t, strconv.FormatInt(res.Entry, 10), c.LIndex(ctx, s.RedisKey(k[1]), -1).Val(), "recorded in the app's log")
 			for _, e := range c.LRange(ctx, s.RedisKey(k[1]), 0, -1).Val() {
 				v, err := strconv.ParseInt(e, 10, 64)
 				require.NoError(t, err, "entry %q", e)
@@ -303,7 +305,7 @@ func TestMultiKeyKeepsTheMark(t *testing.T) {
 		t.Run(im.name, func(t *testing.T) {
 			clock := newFakeClock()
 			s := im.open(t, clock.Now)
-			fb, ok := s.(store.Feedback)
+			fb, ok := s.(contract.Feedback)
 			require.True(t, ok)
 			k := tagged(uniqueKey(t), "app", "a")
 			app, a := k[0], k[1]
@@ -316,9 +318,9 @@ func TestMultiKeyKeepsTheMark(t *testing.T) {
 			require.True(t, res.Allowed, "the extra key reads no feedback")
 			refused := reserve(t, s, app, own)
 			assert.False(t, refused.Allowed, "the pause still holds the app's own requests")
-			assert.Equal(t, store.CauseUpstream, refused.Cause)
+			assert.Equal(t, contract.CauseUpstream, refused.Cause)
 			require.NoError(t, s.Cancel(ctx, res))
-			assert.Equal(t, store.CauseUpstream, reserve(t, s, app, own).Cause, "and after a cancel")
+			assert.Equal(t, contract.CauseUpstream, reserve(t, s, app, own).Cause, "and after a cancel")
 		})
 	}
 }

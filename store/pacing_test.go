@@ -12,12 +12,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/redistest"
 	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/memstore"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
-func paced(n int, per time.Duration, burst int) store.Limit {
-	return store.Limit{N: n, Per: per, Paced: true, Burst: burst}
+func paced(n int, per time.Duration, burst int) contract.Limit {
+	return contract.Limit{N: n, Per: per, Paced: true, Burst: burst}
 }
 
 // TestPacingCases checks a paced limit's exact slots on every store, alone
@@ -25,7 +28,7 @@ func paced(n int, per time.Duration, burst int) store.Limit {
 func TestPacingCases(t *testing.T) { runCases(t, pacingCases) }
 
 // delays reserves r n times and returns the delays, failing on a refusal.
-func delays(t *testing.T, s store.Store, key string, r store.Request, n int) []time.Duration {
+func delays(t *testing.T, s store.Store, key string, r contract.Request, n int) []time.Duration {
 	t.Helper()
 	var out []time.Duration
 	for range n {
@@ -43,7 +46,7 @@ var pacingCases = []conformanceCase{
 		r := req(1, time.Hour, paced(4, time.Second, 0))
 		assert.Equal(t, []time.Duration{0, 250 * ms, 500 * ms, 750 * ms}, delays(t, s, key, r, 4))
 		expect(t, s, key, req(1, 999*ms, paced(4, time.Second, 0)), time.Second, "a slot beyond MaxWait is refused")
-		expect(t, s, key, r, allowed{time.Second, store.CauseLimit, 0}, "and granted within it")
+		expect(t, s, key, r, allowed{time.Second, contract.CauseLimit, 0}, "and granted within it")
 	}},
 	{"paced: a burst goes at once, then the spacing", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		r := req(1, time.Hour, paced(10, time.Second, 2))
@@ -53,37 +56,37 @@ var pacingCases = []conformanceCase{
 		assert.Equal(t, []time.Duration{0, 0, 0, 100 * ms}, delays(t, s, key, r, 4))
 	}},
 	{"paced: a cost takes cost spacings, and at most the burst plus one", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
-		expect(t, s, key, req(3, time.Hour, paced(10, time.Second, 2)), allowed{0, store.CauseNone, 0}, "3 at once")
-		expect(t, s, key, req(2, time.Hour, paced(10, time.Second, 2)), allowed{200 * ms, store.CauseLimit, 0}, "TAT 300ms: 2 more from 200ms")
+		expect(t, s, key, req(3, time.Hour, paced(10, time.Second, 2)), allowed{0, contract.CauseNone, 0}, "3 at once")
+		expect(t, s, key, req(2, time.Hour, paced(10, time.Second, 2)), allowed{200 * ms, contract.CauseLimit, 0}, "TAT 300ms: 2 more from 200ms")
 		_, err := s.Reserve(ctx, key, req(4, time.Hour, paced(10, time.Second, 2)))
-		assert.ErrorIs(t, err, store.ErrInvalidRequest, "cost above burst + 1")
+		assert.ErrorIs(t, err, contract.ErrInvalidRequest, "cost above burst + 1")
 	}},
 	{"paced: a refusal records nothing", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		r := req(1, 0, paced(10, time.Second, 0))
-		expect(t, s, key, r, allowed{0, store.CauseNone, 0}, "first")
+		expect(t, s, key, r, allowed{0, contract.CauseNone, 0}, "first")
 		for range 5 {
 			expect(t, s, key, r, 100*ms, "refused")
 		}
 		clock.Advance(100 * ms)
-		expect(t, s, key, r, allowed{0, store.CauseNone, 0}, "due")
+		expect(t, s, key, r, allowed{0, contract.CauseNone, 0}, "due")
 	}},
 	{"paced beside a window limit: the later of both, recorded in both", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
-		limits := []store.Limit{lim(3, time.Second), paced(10, time.Second, 0)}
-		r := store.Request{Limits: limits, Cost: 1, MaxWait: time.Hour}
-		expect(t, s, key, r, allowed{0, store.CauseNone, 0}, "first")
-		expect(t, s, key, r, allowed{100 * ms, store.CauseLimit, 1}, "the pace")
-		expect(t, s, key, r, allowed{200 * ms, store.CauseLimit, 1}, "the pace")
-		expect(t, s, key, r, allowed{time.Second, store.CauseLimit, 0}, "the window: 3 in a second")
-		expect(t, s, key, r, allowed{1100 * ms, store.CauseLimit, 1}, "a tie: the pace is named (checked first)")
+		limits := []contract.Limit{lim(3, time.Second), paced(10, time.Second, 0)}
+		r := contract.Request{Limits: limits, Cost: 1, MaxWait: time.Hour}
+		expect(t, s, key, r, allowed{0, contract.CauseNone, 0}, "first")
+		expect(t, s, key, r, allowed{100 * ms, contract.CauseLimit, 1}, "the pace")
+		expect(t, s, key, r, allowed{200 * ms, contract.CauseLimit, 1}, "the pace")
+		expect(t, s, key, r, allowed{time.Second, contract.CauseLimit, 0}, "the window: 3 in a second")
+		expect(t, s, key, r, allowed{1100 * ms, contract.CauseLimit, 1}, "a tie: the pace is named (checked first)")
 		// The window order of the request does not matter to the indexes.
-		r2 := store.Request{Limits: []store.Limit{paced(10, time.Second, 0), lim(3, time.Second)}, Cost: 1, MaxWait: time.Hour}
-		expect(t, s, key+"b", r2, allowed{0, store.CauseNone, 0}, "first")
-		expect(t, s, key+"b", r2, allowed{100 * ms, store.CauseLimit, 0}, "the pace")
-		expect(t, s, key+"b", r2, allowed{200 * ms, store.CauseLimit, 0}, "the pace")
-		expect(t, s, key+"b", r2, allowed{time.Second, store.CauseLimit, 1}, "the window")
+		r2 := contract.Request{Limits: []contract.Limit{paced(10, time.Second, 0), lim(3, time.Second)}, Cost: 1, MaxWait: time.Hour}
+		expect(t, s, key+"b", r2, allowed{0, contract.CauseNone, 0}, "first")
+		expect(t, s, key+"b", r2, allowed{100 * ms, contract.CauseLimit, 0}, "the pace")
+		expect(t, s, key+"b", r2, allowed{200 * ms, contract.CauseLimit, 0}, "the pace")
+		expect(t, s, key+"b", r2, allowed{time.Second, contract.CauseLimit, 1}, "the window")
 	}},
 	{"paced with two window limits: each named by its index", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
-		r := store.Request{Limits: []store.Limit{lim(2, 50*ms), paced(100, time.Second, 5), lim(4, time.Second)}, Cost: 1, MaxWait: time.Hour}
+		r := contract.Request{Limits: []contract.Limit{lim(2, 50*ms), paced(100, time.Second, 5), lim(4, time.Second)}, Cost: 1, MaxWait: time.Hour}
 		got := []allowed{}
 		for range 6 {
 			res := reserve(t, s, key, r)
@@ -91,8 +94,8 @@ var pacingCases = []conformanceCase{
 			got = append(got, allowed{res.Delay, res.Cause, res.Limit})
 		}
 		// The burst of 5 at 100/s never binds here: the windows do.
-		assert.Equal(t, []allowed{{0, store.CauseNone, 0}, {0, store.CauseNone, 0}, {50 * ms, store.CauseLimit, 0},
-			{50 * ms, store.CauseLimit, 0}, {time.Second, store.CauseLimit, 2}, {time.Second, store.CauseLimit, 2}}, got)
+		assert.Equal(t, []allowed{{0, contract.CauseNone, 0}, {0, contract.CauseNone, 0}, {50 * ms, contract.CauseLimit, 0},
+			{50 * ms, contract.CauseLimit, 0}, {time.Second, contract.CauseLimit, 2}, {time.Second, contract.CauseLimit, 2}}, got)
 	}},
 	{"paced: the allowance counts from the latest send", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		r := req(1, time.Hour, paced(10, time.Second, 0))
@@ -117,7 +120,7 @@ var pacingCases = []conformanceCase{
 		assert.Equal(t, 300*ms, reserve(t, s, key, r).Delay, "c's time stays spent: d was placed after it")
 	}},
 	{"paced beside a window: cancel gives back both", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
-		r := store.Request{Limits: []store.Limit{lim(2, time.Second), paced(10, time.Second, 0)}, Cost: 1, MaxWait: time.Hour}
+		r := contract.Request{Limits: []contract.Limit{lim(2, time.Second), paced(10, time.Second, 0)}, Cost: 1, MaxWait: time.Hour}
 		reserve(t, s, key, r)
 		b := reserve(t, s, key, r)
 		require.Equal(t, 100*ms, b.Delay)
@@ -133,10 +136,10 @@ var pacingCases = []conformanceCase{
 		assert.Equal(t, time.Duration(0), reserve(t, s, key, r).Delay)
 	}},
 	{"paced: a pause holds it, as every limit", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
-		require.NoError(t, s.(store.Feedback).Pause(ctx, key, 300*ms))
+		require.NoError(t, s.(contract.Feedback).Pause(ctx, key, 300*ms))
 		r := req(1, time.Hour, paced(10, time.Second, 0))
-		expect(t, s, key, r, allowed{300 * ms, store.CauseUpstream, 0}, "paused")
-		expect(t, s, key, r, allowed{400 * ms, store.CauseLimit, 0}, "then spaced")
+		expect(t, s, key, r, allowed{300 * ms, contract.CauseUpstream, 0}, "paused")
+		expect(t, s, key, r, allowed{400 * ms, contract.CauseLimit, 0}, "then spaced")
 	}},
 	{"paced, slow start: a new key goes evenly spaced, earns its burst idling, and starts again after a window", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		l := paced(10, time.Second, 2)
@@ -157,64 +160,64 @@ var pacingCases = []conformanceCase{
 		l.SlowStart = true
 		r := req(1, time.Hour, l)
 		clock.Advance(3 * time.Second)
-		require.NoError(t, s.(store.Feedback).Pause(ctx, key, 300*ms))
-		expect(t, s, key, r, allowed{300 * ms, store.CauseUpstream, 0}, "held to the pause's end")
-		expect(t, s, key, r, allowed{400 * ms, store.CauseLimit, 0}, "then one spacing later")
-		expect(t, s, key, r, allowed{500 * ms, store.CauseLimit, 0}, "and the next")
+		require.NoError(t, s.(contract.Feedback).Pause(ctx, key, 300*ms))
+		expect(t, s, key, r, allowed{300 * ms, contract.CauseUpstream, 0}, "held to the pause's end")
+		expect(t, s, key, r, allowed{400 * ms, contract.CauseLimit, 0}, "then one spacing later")
+		expect(t, s, key, r, allowed{500 * ms, contract.CauseLimit, 0}, "and the next")
 		l.SlowStart = false
 		r = req(1, time.Hour, l)
-		require.NoError(t, s.(store.Feedback).Pause(ctx, key+"b", 300*ms))
+		require.NoError(t, s.(contract.Feedback).Pause(ctx, key+"b", 300*ms))
 		assert.Equal(t, []time.Duration{300 * ms, 300 * ms, 300 * ms, 400 * ms}, delays(t, s, key+"b", r, 4), "without it, the burst at the end")
 	}},
 	{"paced, slow start beside a learned pace: the smaller burst, earned", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		l := paced(10, time.Second, 3)
 		l.SlowStart = true
-		require.NoError(t, s.(store.Feedback).Learn(ctx, key, store.Learned{Pace: paced(10, time.Second, 1), PaceTTL: time.Minute}))
+		require.NoError(t, s.(contract.Feedback).Learn(ctx, key, contract.Learned{Pace: paced(10, time.Second, 1), PaceTTL: time.Minute}))
 		assert.Equal(t, []time.Duration{0, 100 * ms, 200 * ms}, delays(t, s, key, req(1, time.Hour, l), 3))
 		clock.Advance(time.Second)
 		assert.Equal(t, []time.Duration{0, 0, 100 * ms}, delays(t, s, key, req(1, time.Hour, l), 3), "the learned burst of 1, earned")
 	}},
 	{"paced: a reservation says when the key last moved to a stricter learned pace", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
-		fb := s.(store.Feedback)
+		fb := s.(contract.Feedback)
 		r := req(1, time.Hour, lim(1000, time.Second))
 		assert.Zero(t, reserve(t, s, key, r).Reshaped(), "no learned pace")
-		require.NoError(t, fb.Learn(ctx, key, store.Learned{Pace: paced(10, time.Second, 2), PaceTTL: time.Minute}))
+		require.NoError(t, fb.Learn(ctx, key, contract.Learned{Pace: paced(10, time.Second, 2), PaceTTL: time.Minute}))
 		first := reserve(t, s, key, r)
 		require.True(t, first.Allowed)
 		moved := first.Reshaped()
 		assert.Equal(t, first.Decided(), moved, "moved when learned (the clock did not advance)")
 		clock.Advance(50 * ms)
-		require.NoError(t, fb.Learn(ctx, key, store.Learned{Pace: paced(10, 2*time.Second, 2), PaceTTL: time.Minute}))
+		require.NoError(t, fb.Learn(ctx, key, contract.Learned{Pace: paced(10, 2*time.Second, 2), PaceTTL: time.Minute}))
 		assert.Equal(t, moved, reserve(t, s, key, r).Reshaped(), "slowed: not a move")
 		clock.Advance(50 * ms)
-		require.NoError(t, fb.Learn(ctx, key, store.Learned{Pace: paced(10, time.Second, 0), PaceTTL: time.Minute}))
+		require.NoError(t, fb.Learn(ctx, key, contract.Learned{Pace: paced(10, time.Second, 0), PaceTTL: time.Minute}))
 		res := reserve(t, s, key, r)
 		assert.Equal(t, moved+100_000, res.Reshaped(), "a smaller burst is a move")
 		clock.Advance(2 * time.Minute)
 		assert.Zero(t, reserve(t, s, key, r).Reshaped(), "the pace expired")
 	}},
 	{"paced: invalid requests", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
-		for name, r := range map[string]store.Request{
-			"paced under fixed":      algReq(store.FixedWindow, 1, 0, paced(10, time.Second, 0)),
-			"paced under buckets":    algReq(store.Buckets, 1, 0, paced(10, time.Second, 0)),
+		for name, r := range map[string]contract.Request{
+			"paced under fixed":      algReq(contract.FixedWindow, 1, 0, paced(10, time.Second, 0)),
+			"paced under buckets":    algReq(contract.Buckets, 1, 0, paced(10, time.Second, 0)),
 			"two paced":              req(1, 0, paced(10, time.Second, 0), paced(100, time.Minute, 0)),
 			"burst above N":          req(1, 0, paced(10, time.Second, 11)),
 			"negative burst":         req(1, 0, paced(10, time.Second, -1)),
 			"cost above burst+1":     req(2, 0, paced(10, time.Second, 0)),
-			"burst on a window":      req(1, 0, store.Limit{N: 10, Per: time.Second, Burst: 2}),
-			"precision on paced":     req(1, 0, store.Limit{N: 10, Per: time.Second, Paced: true, Precision: ms}),
-			"slow start on a window": req(1, 0, store.Limit{N: 10, Per: time.Second, SlowStart: true}),
+			"burst on a window":      req(1, 0, contract.Limit{N: 10, Per: time.Second, Burst: 2}),
+			"precision on paced":     req(1, 0, contract.Limit{N: 10, Per: time.Second, Paced: true, Precision: ms}),
+			"slow start on a window": req(1, 0, contract.Limit{N: 10, Per: time.Second, SlowStart: true}),
 		} {
 			_, err := s.Reserve(ctx, key, r)
-			assert.ErrorIs(t, err, store.ErrInvalidRequest, name)
+			assert.ErrorIs(t, err, contract.ErrInvalidRequest, name)
 		}
 	}},
 }
 
 // randomPaced draws a paced limit and 0-2 window limits, in random order.
-func randomPaced(rng *rand.Rand) []store.Limit {
+func randomPaced(rng *rand.Rand) []contract.Limit {
 	n := 3 + rng.IntN(40)
-	limits := []store.Limit{paced(n, time.Duration(10+rng.IntN(1000))*ms, rng.IntN(min(n, 6)))}
+	limits := []contract.Limit{paced(n, time.Duration(10+rng.IntN(1000))*ms, rng.IntN(min(n, 6)))}
 	limits[0].SlowStart = rng.IntN(2) == 0
 	for range rng.IntN(3) {
 		limits = append(limits, lim(3+rng.IntN(18), time.Duration(10+rng.IntN(2000))*ms))
@@ -224,7 +227,7 @@ func randomPaced(rng *rand.Rand) []store.Limit {
 }
 
 // maxCost is the largest cost every limit admits.
-func maxCost(limits []store.Limit) int {
+func maxCost(limits []contract.Limit) int {
 	c := 1 << 30
 	for _, l := range limits {
 		c = min(c, l.N)
@@ -251,12 +254,12 @@ func TestPacingDifferential(t *testing.T) {
 				stores[i] = im.open(t, clock.Now)
 			}
 			key := uniqueKey(t)
-			var held [][]store.Reservation
+			var held [][]contract.Reservation
 			refusals, byPace := 0, 0
 			last := time.Now()
 			for op := range 400 {
 				if rng.IntN(24) == 0 {
-					var l store.Learned
+					var l contract.Learned
 					switch rng.IntN(4) {
 					case 0:
 						l.Pause = time.Duration(rng.IntN(300)) * ms
@@ -271,7 +274,7 @@ func TestPacingDifferential(t *testing.T) {
 						l.Reset = time.Duration(rng.IntN(2000)) * ms
 					}
 					for _, s := range stores {
-						require.NoError(t, s.(store.Feedback).Learn(ctx, key, l))
+						require.NoError(t, s.(contract.Feedback).Learn(ctx, key, l))
 					}
 					continue
 				}
@@ -286,19 +289,19 @@ func TestPacingDifferential(t *testing.T) {
 					held = append(held[:i], held[i+1:]...)
 					continue
 				}
-				r := store.Request{Limits: limits, Cost: 1 + rng.IntN(maxCost(limits)), MaxWait: time.Duration(rng.IntN(3000)) * ms}
+				r := contract.Request{Limits: limits, Cost: 1 + rng.IntN(maxCost(limits)), MaxWait: time.Duration(rng.IntN(3000)) * ms}
 				if rng.IntN(3) == 0 {
 					r.Allowance = time.Duration(rng.IntN(30_000)) * time.Microsecond
 				}
-				var got []store.Reservation
+				var got []contract.Reservation
 				for _, s := range stores {
 					got = append(got, reserve(t, s, key, r))
 				}
 				for j := 1; j < len(got); j++ {
 					a, b := got[0], got[j]
 					require.Equal(t,
-						[]any{a.Allowed, a.Delay, a.RetryAfter, a.Slot(), a.Entry(), a.Limit, a.Cause, a.Reshaped()},
-						[]any{b.Allowed, b.Delay, b.RetryAfter, b.Slot(), b.Entry(), b.Limit, b.Cause, b.Reshaped()},
+						[]any{a.Allowed, a.Delay, a.RetryAfter, a.Slot, a.Entry, a.Limit, a.Cause, a.Reshaped()},
+						[]any{b.Allowed, b.Delay, b.RetryAfter, b.Slot, b.Entry, b.Limit, b.Cause, b.Reshaped()},
 						"op %d, %s vs %s, limits %v", op, ims[0].name, ims[j].name, limits)
 				}
 				if got[0].Allowed {
@@ -306,7 +309,7 @@ func TestPacingDifferential(t *testing.T) {
 				} else {
 					refusals++
 				}
-				if got[0].Cause == store.CauseLimit && limits[got[0].Limit].Paced {
+				if got[0].Cause == contract.CauseLimit && limits[got[0].Limit].Paced {
 					byPace++
 				}
 				clock.Advance(time.Duration(rng.IntN(10_000))*time.Microsecond + 2*time.Since(last))
@@ -331,7 +334,7 @@ func TestPacingProperty(t *testing.T) {
 			for seed := range uint64(4) {
 				t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 					rng := rand.New(rand.NewPCG(seed, 15))
-					limits := []store.Limit{paced(5+rng.IntN(40), time.Duration(50+rng.IntN(500))*ms, int(seed%3)*(1+rng.IntN(3)))}
+					limits := []contract.Limit{paced(5+rng.IntN(40), time.Duration(50+rng.IntN(500))*ms, int(seed%3)*(1+rng.IntN(3)))}
 					if seed%2 == 1 {
 						limits = append(limits, lim(limits[0].N/2+rng.IntN(5), time.Duration(200+rng.IntN(1000))*ms))
 					}
@@ -342,7 +345,7 @@ func TestPacingProperty(t *testing.T) {
 	}
 }
 
-func runPacingProperty(t *testing.T, im impl, seed uint64, limits []store.Limit, allowances []time.Duration) {
+func runPacingProperty(t *testing.T, im impl, seed uint64, limits []contract.Limit, allowances []time.Duration) {
 	clock := newFakeClock()
 	var s store.Store
 	if im.name == "memory" {
@@ -359,7 +362,7 @@ func runPacingProperty(t *testing.T, im impl, seed uint64, limits []store.Limit,
 		wg.Go(func() {
 			r := rand.New(rand.NewPCG(seed, uint64(w)))
 			for range 30 {
-				rq := store.Request{Limits: limits, Cost: 1 + r.IntN(maxCost(limits)), MaxWait: time.Duration(r.IntN(3000)) * ms, Allowance: allowances[w]}
+				rq := contract.Request{Limits: limits, Cost: 1 + r.IntN(maxCost(limits)), MaxWait: time.Duration(r.IntN(3000)) * ms, Allowance: allowances[w]}
 				res, err := s.Reserve(ctx, key, rq)
 				if !assert.NoError(t, err) {
 					return
@@ -367,14 +370,14 @@ func runPacingProperty(t *testing.T, im impl, seed uint64, limits []store.Limit,
 				if !res.Allowed {
 					continue
 				}
-				if res.Cause == store.CauseLimit && limits[res.Limit].Paced {
+				if res.Cause == contract.CauseLimit && limits[res.Limit].Paced {
 					byPace.Add(1)
 				}
 				if r.IntN(5) == 0 {
 					assert.NoError(t, s.Cancel(ctx, res))
 					continue
 				}
-				at := res.Slot() + r.Int64N(rq.Allowance.Microseconds()+1)
+				at := res.Slot + r.Int64N(rq.Allowance.Microseconds()+1)
 				mu.Lock()
 				log = append(log, sent{at, rq.Cost})
 				mu.Unlock()
@@ -437,13 +440,13 @@ func TestGCRAAccepts(t *testing.T) {
 // tighter (the load uses the whole rate), and accepted by the limit's own.
 func TestPacingPropertyTeeth(t *testing.T) {
 	clock := newFakeClock()
-	m, err := store.NewMemory(store.WithClock(clock.Now))
+	m, err := memstore.NewMemory(memstore.WithClock(clock.Now))
 	require.NoError(t, err)
 	l := paced(50, time.Second, 3)
 	var log []sent
 	for i := range 300 {
 		res := reserve(t, m, "k", req(1+i%3, time.Hour, l))
-		log = append(log, sent{res.Slot(), 1 + i%3})
+		log = append(log, sent{res.Slot, 1 + i%3})
 		clock.Advance(time.Millisecond)
 	}
 	_, ok := gcraAccepts(log, 20_000, 3)
@@ -463,20 +466,20 @@ func TestRedisPacedCommands(t *testing.T) {
 		t.Skipf("needs redis-server: %v", err)
 	}
 	t.Cleanup(srv.Close)
-	s, err := store.NewRedis(srv.Client(t))
+	s, err := redisstore.NewRedis(srv.Client(t))
 	require.NoError(t, err)
 	for _, c := range []struct {
 		name   string
-		limits []store.Limit
-		learn  store.Learned
+		limits []contract.Limit
+		learn  contract.Learned
 		want   []string
 	}{
-		{"with a window", []store.Limit{lim(100, time.Hour), paced(1000, time.Second, 100)}, store.Learned{}, []string{"TIME", "LINDEX", "GET", "LINDEX", "SET", "RPUSH"}},
-		{"alone", []store.Limit{paced(1000, time.Second, 100)}, store.Learned{}, []string{"TIME", "GET", "HMGET", "SET"}},
+		{"with a window", []contract.Limit{lim(100, time.Hour), paced(1000, time.Second, 100)}, contract.Learned{}, []string{"TIME", "LINDEX", "GET", "LINDEX", "SET", "RPUSH"}},
+		{"alone", []contract.Limit{paced(1000, time.Second, 100)}, contract.Learned{}, []string{"TIME", "GET", "HMGET", "SET"}},
 		// The log's common call is unchanged by the pace key it is given.
-		{"a window, no pace", []store.Limit{lim(100, time.Hour)}, store.Learned{}, []string{"TIME", "LINDEX", "LINDEX", "RPUSH"}},
+		{"a window, no pace", []contract.Limit{lim(100, time.Hour)}, contract.Learned{}, []string{"TIME", "LINDEX", "LINDEX", "RPUSH"}},
 		// A learned pace costs the feedback read (the mark) and the pace's two.
-		{"a window, a learned pace", []store.Limit{lim(100, time.Hour)}, store.Learned{Pace: paced(1000, time.Second, 0), PaceTTL: time.Minute},
+		{"a window, a learned pace", []contract.Limit{lim(100, time.Hour)}, contract.Learned{Pace: paced(1000, time.Second, 0), PaceTTL: time.Minute},
 			[]string{"TIME", "LINDEX", "LINDEX", "HMGET", "GET", "SET", "RPUSH"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -484,7 +487,7 @@ func TestRedisPacedCommands(t *testing.T) {
 			if c.learn.Pace.N > 0 {
 				require.NoError(t, s.Learn(ctx, key, c.learn))
 			}
-			r := store.Request{Limits: c.limits, Cost: 1, MaxWait: time.Second}
+			r := contract.Request{Limits: c.limits, Cost: 1, MaxWait: time.Second}
 			reserve(t, s, key, r)
 			reserve(t, s, key, r)
 			m := startMonitor(t, srv.Addr)

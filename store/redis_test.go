@@ -10,8 +10,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/redistest"
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/memstore"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 func realRedis(t *testing.T) *redis.Client {
@@ -24,7 +26,7 @@ func realRedis(t *testing.T) *redis.Client {
 // the figure this logs.
 func TestRedisMemoryPerEntry(t *testing.T) {
 	c := realRedis(t)
-	s, err := store.NewRedis(c)
+	s, err := redisstore.NewRedis(c)
 	require.NoError(t, err)
 	key := uniqueKey(t)
 	r := req(100, 0, lim(5000, time.Hour))
@@ -47,14 +49,14 @@ func TestRedisMemoryPerEntry(t *testing.T) {
 // the trim's slack.
 func TestRedisKeyLayout(t *testing.T) {
 	c := realRedis(t)
-	s, err := store.NewRedis(c, store.WithPrefix("app1:"))
+	s, err := redisstore.NewRedis(c, redisstore.WithPrefix("app1:"))
 	require.NoError(t, err)
 	key := uniqueKey(t)
 	assert.Equal(t, "app1:{"+key+"}", s.RedisKey(key))
 
-	limits := []store.Limit{lim(5, 50*time.Millisecond), lim(20, 300*time.Millisecond)}
+	limits := []contract.Limit{lim(5, 50*time.Millisecond), lim(20, 300*time.Millisecond)}
 	for range 400 {
-		res, err := s.Reserve(ctx, key, store.Request{Limits: limits, Cost: 1, MaxWait: 0})
+		res, err := s.Reserve(ctx, key, contract.Request{Limits: limits, Cost: 1, MaxWait: 0})
 		require.NoError(t, err)
 		if res.Allowed {
 			ttl := c.PTTL(ctx, s.RedisKey(key)).Val()
@@ -73,7 +75,7 @@ func TestRedisKeyLayout(t *testing.T) {
 // does not replicate its script cache) the next call loads the script again.
 func TestRedisScriptCacheLoss(t *testing.T) {
 	c := realRedis(t)
-	s, err := store.NewRedis(c)
+	s, err := redisstore.NewRedis(c)
 	require.NoError(t, err)
 	key := uniqueKey(t)
 	r := req(1, time.Hour, lim(1, time.Second))
@@ -121,7 +123,7 @@ func TestRedisOddReplies(t *testing.T) {
 		"nil element":       []any{int64(1), nil, int64(5), int64(0)},
 	} {
 		t.Run(name, func(t *testing.T) {
-			s, err := store.NewRedis(fakeScripter{reply: reply})
+			s, err := redisstore.NewRedis(fakeScripter{reply: reply})
 			require.NoError(t, err)
 			_, err = s.Reserve(ctx, "k", req(1, 0, lim(1, time.Second)))
 			require.Error(t, err)
@@ -131,21 +133,21 @@ func TestRedisOddReplies(t *testing.T) {
 }
 
 func TestNewRedisValidates(t *testing.T) {
-	_, err := store.NewRedis(nil)
+	_, err := redisstore.NewRedis(nil)
 	assert.ErrorContains(t, err, "nil client")
-	_, err = store.NewRedis((*redis.Client)(nil))
+	_, err = redisstore.NewRedis((*redis.Client)(nil))
 	assert.ErrorContains(t, err, "nil client (*redis.Client)")
-	_, err = store.NewRedis((*redis.ClusterClient)(nil))
+	_, err = redisstore.NewRedis((*redis.ClusterClient)(nil))
 	assert.ErrorContains(t, err, "nil client")
-	_, err = store.NewRedis(fakeScripter{}, nil)
+	_, err = redisstore.NewRedis(fakeScripter{}, nil)
 	assert.ErrorContains(t, err, "nil option")
-	_, err = store.NewRedis(fakeScripter{}, store.WithClientTime(nil))
+	_, err = redisstore.NewRedis(fakeScripter{}, redisstore.WithClientTime(nil))
 	assert.ErrorContains(t, err, "nil clock")
-	_, err = store.NewRedis(fakeScripter{}, store.WithPrefix("app{1}:"))
+	_, err = redisstore.NewRedis(fakeScripter{}, redisstore.WithPrefix("app{1}:"))
 	assert.ErrorContains(t, err, "braces")
-	_, err = store.NewMemory(store.WithClock(nil))
+	_, err = memstore.NewMemory(memstore.WithClock(nil))
 	assert.ErrorContains(t, err, "nil clock")
-	_, err = store.NewMemory(nil)
+	_, err = memstore.NewMemory(nil)
 	assert.ErrorContains(t, err, "nil option")
 }
 
@@ -153,7 +155,7 @@ func TestNewRedisValidates(t *testing.T) {
 // process that sees many keys once does not keep them all.
 func TestMemoryForgetsIdleKeys(t *testing.T) {
 	clock := newFakeClock()
-	m, err := store.NewMemory(store.WithClock(clock.Now))
+	m, err := memstore.NewMemory(memstore.WithClock(clock.Now))
 	require.NoError(t, err)
 	r := req(1, 0, lim(1, time.Second))
 	for i := range 10_000 {
@@ -175,7 +177,7 @@ func TestRedisLogCommands(t *testing.T) {
 		t.Skipf("needs redis-server: %v", err)
 	}
 	t.Cleanup(srv.Close)
-	s, err := store.NewRedis(srv.Client(t))
+	s, err := redisstore.NewRedis(srv.Client(t))
 	require.NoError(t, err)
 	key := uniqueKey(t)
 	r := req(1, 0, lim(100, time.Hour))

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle/internal/redistest"
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 // dialCounter is a go-redis hook that counts dial attempts.
@@ -52,7 +52,7 @@ func closedPortClient(t *testing.T) (*redis.Client, *atomic.Int32) {
 // guard; the call must end before it, with the refusal.
 func TestRedisRefused(t *testing.T) {
 	c, dials := closedPortClient(t)
-	s, err := store.NewRedis(c)
+	s, err := redisstore.NewRedis(c)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle/internal/redistest"
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 // TestReplicaAckCluster: on a Cluster, the script and WAIT run on the key's
@@ -22,7 +22,7 @@ import (
 func TestReplicaAckCluster(t *testing.T) {
 	c := redistest.SharedCluster(t)
 	cc := c.Client(t)
-	s, err := store.NewRedis(cc, store.WithReplicaAck(1, time.Second))
+	s, err := redisstore.NewRedis(cc, redisstore.WithReplicaAck(1, time.Second))
 	require.NoError(t, err)
 	base := uniqueKey(t)
 	masters := map[string]bool{}

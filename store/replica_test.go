@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle/internal/redistest"
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 // primaryReplica starts a redis-server and a replica of it, and waits until
@@ -54,7 +54,7 @@ func primaryReplica(tb testing.TB) (primary, replica *redistest.Server) {
 func TestReplicaAck(t *testing.T) {
 	primary, replica := primaryReplica(t)
 	pc, rc := primary.Client(t), replica.Client(t)
-	s, err := store.NewRedis(pc, store.WithReplicaAck(1, time.Second))
+	s, err := redisstore.NewRedis(pc, redisstore.WithReplicaAck(1, time.Second))
 	require.NoError(t, err)
 	key := uniqueKey(t)
 	rk := s.RedisKey(key)
@@ -78,18 +78,18 @@ func TestReplicaAck(t *testing.T) {
 	_, err = s.Reserve(ctx, key, r)
 	took := time.Since(start)
 	require.Error(t, err)
-	assert.True(t, errors.Is(err, store.ErrReplicaAck), err.Error())
+	assert.True(t, errors.Is(err, redisstore.ErrReplicaAck), err.Error())
 	assert.Contains(t, err.Error(), "0 of 1 within 1s")
 	assert.GreaterOrEqual(t, took, 900*time.Millisecond, "WAIT waited for its timeout")
 	assert.EqualValues(t, 36, pc.LLen(ctx, rk).Val(), "the unacknowledged entries stay on the primary, counted")
 }
 
 func TestReplicaAckValidates(t *testing.T) {
-	_, err := store.NewRedis(redis.NewClient(&redis.Options{}), store.WithReplicaAck(0, time.Second))
+	_, err := redisstore.NewRedis(redis.NewClient(&redis.Options{}), redisstore.WithReplicaAck(0, time.Second))
 	assert.ErrorContains(t, err, "0 replicas")
-	_, err = store.NewRedis(redis.NewClient(&redis.Options{}), store.WithReplicaAck(1, 0))
+	_, err = redisstore.NewRedis(redis.NewClient(&redis.Options{}), redisstore.WithReplicaAck(1, 0))
 	assert.ErrorContains(t, err, "at least 1ms")
-	_, err = store.NewRedis(redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}}), store.WithReplicaAck(1, time.Second))
+	_, err = redisstore.NewRedis(redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}}), redisstore.WithReplicaAck(1, time.Second))
 	assert.ErrorContains(t, err, "needs a *redis.Client or *redis.ClusterClient")
 }
 
@@ -114,11 +114,11 @@ func BenchmarkReserveReplicaAck(b *testing.B) {
 		{"cluster/ack", cc, true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			var opts []store.RedisOption
+			var opts []redisstore.RedisOption
 			if bc.ack {
-				opts = append(opts, store.WithReplicaAck(1, time.Second))
+				opts = append(opts, redisstore.WithReplicaAck(1, time.Second))
 			}
-			s, err := store.NewRedis(bc.client, opts...)
+			s, err := redisstore.NewRedis(bc.client, opts...)
 			require.NoError(b, err)
 			key := fmt.Sprintf("bench-%s-%d", bc.name, time.Now().UnixNano())
 			r := req(1, 0, lim(1_000_000, time.Second))

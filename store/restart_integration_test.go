@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle/internal/redistest"
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 	"github.com/throttle-go/throttle/store/internal/script"
 )
 
@@ -28,7 +28,7 @@ func TestRedisScriptsSurviveRestart(t *testing.T) {
 	}
 	t.Cleanup(srv.Close)
 	c := srv.Client(t)
-	s, err := store.NewRedis(c)
+	s, err := redisstore.NewRedis(c)
 	require.NoError(t, err)
 	key := uniqueKey(t)
 	r := req(1, time.Hour, lim(1, time.Hour))

@@ -12,7 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/internal/contract"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 	"github.com/throttle-go/throttle/store/internal/script"
 )
 
@@ -105,14 +106,14 @@ func TestRedisCancelNotRetried(t *testing.T) {
 	t.Cleanup(func() { _ = viaProxy.Close() })
 
 	clock := newFakeClock()
-	s, err := store.NewRedis(viaProxy, store.WithClientTime(clock.Now))
+	s, err := redisstore.NewRedis(viaProxy, redisstore.WithClientTime(clock.Now))
 	require.NoError(t, err)
 	r := req(1, 0, lim(10, time.Second))
 
-	setup := func(key string) store.Reservation {
+	setup := func(key string) contract.Reservation {
 		a := reserve(t, s, key, r)
 		b := reserve(t, s, key, r)
-		require.Equal(t, a.Slot(), b.Slot(), "two reservations share a slot")
+		require.Equal(t, a.Slot, b.Slot, "two reservations share a slot")
 		require.EqualValues(t, 2, direct.LLen(ctx, s.RedisKey(key)).Val())
 		return a
 	}
@@ -122,7 +123,7 @@ func TestRedisCancelNotRetried(t *testing.T) {
 	key := uniqueKey(t)
 	a := setup(key)
 	proxy.drop(true)
-	err = redis.NewScript(script.Cancel()).Run(ctx, viaProxy, []string{s.RedisKey(key)}, a.Slot(), 1).Err()
+	err = redis.NewScript(script.Cancel()).Run(ctx, viaProxy, []string{s.RedisKey(key)}, a.Slot, 1).Err()
 	proxy.drop(false)
 	require.NoError(t, err, "the retry on a new connection succeeded")
 	require.EqualValues(t, 0, direct.LLen(ctx, s.RedisKey(key)).Val(),

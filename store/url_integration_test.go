@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle/internal/redistest"
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 // TestNewRedisURLSentinel: redis-sentinel:// finds the master through a
@@ -20,7 +20,7 @@ import (
 func TestNewRedisURLSentinel(t *testing.T) {
 	master := redistest.Start(t, "--requirepass", urlSecret, "--maxmemory", "10mb", "--maxmemory-policy", "noeviction")
 	sentinel := redistest.StartSentinel(t, "mymaster", master.Addr)
-	s, closer, err := store.NewRedisURL("redis-sentinel://" + sentinel.Addr + "?master_name=mymaster&password=" + urlSecret)
+	s, closer, err := redisstore.NewRedisURL("redis-sentinel://" + sentinel.Addr + "?master_name=mymaster&password=" + urlSecret)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = closer.Close() })
 	r := req(1, time.Second, lim(1, time.Second))
@@ -30,9 +30,9 @@ func TestNewRedisURLSentinel(t *testing.T) {
 
 	evicting := redistest.Start(t, "--maxmemory", "10mb", "--maxmemory-policy", "allkeys-lru")
 	sentinel = redistest.StartSentinel(t, "evicting", evicting.Addr)
-	s, closer, err = store.NewRedisURL("redis-sentinel://" + sentinel.Addr + "?master_name=evicting")
+	s, closer, err = redisstore.NewRedisURL("redis-sentinel://" + sentinel.Addr + "?master_name=evicting")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = closer.Close() })
 	_, err = s.Reserve(ctx, uniqueKey(t), r)
-	require.ErrorIs(t, err, store.ErrEvictingPolicy)
+	require.ErrorIs(t, err, redisstore.ErrEvictingPolicy)
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle/internal/redistest"
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
 const urlSecret = "hunter2-S3cret"
@@ -25,7 +25,7 @@ func TestNewRedisURL(t *testing.T) {
 	srv := redistest.Start(t, "--requirepass", urlSecret)
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: urlSecret})
 	t.Cleanup(func() { _ = admin.Close() })
-	setUser(t, admin, "throttle", urlSecret+"2", store.DefaultPrefix)
+	setUser(t, admin, "throttle", urlSecret+"2", redisstore.DefaultPrefix)
 	r := req(1, 0, lim(1, time.Second))
 
 	for _, u := range []string{
@@ -33,7 +33,7 @@ func TestNewRedisURL(t *testing.T) {
 		"redis://:" + urlSecret + "@" + srv.Addr + "/3?dial_timeout=2s&read_timeout=1s",
 		"redis://throttle:" + urlSecret + "2@" + srv.Addr,
 	} {
-		s, closer, err := store.NewRedisURL(u)
+		s, closer, err := redisstore.NewRedisURL(u)
 		require.NoError(t, err)
 		assert.True(t, reserve(t, s, uniqueKey(t), r).Allowed)
 		require.NoError(t, closer.Close())
@@ -41,7 +41,7 @@ func TestNewRedisURL(t *testing.T) {
 		assert.ErrorContains(t, err, "closed")
 	}
 
-	s, closer, err := store.NewRedisURL("redis://:wrong-" + urlSecret + "@" + srv.Addr)
+	s, closer, err := redisstore.NewRedisURL("redis://:wrong-" + urlSecret + "@" + srv.Addr)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = closer.Close() })
 	_, err = s.Reserve(ctx, uniqueKey(t), r)
@@ -57,13 +57,13 @@ func TestNewRedisURLTLS(t *testing.T) {
 	r := req(1, 0, lim(1, time.Second))
 	u := "rediss://:" + urlSecret + "@" + srv.Addr
 
-	s, closer, err := store.NewRedisURL(u, store.WithTLSConfig(&tls.Config{RootCAs: ca, MinVersion: tls.VersionTLS12}))
+	s, closer, err := redisstore.NewRedisURL(u, redisstore.WithTLSConfig(&tls.Config{RootCAs: ca, MinVersion: tls.VersionTLS12}))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = closer.Close() })
 	assert.True(t, reserve(t, s, uniqueKey(t), r).Allowed)
 
 	// localhost is in the certificate too: ServerName comes from the URL.
-	s, closer, err = store.NewRedisURL(strings.Replace(u, "127.0.0.1", "localhost", 1), store.WithTLSConfig(&tls.Config{RootCAs: ca, MinVersion: tls.VersionTLS12}))
+	s, closer, err = redisstore.NewRedisURL(strings.Replace(u, "127.0.0.1", "localhost", 1), redisstore.WithTLSConfig(&tls.Config{RootCAs: ca, MinVersion: tls.VersionTLS12}))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = closer.Close() })
 	assert.True(t, reserve(t, s, uniqueKey(t), r).Allowed)
@@ -76,7 +76,7 @@ func TestNewRedisURLTLS(t *testing.T) {
 		"plain to a TLS": {"redis://:" + urlSecret + "@" + srv.Addr + "?dial_timeout=1s&read_timeout=1s", ""},
 	} {
 		t.Run(name, func(t *testing.T) {
-			s, closer, err := store.NewRedisURL(tc.url)
+			s, closer, err := redisstore.NewRedisURL(tc.url)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = closer.Close() })
 			_, err = s.Reserve(ctx, uniqueKey(t), r)
@@ -113,11 +113,11 @@ func TestNewRedisURLErrors(t *testing.T) {
 		"TLS config, no TLS":   "redis://user:" + pw + "@127.0.0.1:6379",
 	} {
 		t.Run(name, func(t *testing.T) {
-			var opts []store.RedisOption
+			var opts []redisstore.RedisOption
 			if strings.HasPrefix(name, "TLS") {
-				opts = append(opts, store.WithTLSConfig(&tls.Config{MinVersion: tls.VersionTLS12}))
+				opts = append(opts, redisstore.WithTLSConfig(&tls.Config{MinVersion: tls.VersionTLS12}))
 			}
-			s, closer, err := store.NewRedisURL(u, opts...)
+			s, closer, err := redisstore.NewRedisURL(u, opts...)
 			require.Error(t, err)
 			assert.Nil(t, s)
 			assert.Nil(t, closer)
@@ -136,7 +136,7 @@ func TestNewRedisURLErrors(t *testing.T) {
 		fmt.Sprintf("redis-sentinel://user:%s@127.0.0.1:%d?master_name=m&password=%s&dial_timeout=1s", pw, port, pw),
 		fmt.Sprintf("redis-cluster://user:%s@127.0.0.1:%d?dial_timeout=1s", pw, port),
 	} {
-		s, closer, err := store.NewRedisURL(u)
+		s, closer, err := redisstore.NewRedisURL(u)
 		require.NoError(t, err, "no I/O in the constructor")
 		rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		_, err = s.Reserve(rctx, "k", req(1, 0, lim(1, time.Second)))
@@ -160,13 +160,13 @@ func TestNewRedisURLClients(t *testing.T) {
 		"redis-cluster://127.0.0.1:7000?addr=127.0.0.1:7001": "*redis.ClusterClient",
 		"rediss-cluster://127.0.0.1:7000":                    "*redis.ClusterClient",
 	} {
-		_, closer, err := store.NewRedisURL(u, store.WithEvictionCheck(store.EvictionOff))
+		_, closer, err := redisstore.NewRedisURL(u, redisstore.WithEvictionCheck(redisstore.EvictionOff))
 		require.NoError(t, err, u)
 		assert.Equal(t, want, fmt.Sprintf("%T", closer), u)
 		require.NoError(t, closer.Close())
 	}
-	_, err := store.NewRedis(fakeScripter{}, store.WithTLSConfig(&tls.Config{MinVersion: tls.VersionTLS12}))
+	_, err := redisstore.NewRedis(fakeScripter{}, redisstore.WithTLSConfig(&tls.Config{MinVersion: tls.VersionTLS12}))
 	assert.ErrorContains(t, err, "WithTLSConfig is for NewRedisURL")
-	_, _, err = store.NewRedisURL("redis://127.0.0.1:6379", store.WithBatching(1))
+	_, _, err = redisstore.NewRedisURL("redis://127.0.0.1:6379", redisstore.WithBatching(1))
 	assert.ErrorContains(t, err, "WithBatching(1)")
 }

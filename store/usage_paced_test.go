@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -20,20 +21,20 @@ var usagePacedCases = []conformanceCase{
 			require.True(t, reserve(t, s, key, r).Allowed)
 		}
 		u := usage(t, s, key, r)
-		assert.Equal(t, []store.LimitUsage{
+		assert.Equal(t, []contract.LimitUsage{
 			{Limit: lim(100, 10*time.Second), Used: 3, Reserved: 1},
 			{Limit: paced(10, time.Second, 2), Used: 3, Reserved: 1},
 		}, u.Limits)
 		assert.Equal(t, 200*time.Millisecond, u.Next)
-		assert.Equal(t, store.CauseLimit, u.NextCause)
+		assert.Equal(t, contract.CauseLimit, u.NextCause)
 		assert.Equal(t, 1, u.NextLimit)
 		assert.Equal(t, u.Next, reserve(t, s, key, r).Delay, "the next reservation goes at Next")
 
 		clock.Advance(350 * time.Millisecond) // TAT at 500ms: 150ms ahead
 		u = usage(t, s, key, r)
-		assert.Equal(t, store.LimitUsage{Limit: paced(10, time.Second, 2), Used: 2}, u.Limits[1])
+		assert.Equal(t, contract.LimitUsage{Limit: paced(10, time.Second, 2), Used: 2}, u.Limits[1])
 		assert.Equal(t, time.Duration(0), u.Next)
-		assert.Equal(t, store.CauseNone, u.NextCause)
+		assert.Equal(t, contract.CauseNone, u.NextCause)
 	}},
 	{"paced alone: no log", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		r := req(1, 10*time.Second, paced(4, time.Second, 0))
@@ -41,9 +42,9 @@ var usagePacedCases = []conformanceCase{
 			require.True(t, reserve(t, s, key, r).Allowed)
 		}
 		u := usage(t, s, key, r)
-		assert.Equal(t, []store.LimitUsage{{Limit: paced(4, time.Second, 0), Used: 1, Reserved: 2}}, u.Limits)
+		assert.Equal(t, []contract.LimitUsage{{Limit: paced(4, time.Second, 0), Used: 1, Reserved: 2}}, u.Limits)
 		assert.Equal(t, 750*time.Millisecond, u.Next)
-		assert.Equal(t, store.CauseLimit, u.NextCause)
+		assert.Equal(t, contract.CauseLimit, u.NextCause)
 		assert.Equal(t, 0, u.NextLimit)
 		assert.Zero(t, u.Entries)
 		assert.Equal(t, u.Next, reserve(t, s, key, r).Delay)
@@ -51,17 +52,17 @@ var usagePacedCases = []conformanceCase{
 	{"paced: a learned pace", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		r := req(1, 10*time.Second, lim(100, 10*time.Second))
 		require.True(t, reserve(t, s, key, r).Allowed)
-		require.NoError(t, s.(store.Feedback).Learn(ctx, key, store.Learned{Pace: paced(4, time.Second, 0), PaceTTL: time.Minute}))
+		require.NoError(t, s.(contract.Feedback).Learn(ctx, key, contract.Learned{Pace: paced(4, time.Second, 0), PaceTTL: time.Minute}))
 		u := usage(t, s, key, r)
-		assert.Equal(t, store.Limit{N: 1, Per: 250 * time.Millisecond, Paced: true}, u.LearnedPace)
+		assert.Equal(t, contract.Limit{N: 1, Per: 250 * time.Millisecond, Paced: true}, u.LearnedPace)
 		assert.Equal(t, time.Minute, u.LearnedPaceFor)
 		// No pace time yet: free now; then spaced 250ms.
 		assert.Equal(t, time.Duration(0), u.Next)
 		require.True(t, reserve(t, s, key, r).Allowed)
 		u = usage(t, s, key, r)
 		assert.Equal(t, 250*time.Millisecond, u.Next)
-		assert.Equal(t, store.CauseLearned, u.NextCause)
-		assert.Equal(t, []store.LimitUsage{{Limit: lim(100, 10*time.Second), Used: 2}}, u.Limits)
+		assert.Equal(t, contract.CauseLearned, u.NextCause)
+		assert.Equal(t, []contract.LimitUsage{{Limit: lim(100, 10*time.Second), Used: 2}}, u.Limits)
 		assert.Equal(t, u.Next, reserve(t, s, key, r).Delay)
 
 		// Beside a paced limit of the request's own, the stricter spacing.
@@ -70,8 +71,8 @@ var usagePacedCases = []conformanceCase{
 		require.True(t, reserve(t, s, key, rp).Allowed)
 		u = usage(t, s, key, rp)
 		assert.Equal(t, 250*time.Millisecond, u.Next)
-		assert.Equal(t, store.CauseLearned, u.NextCause)
-		assert.Equal(t, store.LimitUsage{Limit: paced(10, time.Second, 2), Used: 3}, u.Limits[1],
+		assert.Equal(t, contract.CauseLearned, u.NextCause)
+		assert.Equal(t, contract.LimitUsage{Limit: paced(10, time.Second, 2), Used: 3}, u.Limits[1],
 			"counted at the limit's own spacing and burst: 250ms ahead is 3 of its 100ms")
 		assert.Equal(t, u.Next, reserve(t, s, key, rp).Delay)
 	}},
@@ -81,31 +82,31 @@ var usagePacedCases = []conformanceCase{
 		r := req(1, 10*time.Second, lim(100, 10*time.Second), p)
 		// No pace time: the burst is not earned yet, one may go now.
 		u := usage(t, s, key, r)
-		assert.Equal(t, store.LimitUsage{Limit: p, Used: 4}, u.Limits[1])
+		assert.Equal(t, contract.LimitUsage{Limit: p, Used: 4}, u.Limits[1])
 		assert.Equal(t, time.Duration(0), u.Next)
 		require.True(t, reserve(t, s, key, r).Allowed)
 		u = usage(t, s, key, r)
-		assert.Equal(t, store.LimitUsage{Limit: p, Used: 5}, u.Limits[1])
+		assert.Equal(t, contract.LimitUsage{Limit: p, Used: 5}, u.Limits[1])
 		assert.Equal(t, 100*time.Millisecond, u.Next)
-		assert.Equal(t, store.CauseLimit, u.NextCause)
+		assert.Equal(t, contract.CauseLimit, u.NextCause)
 		assert.Equal(t, 1, u.NextLimit)
 		assert.Equal(t, u.Next, reserve(t, s, key, r).Delay)
 
 		// Idle for less than the window past the pace time: the burst is earned.
 		clock.Advance(1200 * time.Millisecond)
 		u = usage(t, s, key, r)
-		assert.Equal(t, store.LimitUsage{Limit: p, Used: 0}, u.Limits[1])
+		assert.Equal(t, contract.LimitUsage{Limit: p, Used: 0}, u.Limits[1])
 		// Idle for longer: as a key without a pace time again.
 		clock.Advance(time.Second)
 		u = usage(t, s, key, r)
-		assert.Equal(t, store.LimitUsage{Limit: p, Used: 4}, u.Limits[1])
+		assert.Equal(t, contract.LimitUsage{Limit: p, Used: 4}, u.Limits[1])
 		assert.Equal(t, time.Duration(0), u.Next)
 
 		// A pause holds the slot, and its end earns no burst.
-		require.NoError(t, s.(store.Feedback).Pause(ctx, key, time.Second))
+		require.NoError(t, s.(contract.Feedback).Pause(ctx, key, time.Second))
 		u = usage(t, s, key, r)
 		assert.Equal(t, time.Second, u.Next)
-		assert.Equal(t, store.CauseUpstream, u.NextCause)
+		assert.Equal(t, contract.CauseUpstream, u.NextCause)
 		assert.Equal(t, u.Next, reserve(t, s, key, r).Delay)
 		u = usage(t, s, key, r)
 		assert.Equal(t, time.Second+100*time.Millisecond, u.Next)

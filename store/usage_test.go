@@ -10,13 +10,16 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/redistest"
 	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/store/internal/memstore"
+	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
-func usage(t *testing.T, s store.Store, key string, r store.Request) store.Usage {
+func usage(t *testing.T, s store.Store, key string, r contract.Request) contract.Usage {
 	t.Helper()
-	u, err := s.(store.Inspector).Usage(ctx, key, r)
+	u, err := s.(contract.Inspector).Usage(ctx, key, r)
 	require.NoError(t, err)
 	return u
 }
@@ -26,7 +29,7 @@ func usage(t *testing.T, s store.Store, key string, r store.Request) store.Usage
 var usageCases = []conformanceCase{
 	{"empty key", func(t *testing.T, s store.Store, _ *fakeClock, key string) {
 		u := usage(t, s, key, req(1, 0, lim(3, time.Second)))
-		assert.Equal(t, store.Usage{Limits: []store.LimitUsage{{Limit: lim(3, time.Second)}}}, u)
+		assert.Equal(t, contract.Usage{Limits: []contract.LimitUsage{{Limit: lim(3, time.Second)}}}, u)
 	}},
 	{"log: used, reserved, next", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		r := req(1, 10*time.Second, lim(3, time.Second))
@@ -34,16 +37,16 @@ var usageCases = []conformanceCase{
 			require.True(t, reserve(t, s, key, r).Allowed)
 		}
 		u := usage(t, s, key, r)
-		assert.Equal(t, []store.LimitUsage{{Limit: lim(3, time.Second), Used: 3, Reserved: 1}}, u.Limits)
+		assert.Equal(t, []contract.LimitUsage{{Limit: lim(3, time.Second), Used: 3, Reserved: 1}}, u.Limits)
 		assert.Equal(t, time.Second, u.Next)
-		assert.Equal(t, store.CauseLimit, u.NextCause)
+		assert.Equal(t, contract.CauseLimit, u.NextCause)
 		assert.Equal(t, 4, u.Entries)
 		assert.Equal(t, time.Second, u.Last)
 		clock.Advance(1200 * time.Millisecond)
 		u = usage(t, s, key, r)
-		assert.Equal(t, []store.LimitUsage{{Limit: lim(3, time.Second), Used: 1}}, u.Limits)
+		assert.Equal(t, []contract.LimitUsage{{Limit: lim(3, time.Second), Used: 1}}, u.Limits)
 		assert.Equal(t, time.Duration(0), u.Next)
-		assert.Equal(t, store.CauseNone, u.NextCause)
+		assert.Equal(t, contract.CauseNone, u.NextCause)
 		assert.Equal(t, -200*time.Millisecond, u.Last)
 	}},
 	{"log: two limits, the second sets next", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
@@ -53,16 +56,16 @@ var usageCases = []conformanceCase{
 			clock.Advance(1100 * time.Millisecond)
 		}
 		u := usage(t, s, key, r)
-		assert.Equal(t, []store.LimitUsage{{Limit: lim(2, time.Second), Used: 0}, {Limit: lim(3, 10*time.Second), Used: 3}}, u.Limits)
+		assert.Equal(t, []contract.LimitUsage{{Limit: lim(2, time.Second), Used: 0}, {Limit: lim(3, 10*time.Second), Used: 3}}, u.Limits)
 		assert.Equal(t, 10*time.Second-3300*time.Millisecond, u.Next)
-		assert.Equal(t, store.CauseLimit, u.NextCause)
+		assert.Equal(t, contract.CauseLimit, u.NextCause)
 		assert.Equal(t, 1, u.NextLimit)
 	}},
 	{"feedback: pause, learned limit, budget", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		r := req(1, 0, lim(5, 10*time.Second))
 		require.True(t, reserve(t, s, key, r).Allowed)
-		fb := s.(store.Feedback)
-		require.NoError(t, fb.Learn(ctx, key, store.Learned{Pause: 2 * time.Second, Limit: lim(1, 4*time.Second), LimitTTL: time.Minute,
+		fb := s.(contract.Feedback)
+		require.NoError(t, fb.Learn(ctx, key, contract.Learned{Pause: 2 * time.Second, Limit: lim(1, 4*time.Second), LimitTTL: time.Minute,
 			Remaining: 7, Reset: 30 * time.Second}))
 		clock.Advance(500 * time.Millisecond)
 		u := usage(t, s, key, r)
@@ -73,37 +76,37 @@ var usageCases = []conformanceCase{
 		assert.Equal(t, 29500*time.Millisecond, u.BudgetReset)
 		// The learned 1 per 4s, from the entry at 0, beats the pause.
 		assert.Equal(t, 3500*time.Millisecond, u.Next)
-		assert.Equal(t, store.CauseLearned, u.NextCause)
-		assert.Equal(t, []store.LimitUsage{{Limit: lim(5, 10*time.Second), Used: 1}}, u.Limits)
+		assert.Equal(t, contract.CauseLearned, u.NextCause)
+		assert.Equal(t, []contract.LimitUsage{{Limit: lim(5, 10*time.Second), Used: 1}}, u.Limits)
 	}},
 	{"fixed: the current window and later ones", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		r := req(1, 10*time.Second, lim(2, time.Second))
-		r.Algorithm = store.FixedWindow
+		r.Algorithm = contract.FixedWindow
 		for range 5 {
 			require.True(t, reserve(t, s, key, r).Allowed)
 		}
 		clock.Advance(250 * time.Millisecond)
 		u := usage(t, s, key, r)
-		assert.Equal(t, []store.LimitUsage{{Limit: lim(2, time.Second), Used: 2, Reserved: 3}}, u.Limits)
+		assert.Equal(t, []contract.LimitUsage{{Limit: lim(2, time.Second), Used: 2, Reserved: 3}}, u.Limits)
 		assert.Equal(t, 1750*time.Millisecond, u.Next) // window 1 is full, window 2 holds one of two
-		assert.Equal(t, store.CauseLimit, u.NextCause)
-		assert.Equal(t, store.FixedWindow, u.Algorithm)
+		assert.Equal(t, contract.CauseLimit, u.NextCause)
+		assert.Equal(t, contract.FixedWindow, u.Algorithm)
 	}},
 	{"counter: previous and current window", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		r := req(1, 0, lim(4, time.Second))
-		r.Algorithm = store.SlidingCounter
+		r.Algorithm = contract.SlidingCounter
 		for range 3 {
 			require.True(t, reserve(t, s, key, r).Allowed)
 		}
 		clock.Advance(1500 * time.Millisecond)
 		require.True(t, reserve(t, s, key, r).Allowed)
 		u := usage(t, s, key, r)
-		assert.Equal(t, []store.LimitUsage{{Limit: lim(4, time.Second), Used: 1, Previous: 3}}, u.Limits)
+		assert.Equal(t, []contract.LimitUsage{{Limit: lim(4, time.Second), Used: 1, Previous: 3}}, u.Limits)
 		assert.Equal(t, time.Duration(0), u.Next) // 3·0.5 + 1 + 1 <= 4
 	}},
 	{"buckets: the span ending with now's bucket", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
-		r := req(1, 10*time.Second, store.Limit{N: 3, Per: time.Second, Precision: 250 * time.Millisecond})
-		r.Algorithm = store.Buckets
+		r := req(1, 10*time.Second, contract.Limit{N: 3, Per: time.Second, Precision: 250 * time.Millisecond})
+		r.Algorithm = contract.Buckets
 		for range 2 {
 			require.True(t, reserve(t, s, key, r).Allowed)
 		}
@@ -112,15 +115,15 @@ var usageCases = []conformanceCase{
 			require.True(t, reserve(t, s, key, r).Allowed) // the second waits for bucket 4
 		}
 		u := usage(t, s, key, r)
-		assert.Equal(t, []store.LimitUsage{{Limit: r.Limits[0], Used: 3, Reserved: 1}}, u.Limits)
+		assert.Equal(t, []contract.LimitUsage{{Limit: r.Limits[0], Used: 3, Reserved: 1}}, u.Limits)
 		assert.Equal(t, 500*time.Millisecond, u.Next) // bucket 4: buckets 1..4 hold 2 of 3
-		assert.Equal(t, store.CauseLimit, u.NextCause)
+		assert.Equal(t, contract.CauseLimit, u.NextCause)
 	}},
 	{"invalid requests are refused", func(t *testing.T, s store.Store, _ *fakeClock, key string) {
-		_, err := s.(store.Inspector).Usage(ctx, key, req(1, 0))
-		assert.ErrorIs(t, err, store.ErrInvalidRequest)
-		_, err = s.(store.Inspector).Usage(ctx, "", req(1, 0, lim(1, time.Second)))
-		assert.ErrorIs(t, err, store.ErrInvalidRequest)
+		_, err := s.(contract.Inspector).Usage(ctx, key, req(1, 0))
+		assert.ErrorIs(t, err, contract.ErrInvalidRequest)
+		_, err = s.(contract.Inspector).Usage(ctx, "", req(1, 0, lim(1, time.Second)))
+		assert.ErrorIs(t, err, contract.ErrInvalidRequest)
 	}},
 }
 
@@ -136,10 +139,10 @@ func TestUsageDifferential(t *testing.T) {
 	all := impls(t)
 	variants := []struct {
 		name string
-		alg  store.Algorithm
+		alg  contract.Algorithm
 		pace bool
-	}{{"log", store.SlidingLog, false}, {"paced", store.SlidingLog, true}, {"fixed", store.FixedWindow, false},
-		{"counter", store.SlidingCounter, false}, {"buckets", store.Buckets, false}}
+	}{{"log", contract.SlidingLog, false}, {"paced", contract.SlidingLog, true}, {"fixed", contract.FixedWindow, false},
+		{"counter", contract.SlidingCounter, false}, {"buckets", contract.Buckets, false}}
 	for _, im := range all[1:] {
 		for _, v := range variants {
 			alg := v.alg
@@ -155,8 +158,8 @@ func TestUsageDifferential(t *testing.T) {
 					red := im.open(t, clock.Now)
 					key := uniqueKey(t)
 					rng := rand.New(rand.NewPCG(seed, 11))
-					limits := []store.Limit{lim(3+rng.IntN(5), time.Second), lim(10+rng.IntN(10), 5*time.Second)}
-					if alg == store.Buckets {
+					limits := []contract.Limit{lim(3+rng.IntN(5), time.Second), lim(10+rng.IntN(10), 5*time.Second)}
+					if alg == contract.Buckets {
 						limits[0].Precision, limits[1].Precision = 100*time.Millisecond, time.Second
 					}
 					if v.pace {
@@ -164,22 +167,22 @@ func TestUsageDifferential(t *testing.T) {
 						p.SlowStart = rng.IntN(2) == 0
 						limits = append(limits[:1], p, limits[1])
 					}
-					var granted []store.Reservation
+					var granted []contract.Reservation
 					for step := range steps {
 						switch op := rng.IntN(12); op {
 						case 0:
-							l := store.Learned{Pause: time.Duration(rng.IntN(1500)) * time.Millisecond}
+							l := contract.Learned{Pause: time.Duration(rng.IntN(1500)) * time.Millisecond}
 							if rng.IntN(2) == 0 {
 								l.Limit, l.LimitTTL = lim(1+rng.IntN(6), time.Duration(500+rng.IntN(4000))*time.Millisecond), time.Duration(1+rng.IntN(8))*time.Second
 							}
 							if rng.IntN(2) == 0 {
 								l.Remaining, l.Reset = rng.IntN(10), time.Duration(rng.IntN(5000))*time.Millisecond
 							}
-							if alg == store.SlidingLog && rng.IntN(2) == 0 {
+							if alg == contract.SlidingLog && rng.IntN(2) == 0 {
 								l.Pace, l.PaceTTL = paced(2+rng.IntN(8), time.Second, rng.IntN(2)), time.Duration(1+rng.IntN(8))*time.Second
 							}
-							require.NoError(t, mem.(store.Feedback).Learn(ctx, key, l))
-							require.NoError(t, red.(store.Feedback).Learn(ctx, key, l))
+							require.NoError(t, mem.(contract.Feedback).Learn(ctx, key, l))
+							require.NoError(t, red.(contract.Feedback).Learn(ctx, key, l))
 						case 1:
 							if len(granted) > 0 {
 								i := rng.IntN(len(granted))
@@ -212,7 +215,7 @@ func TestUsageDifferential(t *testing.T) {
 							require.Equal(t, a, reserve(t, red, key, r), "step %d", step)
 							require.True(t, a.Allowed)
 							want := um.Next
-							if alg == store.SlidingLog && um.Entries > 0 && um.Last > want {
+							if alg == contract.SlidingLog && um.Entries > 0 && um.Last > want {
 								want = um.Last
 							}
 							require.Equal(t, want, a.Delay, "step %d: %+v", step, um)
@@ -234,17 +237,17 @@ func TestUsageReadOnly(t *testing.T) {
 		t.Skip("needs redis-server (DUMP of miniredis differs)")
 	}
 	c := srv.Client(t)
-	s, err := store.NewRedis(c)
+	s, err := redisstore.NewRedis(c)
 	require.NoError(t, err)
 	// The last SlidingLog runs with a paced limit and a learned pace.
-	for i, alg := range []store.Algorithm{store.SlidingLog, store.FixedWindow, store.SlidingCounter, store.Buckets, store.SlidingLog} {
+	for i, alg := range []contract.Algorithm{contract.SlidingLog, contract.FixedWindow, contract.SlidingCounter, contract.Buckets, contract.SlidingLog} {
 		key := uniqueKey(t)
 		r := req(1, 10*time.Second, lim(3, time.Second), lim(10, time.Minute))
 		r.Algorithm = alg
-		if alg == store.Buckets {
+		if alg == contract.Buckets {
 			r.Limits[0].Precision, r.Limits[1].Precision = 100*time.Millisecond, 10*time.Second
 		}
-		l := store.Learned{Pause: time.Second, Remaining: 3, Reset: time.Minute}
+		l := contract.Learned{Pause: time.Second, Remaining: 3, Reset: time.Minute}
 		if i == 4 {
 			r.Limits = append(r.Limits, paced(5, time.Second, 1))
 			l.Pace, l.PaceTTL = paced(2, time.Second, 0), time.Minute
@@ -274,10 +277,10 @@ func TestUsageReadOnly(t *testing.T) {
 
 // The Usage errors carry no key material beyond what was asked for.
 func TestUsageErrorsAreTyped(t *testing.T) {
-	m, err := store.NewMemory()
+	m, err := memstore.NewMemory()
 	require.NoError(t, err)
-	_, err = m.Usage(ctx, "k", store.Request{})
-	require.True(t, errors.Is(err, store.ErrInvalidRequest))
+	_, err = m.Usage(ctx, "k", contract.Request{})
+	require.True(t, errors.Is(err, contract.ErrInvalidRequest))
 }
 
 // Delete removes the log, the counters and the feedback of a key in one DEL
@@ -285,10 +288,10 @@ func TestUsageErrorsAreTyped(t *testing.T) {
 func TestRedisDelete(t *testing.T) {
 	for _, im := range impls(t)[1:] {
 		t.Run(im.name, func(t *testing.T) {
-			s := im.open(t, nil).(*store.Redis)
+			s := im.open(t, nil).(*redisstore.Redis)
 			key, other := uniqueKey(t), uniqueKey(t)
 			for _, k := range []string{key, other} {
-				for _, alg := range []store.Algorithm{store.SlidingLog, store.FixedWindow} {
+				for _, alg := range []contract.Algorithm{contract.SlidingLog, contract.FixedWindow} {
 					r := req(1, 0, lim(3, time.Minute))
 					r.Algorithm = alg
 					reserve(t, s, k, r)

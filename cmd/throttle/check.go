@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -110,14 +111,14 @@ func infoField(info, name string) string {
 // would: its check reads maxmemory and maxmemory-policy (CONFIG GET, else INFO
 // memory) and refuses a server that may evict throttle's keys.
 func checkEviction(ctx context.Context, r *report, rdb redis.UniversalClient, prefix string) {
-	st, err := store.NewRedis(rdb, store.WithPrefix(prefix))
+	st, err := redisAdmin(rdb, store.WithPrefix(prefix))
 	if err != nil {
 		r.fail("store: %v", err)
 		return
 	}
 	key := fmt.Sprintf("throttle-check:%d", time.Now().UnixNano())
 	defer func() { _, _ = st.Delete(context.WithoutCancel(ctx), key) }()
-	_, err = st.Reserve(ctx, key, store.Request{Limits: []store.Limit{{N: 1_000_000, Per: time.Second}}, Cost: 1})
+	_, err = st.Reserve(ctx, key, contract.Request{Limits: []contract.Limit{{N: 1_000_000, Per: time.Second}}, Cost: 1})
 	switch {
 	case errors.Is(err, store.ErrEvictingPolicy):
 		r.warn("%v; the store refuses this server unless WithEvictionCheck says otherwise", err)
@@ -144,7 +145,7 @@ func checkACL(ctx context.Context, r *report, rdb redis.UniversalClient) {
 }
 
 func checkScripts(ctx context.Context, r *report, rdb redis.UniversalClient) {
-	scripts := store.Scripts()
+	scripts := scriptsOf(rdb)
 	names := make([]string, 0, len(scripts))
 	for n := range scripts {
 		names = append(names, n)
@@ -185,7 +186,7 @@ func checkScripts(ctx context.Context, r *report, rdb redis.UniversalClient) {
 // script) on a scratch key, checkRounds times each, and deletes the key.
 func checkLatency(ctx context.Context, r *report, rdb redis.UniversalClient, prefix string) {
 	// The eviction check said its word above: here only the latency.
-	st, err := store.NewRedis(rdb, store.WithPrefix(prefix), store.WithEvictionCheck(store.EvictionOff))
+	st, err := redisAdmin(rdb, store.WithPrefix(prefix), store.WithEvictionCheck(store.EvictionOff))
 	if err != nil {
 		r.fail("store: %v", err)
 		return
@@ -205,7 +206,7 @@ func checkLatency(ctx context.Context, r *report, rdb redis.UniversalClient, pre
 		pings = append(pings, time.Since(start))
 	}
 	key := fmt.Sprintf("throttle-check:%d", time.Now().UnixNano())
-	req := store.Request{Limits: []store.Limit{{N: 1_000_000, Per: time.Second}}, Cost: 1}
+	req := contract.Request{Limits: []contract.Limit{{N: 1_000_000, Per: time.Second}}, Cost: 1}
 	reserves := make([]time.Duration, 0, checkRounds)
 	defer func() { _, _ = st.Delete(context.WithoutCancel(ctx), key) }()
 	for range checkRounds {
@@ -245,4 +246,28 @@ func median(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// scriptsOf returns the source of every script the Redis store on rdb runs,
+// by name.
+func scriptsOf(rdb redis.UniversalClient) map[string]string {
+	adm, err := redisAdmin(rdb)
+	if err != nil {
+		return nil // only for a nil client
+	}
+	return adm.Scripts()
+}
+
+// redisAdmin returns the Redis store on rdb with its operator's side
+// (contract.Admin).
+func redisAdmin(rdb redis.UniversalClient, opts ...store.RedisOption) (contract.Admin, error) {
+	st, err := store.NewRedis(rdb, opts...)
+	if err != nil {
+		return nil, err
+	}
+	adm, ok := st.(contract.Admin)
+	if !ok {
+		return nil, fmt.Errorf("unexpected store %T", st)
+	}
+	return adm, nil
 }

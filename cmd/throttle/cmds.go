@@ -11,12 +11,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/internal/contract"
 )
 
 // open parses the key flags of a command and connects: the target and the
 // store, or an exit code.
-func open(name string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (*target, *store.Redis, func(), int) {
+func open(name string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (*target, contract.Admin, func(), int) {
 	fs := flag.NewFlagSet("throttle "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var k keyFlags
@@ -138,11 +138,11 @@ func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 // writeUsage prints a Usage as a small table and a few lines.
-func writeUsage(w io.Writer, t *target, u store.Usage) {
+func writeUsage(w io.Writer, t *target, u contract.Usage) {
 	fmt.Fprintf(w, "rule %s, key %s, algorithm %s\n", t.rule, t.shown(), u.Algorithm)
 	fmt.Fprintf(w, "redis key %s\n", t.redis)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	prev := u.Algorithm == store.SlidingCounter
+	prev := u.Algorithm == contract.SlidingCounter
 	head := "limit\twindow\tused\treserved\t"
 	if prev {
 		head += "previous\t"
@@ -161,7 +161,7 @@ func writeUsage(w io.Writer, t *target, u store.Usage) {
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "next free slot: %s\n", nextText(t, u))
-	if u.Algorithm == store.SlidingLog && u.Entries > 0 && u.Last > 0 {
+	if u.Algorithm == contract.SlidingLog && u.Entries > 0 && u.Last > 0 {
 		fmt.Fprintf(w, "queue: the newest reservation is %s ahead\n", human(u.Last))
 	}
 	fmt.Fprintf(w, "pause: %s\n", until(u.Pause))
@@ -181,22 +181,22 @@ func writeUsage(w io.Writer, t *target, u store.Usage) {
 }
 
 // nextText says when a request of cost 1 could go, and why.
-func nextText(t *target, u store.Usage) string {
+func nextText(t *target, u contract.Usage) string {
 	if u.Next <= 0 {
 		return "now"
 	}
 	s := "in " + human(u.Next)
 	switch u.NextCause {
-	case store.CauseLimit:
+	case contract.CauseLimit:
 		switch {
 		case u.NextLimit < len(t.limits):
 			s += " (limit " + formatLimit(t.limits[u.NextLimit]) + ")"
 		case u.NextLimit < len(u.Limits):
 			s += " (the default pace)"
 		}
-	case store.CauseUpstream:
+	case contract.CauseUpstream:
 		s += " (the upstream's pause or budget)"
-	case store.CauseLearned:
+	case contract.CauseLearned:
 		s += " (the learned limit or pace)"
 	}
 	if u.Capped {
@@ -207,7 +207,7 @@ func nextText(t *target, u store.Usage) string {
 
 // watchLine is one line of watch: the time, each limit's sends in its
 // window against N (and reservations waiting), the next slot and the pause.
-func watchLine(now time.Time, t *target, u store.Usage) string {
+func watchLine(now time.Time, t *target, u contract.Usage) string {
 	var b strings.Builder
 	b.WriteString(now.UTC().Format("15:04:05.000"))
 	for i, l := range u.Limits {
@@ -229,7 +229,7 @@ func watchLine(now time.Time, t *target, u store.Usage) string {
 
 // rowName names the i-th limit of a Usage: the limit as given, or the pace a
 // log rule keeps by default, with its margin, after them.
-func rowName(t *target, i int, l store.Limit) string {
+func rowName(t *target, i int, l contract.Limit) string {
 	if i < len(t.limits) {
 		return formatLimit(t.limits[i])
 	}
@@ -240,15 +240,15 @@ func rowName(t *target, i int, l store.Limit) string {
 }
 
 // capacity is what a limit's used units count against: N, or for a paced
-// limit the Burst+1 units that may go at once (store.LimitUsage).
-func capacity(l store.Limit) int {
+// limit the Burst+1 units that may go at once (contract.LimitUsage).
+func capacity(l contract.Limit) int {
 	if l.Paced {
 		return l.Burst + 1
 	}
 	return l.N
 }
 
-func nextShort(u store.Usage) string {
+func nextShort(u contract.Usage) string {
 	if u.Next <= 0 {
 		return "now"
 	}

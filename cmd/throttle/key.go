@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -170,7 +171,7 @@ func (k *keyFlags) resolve(st store.Store, sec *secrets) (*target, error) {
 	if len(k.limits) == 0 {
 		return nil, errFlags{"at least one -limit is required"}
 	}
-	alg, err := store.ParseAlgorithm(k.alg)
+	alg, err := contract.ParseAlgorithm(k.alg)
 	if err != nil {
 		return nil, errFlags{fmt.Sprintf("-alg %q: want log, fixed, counter or buckets", k.alg)}
 	}
@@ -222,7 +223,7 @@ func (k *keyFlags) resolve(st store.Store, sec *secrets) (*target, error) {
 	}
 	t := &target{rule: k.rule, rateKey: rateKey, skey: skey, limits: k.limits, tr: tr, secrets: sec}
 	t.redis = k.prefix + "{" + skey + "}"
-	if alg != store.SlidingLog {
+	if alg != contract.SlidingLog {
 		t.redis += ":" + alg.String()
 	}
 	return t, nil

@@ -28,6 +28,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -108,7 +109,7 @@ var errBadURL = errors.New("invalid -redis URL (not shown: it may hold a passwor
 // open makes the client and the store of the URL, as store.NewRedisURL does
 // for a program: one server, Sentinel or Cluster. It does no I/O. extra are
 // more store options (the prefix is always given).
-func (c *conn) open(extra ...store.RedisOption) (redis.UniversalClient, *store.Redis, *secrets, error) {
+func (c *conn) open(extra ...store.RedisOption) (redis.UniversalClient, contract.Admin, *secrets, error) {
 	url := c.url
 	if url == "" {
 		url = "redis://127.0.0.1:6379/0"
@@ -120,13 +121,15 @@ func (c *conn) open(extra ...store.RedisOption) (redis.UniversalClient, *store.R
 		// NewRedisURL's errors never quote the URL or its password.
 		return nil, nil, nil, fmt.Errorf("%w: %s", errBadURL, sec.clean(err))
 	}
-	// NewRedisURL's closer is the client it made.
+	// NewRedisURL's closer is the client it made, and its store the Redis
+	// store, which has the operator's side.
 	client, ok := closer.(redis.UniversalClient)
-	if !ok {
+	adm, isAdmin := st.(contract.Admin)
+	if !ok || !isAdmin {
 		_ = closer.Close()
-		return nil, nil, nil, fmt.Errorf("throttle: unexpected client %T", closer)
+		return nil, nil, nil, fmt.Errorf("throttle: unexpected client %T or store %T", closer, st)
 	}
-	return client, st, sec, nil
+	return client, adm, sec, nil
 }
 
 // secrets scrubs known secret strings from what the command prints.

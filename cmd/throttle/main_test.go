@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/redistest"
 	"github.com/throttle-go/throttle/store"
 )
@@ -115,12 +116,12 @@ func TestKeyDerivationMatchesTransport(t *testing.T) {
 func TestWriteUsage(t *testing.T) {
 	tg := &target{rule: "payments", rateKey: "pg1", skey: "payments:pg1", redis: "throttle:{payments:pg1}",
 		limits: []throttle.Limit{throttle.PerSecond(100), throttle.PerHour(5000)}}
-	u := store.Usage{
-		Limits: []store.LimitUsage{
+	u := contract.Usage{
+		Limits: []contract.LimitUsage{
 			{Limit: throttle.Per(100, time.Second+5*time.Millisecond), Used: 97, Reserved: 3},
 			{Limit: throttle.Per(5000, time.Hour+5*time.Millisecond), Used: 2345, Reserved: 3},
 		},
-		Next: 12345 * time.Microsecond, NextCause: store.CauseLimit, Entries: 2348, Last: 11 * time.Millisecond,
+		Next: 12345 * time.Microsecond, NextCause: contract.CauseLimit, Entries: 2348, Last: 11 * time.Millisecond,
 		Pause: 1500 * time.Millisecond, Learned: throttle.PerSecond(50), LearnedFor: 59 * time.Second, Budget: 40, BudgetReset: 20 * time.Second,
 	}
 	var b bytes.Buffer
@@ -139,14 +140,14 @@ budget: 40 left until the reset in 20s
 	line := watchLine(time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC), tg, u)
 	assert.Equal(t, "03:04:05.006  100/1s 97/100 +3  5000/1h 2345/5000 +3  next 12.3ms  pause 1.5s left", line)
 	assert.Equal(t, "03:04:05.006  100/1s 0/100  next now  pause none",
-		watchLine(time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC), tg, store.Usage{Limits: []store.LimitUsage{{Limit: throttle.PerSecond(100)}}}))
+		watchLine(time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC), tg, contract.Usage{Limits: []contract.LimitUsage{{Limit: throttle.PerSecond(100)}}}))
 
 	// The default pace after the rule's limits, and a learned pace.
 	tg.limits = tg.limits[:1]
 	pace := throttle.Paced(100, time.Second+5*time.Millisecond, 9)
-	u = store.Usage{
-		Limits: []store.LimitUsage{{Limit: throttle.Per(100, time.Second+5*time.Millisecond), Used: 40}, {Limit: pace, Used: 10, Reserved: 2}},
-		Next:   20 * time.Millisecond, NextCause: store.CauseLimit, NextLimit: 1,
+	u = contract.Usage{
+		Limits: []contract.LimitUsage{{Limit: throttle.Per(100, time.Second+5*time.Millisecond), Used: 40}, {Limit: pace, Used: 10, Reserved: 2}},
+		Next:   20 * time.Millisecond, NextCause: contract.CauseLimit, NextLimit: 1,
 		LearnedPace: throttle.Paced(1, 20*time.Millisecond, 0), LearnedPaceFor: time.Minute,
 	}
 	b.Reset()
@@ -182,9 +183,9 @@ func TestUsageCommand(t *testing.T) {
 	rule := fmt.Sprintf("usage%d", time.Now().UnixNano())
 	st, err := store.NewRedis(srv.Client(t))
 	require.NoError(t, err)
-	limits := []store.Limit{{N: 100, Per: time.Minute + throttle.DefaultMargin}, {N: 5000, Per: time.Hour + throttle.DefaultMargin}}
+	limits := []contract.Limit{{N: 100, Per: time.Minute + throttle.DefaultMargin}, {N: 5000, Per: time.Hour + throttle.DefaultMargin}}
 	for range 7 {
-		res, err := st.Reserve(context.Background(), rule+":pg1", store.Request{Limits: limits, Cost: 1})
+		res, err := st.Reserve(context.Background(), rule+":pg1", contract.Request{Limits: limits, Cost: 1})
 		require.NoError(t, err)
 		require.True(t, res.Allowed)
 	}
@@ -204,7 +205,7 @@ func TestUsageCommand(t *testing.T) {
 		key := fmt.Sprintf("pg2-%d", attempt)
 		before := time.Now().UnixMicro() / window
 		for range 4 {
-			_, err := st.Reserve(context.Background(), rule+":"+key, store.Request{Limits: limits[:1], Cost: 2, Algorithm: store.FixedWindow})
+			_, err := st.Reserve(context.Background(), rule+":"+key, contract.Request{Limits: limits[:1], Cost: 2, Algorithm: contract.FixedWindow})
 			require.NoError(t, err)
 		}
 		code, out, errOut = runCLI("usage", "-redis", url, "-rule", rule, "-limit", "100/1m", "-alg", "fixed", "-key", key)
@@ -231,9 +232,9 @@ func TestUsageCommandDefaultPace(t *testing.T) {
 	// The limits a rule of 100/1m reserves: a spacing of 600.05ms.
 	pace := throttle.Paced(100, time.Minute+throttle.DefaultMargin, 9)
 	pace.SlowStart = true
-	limits := []store.Limit{{N: 100, Per: time.Minute + throttle.DefaultMargin}, pace}
+	limits := []contract.Limit{{N: 100, Per: time.Minute + throttle.DefaultMargin}, pace}
 	for range 12 {
-		res, err := st.Reserve(context.Background(), rule+":pg1", store.Request{Limits: limits, Cost: 1, MaxWait: time.Minute})
+		res, err := st.Reserve(context.Background(), rule+":pg1", contract.Request{Limits: limits, Cost: 1, MaxWait: time.Minute})
 		require.NoError(t, err)
 		require.True(t, res.Allowed)
 	}
@@ -286,7 +287,7 @@ func TestWatchCommand(t *testing.T) {
 	st, err := store.NewRedis(srv.Client(t))
 	require.NoError(t, err)
 	for range 3 {
-		_, err := st.Reserve(context.Background(), rule+":pg1", store.Request{Limits: []store.Limit{{N: 10, Per: time.Minute + throttle.DefaultMargin}}, Cost: 1})
+		_, err := st.Reserve(context.Background(), rule+":pg1", contract.Request{Limits: []contract.Limit{{N: 10, Per: time.Minute + throttle.DefaultMargin}}, Cost: 1})
 		require.NoError(t, err)
 	}
 	code, out, errOut := runCLI("watch", "-redis", "redis://"+srv.Addr+"/0", "-rule", rule, "-limit", "10/1m", "-no-default-pace", "-key", "pg1", "-every", "20ms", "-for", "50ms")
@@ -305,10 +306,10 @@ func TestResetCommand(t *testing.T) {
 	url := "redis://" + srv.Addr + "/0"
 	rule := fmt.Sprintf("reset%d", time.Now().UnixNano())
 	c := srv.Client(t)
-	st, err := store.NewRedis(c)
+	st, err := redisAdmin(c)
 	require.NoError(t, err)
 	fill := func() {
-		_, err := st.Reserve(context.Background(), rule+":pg1", store.Request{Limits: []store.Limit{{N: 10, Per: time.Minute}}, Cost: 1})
+		_, err := st.Reserve(context.Background(), rule+":pg1", contract.Request{Limits: []contract.Limit{{N: 10, Per: time.Minute}}, Cost: 1})
 		require.NoError(t, err)
 		require.NoError(t, st.Pause(context.Background(), rule+":pg1", time.Minute))
 	}
@@ -348,7 +349,7 @@ func TestCheckCommand(t *testing.T) {
 	srv := realRedis(t)
 	code, out, errOut := runCLI("check", "-redis", "redis://"+srv.Addr+"/0")
 	require.Equal(t, 0, code, out+errOut)
-	for _, want := range []string{"ok    redis ", "ok    eviction: no maxmemory-policy", fmt.Sprintf("ok    SCRIPT LOAD of the %d scripts", len(store.Scripts())), "ok    latency, median of 20: PING "} {
+	for _, want := range []string{"ok    redis ", "ok    eviction: no maxmemory-policy", fmt.Sprintf("ok    SCRIPT LOAD of the %d scripts", len(scriptsOf(srv.Client(t)))), "ok    latency, median of 20: PING "} {
 		assert.Contains(t, out, want)
 	}
 

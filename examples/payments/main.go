@@ -82,7 +82,7 @@ func run() int {
 	case *burst != 0 && !*paced:
 		return bad("-burst applies to -paced only")
 	}
-	alg, err := store.ParseAlgorithm(*algorithm)
+	alg, err := parseAlgorithm(*algorithm)
 	if err != nil {
 		return bad("-algorithm: %v", err)
 	}
@@ -193,4 +193,15 @@ func charge(ctx context.Context, client *http.Client, url string) (*http.Respons
 	}
 	req.Header.Set("Content-Type", "application/json")
 	return client.Do(req)
+}
+
+// parseAlgorithm returns the algorithm of a short name, as its String
+// writes it.
+func parseAlgorithm(name string) (throttle.Algorithm, error) {
+	for _, a := range []throttle.Algorithm{throttle.SlidingLog, throttle.FixedWindow, throttle.SlidingCounter, throttle.Buckets} {
+		if a.String() == name {
+			return a, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown algorithm %q (want log, fixed, counter or buckets)", name)
 }

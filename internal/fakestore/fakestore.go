@@ -9,12 +9,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store"
 )
 
-// Store wraps a store (a store.Memory by default) and fails on demand. It
-// implements store.Feedback through the inner store's, if it has one. It is
-// safe for concurrent use.
+// Store wraps a store (a memory store by default) and fails on demand. It
+// keeps feedback through the inner store; it keeps no leases and reports no
+// usage (Caps), as a store of its own would not. It is safe for concurrent
+// use.
 type Store struct {
 	inner store.Store
 
@@ -28,7 +30,7 @@ type Store struct {
 	maxInflight int
 }
 
-// New returns a working Store on a fresh store.Memory.
+// New returns a working Store on a fresh memory store.
 func New() *Store {
 	m, err := store.NewMemory()
 	if err != nil {
@@ -73,19 +75,23 @@ func (s *Store) Calls() (times []time.Time, maxInflight int) {
 // Inner returns the store s wraps.
 func (s *Store) Inner() store.Store { return s.inner }
 
-// WithoutFeedback returns s as a store.Store that does not implement
-// store.Feedback.
+// WithoutFeedback returns s as a store.Store that keeps no feedback: its
+// Caps says so, and its Pause and Learn return contract.ErrUnsupported.
 func (s *Store) WithoutFeedback() store.Store { return plain{s} }
 
-type plain struct{ s *Store }
+type plain struct{ *Store }
 
-func (p plain) Reserve(ctx context.Context, key string, req store.Request) (store.Reservation, error) {
-	return p.s.Reserve(ctx, key, req)
-}
-func (p plain) Cancel(ctx context.Context, r store.Reservation) error { return p.s.Cancel(ctx, r) }
+// Caps implements contract.Store: nothing.
+func (plain) Caps() contract.Caps { return contract.Caps{} }
+
+// Pause implements contract.Feedback: unsupported.
+func (plain) Pause(context.Context, string, time.Duration) error { return contract.ErrUnsupported }
+
+// Learn implements contract.Feedback: unsupported.
+func (plain) Learn(context.Context, string, contract.Learned) error { return contract.ErrUnsupported }
 
 // Reserve implements store.Store.
-func (s *Store) Reserve(ctx context.Context, key string, req store.Request) (store.Reservation, error) {
+func (s *Store) Reserve(ctx context.Context, key string, req contract.Request) (contract.Reservation, error) {
 	s.mu.Lock()
 	s.calls = append(s.calls, time.Now())
 	s.inflight++
@@ -101,46 +107,62 @@ func (s *Store) Reserve(ctx context.Context, key string, req store.Request) (sto
 		hook(ctx)
 	}
 	if err != nil && dial <= 0 {
-		return store.Reservation{}, err
+		return contract.Reservation{}, err
 	}
 	if err != nil {
 		t := time.NewTimer(dial)
 		defer t.Stop()
 		select {
 		case <-t.C:
-			return store.Reservation{}, err
+			return contract.Reservation{}, err
 		case <-ctx.Done():
-			return store.Reservation{}, ctx.Err()
+			return contract.Reservation{}, ctx.Err()
 		}
 	}
 	return s.inner.Reserve(ctx, key, req)
 }
 
 // Cancel implements store.Store.
-func (s *Store) Cancel(ctx context.Context, r store.Reservation) error {
+func (s *Store) Cancel(ctx context.Context, r contract.Reservation) error {
 	return s.inner.Cancel(ctx, r)
 }
 
-// Pause implements store.Feedback.
+// Pause implements contract.Feedback.
 func (s *Store) Pause(ctx context.Context, key string, d time.Duration) error {
-	return s.Learn(ctx, key, store.Learned{Pause: d})
+	return s.Learn(ctx, key, contract.Learned{Pause: d})
 }
 
-// Learn implements store.Feedback.
-func (s *Store) Learn(ctx context.Context, key string, l store.Learned) error {
+// Learn implements contract.Feedback.
+func (s *Store) Learn(ctx context.Context, key string, l contract.Learned) error {
 	s.mu.Lock()
 	err := s.learnErr
 	s.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	if fb, ok := s.inner.(store.Feedback); ok {
-		return fb.Learn(ctx, key, l)
-	}
-	return nil
+	return s.inner.Learn(ctx, key, l)
+}
+
+// Caps implements contract.Store: feedback only.
+func (s *Store) Caps() contract.Caps { return contract.Caps{Feedback: true} }
+
+// Await implements contract.Leases: unsupported.
+func (s *Store) Await(context.Context, contract.Lease) (contract.Lease, error) {
+	return contract.Lease{}, contract.ErrUnsupported
+}
+
+// Release implements contract.Leases: unsupported.
+func (s *Store) Release(context.Context, contract.Lease) error { return contract.ErrUnsupported }
+
+// Renew implements contract.Leases: unsupported.
+func (s *Store) Renew(context.Context, contract.Lease) error { return contract.ErrUnsupported }
+
+// Usage implements contract.Inspector: unsupported.
+func (s *Store) Usage(context.Context, string, contract.Request) (contract.Usage, error) {
+	return contract.Usage{}, contract.ErrUnsupported
 }
 
 var (
-	_ store.Store    = (*Store)(nil)
-	_ store.Feedback = (*Store)(nil)
+	_ store.Store = (*Store)(nil)
+	_ store.Store = plain{}
 )

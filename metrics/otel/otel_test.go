@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/fakestore"
 	throttleotel "github.com/throttle-go/throttle/metrics/otel"
 	"github.com/throttle-go/throttle/store"
 )
@@ -35,13 +36,13 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// downStore is a store whose every call fails.
-type downStore struct{}
-
-func (downStore) Reserve(context.Context, string, store.Request) (store.Reservation, error) {
-	return store.Reservation{}, errors.New("connection refused")
+// downStore returns a store whose every reservation fails, and which keeps
+// no feedback.
+func downStore() store.Store {
+	st := fakestore.New()
+	st.Fail(errors.New("connection refused"), 0)
+	return st.WithoutFeedback()
 }
-func (downStore) Cancel(context.Context, store.Reservation) error { return nil }
 
 func newTransport(t *testing.T, st store.Store, opts ...throttle.Option) *throttle.Transport {
 	t.Helper()
@@ -126,7 +127,7 @@ func TestRegister(t *testing.T) {
 		require.NoError(t, get(t, tr, "https://ff.example/429"))
 		require.ErrorIs(t, get(t, tr, "https://ff.example/a"), throttle.ErrLimited)
 		require.NoError(t, get(t, tr, "https://other.example/429")) // unmatched
-		down := newTransport(t, downStore{},
+		down := newTransport(t, downStore(),
 			throttle.WithRule(throttle.Rule{Name: "down", Host: "api.example", Limits: []throttle.Limit{throttle.PerSecond(1)}}))
 		require.ErrorIs(t, get(t, down, "https://api.example/a"), throttle.ErrStoreUnavailable)
 

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/fakestore"
 	throttleprom "github.com/throttle-go/throttle/metrics/prometheus"
 	"github.com/throttle-go/throttle/store"
 )
@@ -34,13 +35,13 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// downStore is a store whose every call fails.
-type downStore struct{}
-
-func (downStore) Reserve(context.Context, string, store.Request) (store.Reservation, error) {
-	return store.Reservation{}, errors.New("connection refused")
+// downStore returns a store whose every reservation fails, and which keeps
+// no feedback.
+func downStore() store.Store {
+	st := fakestore.New()
+	st.Fail(errors.New("connection refused"), 0)
+	return st.WithoutFeedback()
 }
-func (downStore) Cancel(context.Context, store.Reservation) error { return nil }
 
 func newTransport(t *testing.T, st store.Store, opts ...throttle.Option) *throttle.Transport {
 	t.Helper()
@@ -83,7 +84,7 @@ func TestCollector(t *testing.T) {
 		require.ErrorIs(t, get(t, tr, "https://ff.example/a"), throttle.ErrLimited)
 		require.NoError(t, get(t, tr, "https://other.example/429")) // unmatched, answered 429
 
-		down := newTransport(t, downStore{},
+		down := newTransport(t, downStore(),
 			throttle.WithRule(throttle.Rule{Name: "api", Host: "api.example", Limits: []throttle.Limit{throttle.PerSecond(1)}}))
 		require.ErrorIs(t, get(t, down, "https://api.example/a"), throttle.ErrStoreUnavailable)
 

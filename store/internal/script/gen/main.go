@@ -11,7 +11,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/throttle-go/throttle/store"
+	store "github.com/throttle-go/throttle/store/internal/redisstore"
 	"github.com/throttle-go/throttle/store/internal/script"
 )
 

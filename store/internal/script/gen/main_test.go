@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttle-go/throttle/store"
+	store "github.com/throttle-go/throttle/store/internal/redisstore"
 	"github.com/throttle-go/throttle/store/internal/script"
 )
 

@@ -1,4 +1,4 @@
-package store
+package contract
 
 import (
 	"math/rand/v2"
@@ -48,8 +48,8 @@ func TestValidMatchesInvalid(t *testing.T) {
 			r.InFlight, r.LeaseFor = rng.IntN(3)-1, pick(0, time.Second)
 		}
 		key := []string{"", "k"}[rng.IntN(2)]
-		err := r.invalid(key)
-		if _, _, ok := r.valid(key); ok != (err == nil) {
+		err := r.Invalid(key)
+		if _, _, ok := r.Valid(key); ok != (err == nil) {
 			t.Fatalf("%+v key %q: valid %v, invalid %v", r, key, ok, err)
 		}
 		if err == nil {

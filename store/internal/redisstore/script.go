@@ -1,10 +1,11 @@
-package store
+package redisstore
 
 import (
 	"context"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store/internal/script"
 )
 
@@ -21,10 +22,10 @@ func newScript(src string) luaScript { return luaScript{redis.NewScript(src), sr
 var (
 	// reserveScripts is the reserve script of each algorithm.
 	reserveScripts = [...]luaScript{
-		SlidingLog:     newScript(script.Reserve(SlidingLog.String())),
-		FixedWindow:    newScript(script.Reserve(FixedWindow.String())),
-		SlidingCounter: newScript(script.Reserve(SlidingCounter.String())),
-		Buckets:        newScript(script.Reserve(Buckets.String())),
+		contract.SlidingLog:     newScript(script.Reserve(contract.SlidingLog.String())),
+		contract.FixedWindow:    newScript(script.Reserve(contract.FixedWindow.String())),
+		contract.SlidingCounter: newScript(script.Reserve(contract.SlidingCounter.String())),
+		contract.Buckets:        newScript(script.Reserve(contract.Buckets.String())),
 	}
 	// pacedScript is the log's reserve script for a request with a paced limit.
 	pacedScript        = newScript(script.Reserve("paced"))

@@ -1,8 +1,10 @@
-package store
+package memstore
 
 import (
 	"context"
 	"time"
+
+	"github.com/throttle-go/throttle/internal/contract"
 )
 
 // memFeedback is what the upstream said about one key of a Memory store, as
@@ -20,18 +22,18 @@ func (f *memFeedback) expires() int64 { return max(f.pause, f.until, f.reset, f.
 
 // Pause implements Feedback.
 func (m *Memory) Pause(ctx context.Context, key string, d time.Duration) error {
-	return m.Learn(ctx, key, Learned{Pause: d})
+	return m.Learn(ctx, key, contract.Learned{Pause: d})
 }
 
 // Learn implements Feedback, with the merges of feedback.lua.
-func (m *Memory) Learn(ctx context.Context, key string, l Learned) error {
+func (m *Memory) Learn(ctx context.Context, key string, l contract.Learned) error {
 	if err := l.Validate(key); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if l.empty() {
+	if l.Empty() {
 		return nil
 	}
 	m.mu.Lock()
@@ -46,13 +48,13 @@ func (m *Memory) Learn(ctx context.Context, key string, l Learned) error {
 		m.feedback[key] = f
 	}
 	if l.Pause > 0 {
-		f.pause = max(f.pause, now+micros(l.Pause))
+		f.pause = max(f.pause, now+contract.Micros(l.Pause))
 	}
 	if l.Limit.N > 0 && l.LimitTTL > 0 {
-		f.n, f.w, f.until = int64(l.Limit.N), micros(l.Limit.Per), now+micros(l.LimitTTL)
+		f.n, f.w, f.until = int64(l.Limit.N), contract.Micros(l.Limit.Per), now+contract.Micros(l.LimitTTL)
 	}
 	if l.Pace.N > 0 {
-		pt, pb := l.Pace.interval(), int64(l.Pace.Burst)
+		pt, pb := l.Pace.Interval(), int64(l.Pace.Burst)
 		moved := f.pe <= now
 		if !moved { // a pace that holds is slowed, never hurried
 			pt, pb = max(pt, f.pt), min(pb, f.pb)
@@ -61,13 +63,13 @@ func (m *Memory) Learn(ctx context.Context, key string, l Learned) error {
 		if moved {
 			f.pm = now
 		}
-		f.pt, f.pb, f.pe = pt, pb, now+micros(l.PaceTTL)
+		f.pt, f.pb, f.pe = pt, pb, now+contract.Micros(l.PaceTTL)
 	}
 	if l.Reset > 0 {
-		at := now + micros(l.Reset)
+		at := now + contract.Micros(l.Reset)
 		rem := int64(l.Remaining)
 		switch {
-		case f.reset > now && abs(at-f.reset) <= micros(ResetSlack):
+		case f.reset > now && abs(at-f.reset) <= contract.Micros(contract.ResetSlack):
 			f.budget = min(f.budget, rem)
 			f.reset = max(f.reset, at)
 		case at > f.reset:

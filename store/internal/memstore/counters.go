@@ -1,8 +1,10 @@
-package store
+package memstore
 
 import (
 	"math"
 	"slices"
+
+	"github.com/throttle-go/throttle/internal/contract"
 )
 
 // The counting algorithms (FixedWindow, SlidingCounter, Buckets) keep, per
@@ -29,21 +31,13 @@ const maxSteps = 100_000
 // counts is the units of one limit per window or bucket index.
 type counts map[int64]int64
 
-// span is the window or bucket length of l for alg, in microseconds.
-func span(alg Algorithm, l Limit) int64 {
-	if alg == Buckets {
-		return l.precision()
-	}
-	return micros(l.Per)
-}
-
 // window is the length of l's window as the scripts see it: Per, or P·B
 // for Buckets.
-func window(alg Algorithm, l Limit) int64 {
-	if alg == Buckets {
-		return l.precision() * l.buckets()
+func window(alg contract.Algorithm, l contract.Limit) int64 {
+	if alg == contract.Buckets {
+		return l.BucketLen() * l.Buckets()
 	}
-	return micros(l.Per)
+	return contract.Micros(l.Per)
 }
 
 // floorDiv is t / l rounded down, for t >= 0 and l > 0.
@@ -51,26 +45,26 @@ func floorDiv(t, l int64) int64 { return t / l }
 
 // oldestNeeded is the smallest index a search from now can read: older
 // windows and buckets are dropped.
-func oldestNeeded(alg Algorithm, l Limit, now int64) int64 {
-	k := floorDiv(now, span(alg, l))
+func oldestNeeded(alg contract.Algorithm, l contract.Limit, now int64) int64 {
+	k := floorDiv(now, contract.Span(alg, l))
 	switch alg {
-	case SlidingCounter:
+	case contract.SlidingCounter:
 		return k - 1
-	case Buckets:
-		return k - l.buckets() + 1
+	case contract.Buckets:
+		return k - l.Buckets() + 1
 	}
 	return k
 }
 
 // countsUntil is the end, in microseconds, of the last window in which the
 // units of index k still count.
-func countsUntil(alg Algorithm, l Limit, k int64) int64 {
-	s := span(alg, l)
+func countsUntil(alg contract.Algorithm, l contract.Limit, k int64) int64 {
+	s := contract.Span(alg, l)
 	switch alg {
-	case SlidingCounter:
+	case contract.SlidingCounter:
 		return (k + 2) * s
-	case Buckets:
-		return (k + l.buckets()) * s
+	case contract.Buckets:
+		return (k + l.Buckets()) * s
 	}
 	return (k + 1) * s
 }
@@ -78,7 +72,7 @@ func countsUntil(alg Algorithm, l Limit, k int64) int64 {
 // earliest returns the earliest time t >= now at which every limit admits
 // cost more units, the index of the limit that last moved t (-1 when none
 // did), and whether the search ran out of steps before it was sure.
-func earliest(alg Algorithm, limits []Limit, c []counts, now, cost int64) (t int64, limit int, capped bool) {
+func earliest(alg contract.Algorithm, limits []contract.Limit, c []counts, now, cost int64) (t int64, limit int, capped bool) {
 	t, limit = now, -1
 	steps := maxSteps
 	for {
@@ -86,12 +80,12 @@ func earliest(alg Algorithm, limits []Limit, c []counts, now, cost int64) (t int
 		for i, l := range limits {
 			var ti int64
 			switch alg {
-			case FixedWindow:
-				ti = fixedFrom(c[i], int64(l.N), micros(l.Per), cost, t, &steps)
-			case SlidingCounter:
-				ti = counterFrom(c[i], int64(l.N), micros(l.Per), cost, t, &steps)
+			case contract.FixedWindow:
+				ti = fixedFrom(c[i], int64(l.N), contract.Micros(l.Per), cost, t, &steps)
+			case contract.SlidingCounter:
+				ti = counterFrom(c[i], int64(l.N), contract.Micros(l.Per), cost, t, &steps)
 			default:
-				ti = bucketsFrom(c[i], int64(l.N), l.precision(), l.buckets(), cost, t, &steps)
+				ti = bucketsFrom(c[i], int64(l.N), l.BucketLen(), l.Buckets(), cost, t, &steps)
 			}
 			if ti > t {
 				t, limit, moved = ti, i, true
@@ -192,20 +186,20 @@ type counterState struct {
 // gives nothing back to a budget, as for the log). A learned limit of n per w, which has no
 // counters of its own, tightens each limit to the same rate: N becomes
 // floor(n·W/w) where that is lower (and at least the cost).
-func reserveCounts(st *counterState, key string, req Request, now int64, f *memFeedback) Reservation {
+func reserveCounts(st *counterState, key string, req contract.Request, now int64, f *memFeedback) contract.Reservation {
 	cost := int64(req.Cost)
 	limits := slices.Clone(req.Limits)
-	res := Reservation{key: key, cost: int32(req.Cost)}
-	start, cause, budgetReset := now, CauseNone, int64(0)
+	res := contract.Reservation{Key: key, Cost: int32(req.Cost)}
+	start, cause, budgetReset := now, contract.CauseNone, int64(0)
 	var tightened []bool // by a learned limit
 	if f != nil {
-		h := f.hold(now, cost, microsDown(req.serverWait()))
+		h := f.hold(now, cost, contract.MicrosDown(req.ServerWait()))
 		if h.refuse {
-			res.Cause, res.RetryAfter = CauseUpstream, usDuration(h.until-now)
+			res.Cause, res.RetryAfter = contract.CauseUpstream, contract.FromMicros(h.until-now)
 			return res
 		}
 		if h.until > now {
-			start, cause = h.until, CauseUpstream
+			start, cause = h.until, contract.CauseUpstream
 		}
 		budgetReset = h.budgetReset
 		maxW := int64(0)
@@ -240,40 +234,40 @@ func reserveCounts(st *counterState, key string, req Request, now int64, f *memF
 	t, limit, capped := earliest(req.Algorithm, limits, st.c, start, cost)
 	switch {
 	case limit >= 0 && tightened != nil && tightened[limit]:
-		cause = CauseLearned
+		cause = contract.CauseLearned
 	case limit >= 0:
-		res.Limit, cause = limit, CauseLimit
+		res.Limit, cause = limit, contract.CauseLimit
 	}
 	res.Cause = cause
 	wait := t - now
-	if capped || wait > microsDown(req.MaxWait) {
-		res.RetryAfter = usDuration(wait)
+	if capped || wait > contract.MicrosDown(req.MaxWait) {
+		res.RetryAfter = contract.FromMicros(wait)
 		return res
 	}
 	if budgetReset > 0 && t < budgetReset {
 		f.budget -= cost
 	}
 	for i, l := range limits {
-		k := floorDiv(t, span(req.Algorithm, l))
+		k := floorDiv(t, contract.Span(req.Algorithm, l))
 		st.c[i][k] += cost
 		st.expires = max(st.expires, countsUntil(req.Algorithm, l, k))
 	}
-	res.Allowed, res.Delay, res.slot, res.entry = true, usDuration(wait), t, t
-	res.alg, res.limits = req.Algorithm, req.Limits
+	res.Allowed, res.Delay, res.Slot, res.Entry = true, contract.FromMicros(wait), t, t
+	res.Alg, res.Limits = req.Algorithm, req.Limits
 	return res
 }
 
 // cancelCounts takes the units of res back from st.
-func cancelCounts(st *counterState, res Reservation) {
-	for i, l := range res.limits {
+func cancelCounts(st *counterState, res contract.Reservation) {
+	for i, l := range res.Limits {
 		if i >= len(st.c) {
 			return
 		}
-		k := floorDiv(res.slot, span(res.alg, l))
-		if v := st.c[i][k]; v <= int64(res.cost) {
+		k := floorDiv(res.Slot, contract.Span(res.Alg, l))
+		if v := st.c[i][k]; v <= int64(res.Cost) {
 			delete(st.c[i], k)
 		} else {
-			st.c[i][k] = v - int64(res.cost)
+			st.c[i][k] = v - int64(res.Cost)
 		}
 	}
 }

@@ -1,10 +1,16 @@
-package store
+// Package memstore is the in-memory backend of store: the twin of the Redis
+// scripts for one process and for tests, on an injected clock. The public
+// store package builds it (store.NewMemory); the conformance suite in store
+// checks it against redisstore.
+package memstore
 
 import (
 	"context"
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/throttle-go/throttle/internal/contract"
 )
 
 // Memory is a Store in the memory of one process, with the semantics of Redis:
@@ -61,7 +67,7 @@ type memPace struct {
 // counterKey names the state of a key under a counting algorithm: each
 // algorithm keeps its own, as in Redis.
 type counterKey struct {
-	alg Algorithm
+	alg contract.Algorithm
 	key string
 }
 
@@ -105,13 +111,13 @@ func NewMemory(opts ...MemoryOption) (*Memory, error) {
 //
 // The result is named and filled in place: Reserve returns a struct of
 // several words by value, and copying it out costs as much as a map lookup.
-func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Reservation, err error) {
-	maxW, paced, ok := req.valid(key)
+func (m *Memory) Reserve(ctx context.Context, key string, req contract.Request) (res contract.Reservation, err error) {
+	maxW, paced, ok := req.Valid(key)
 	if !ok {
-		return Reservation{}, req.invalid(key)
+		return contract.Reservation{}, req.Invalid(key)
 	}
 	if err := ctx.Err(); err != nil {
-		return Reservation{}, err
+		return contract.Reservation{}, err
 	}
 
 	m.mu.Lock()
@@ -132,7 +138,7 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 		}
 		defer m.leaseAfter(&res, l, now)
 	}
-	if req.Algorithm != SlidingLog {
+	if req.Algorithm != contract.SlidingLog {
 		ck := counterKey{req.Algorithm, key}
 		st := m.counters[ck]
 		if st == nil || st.expires <= now {
@@ -152,11 +158,11 @@ func (m *Memory) Reserve(ctx context.Context, key string, req Request) (res Rese
 type slot struct {
 	at          int64
 	part, limit int
-	cause       Cause
+	cause       contract.Cause
 }
 
 // raise moves the slot to t, set by a limit, when t is later.
-func (s *slot) raise(t int64, part, limit int, cause Cause) {
+func (s *slot) raise(t int64, part, limit int, cause contract.Cause) {
 	if t > s.at {
 		*s = slot{t, part, limit, cause}
 	}
@@ -200,10 +206,10 @@ func (lg *memLog) admits(n, w int64, cost int) int64 {
 
 // slot raises s to what the window limits of limits (paced ones skipped)
 // admit for cost units, naming the limit of part that set it.
-func (lg *memLog) slot(s *slot, limits []Limit, cost, part int) {
+func (lg *memLog) slot(s *slot, limits []contract.Limit, cost, part int) {
 	for i := range limits {
 		if l := &limits[i]; !l.Paced {
-			s.raise(lg.admits(int64(l.N), micros(l.Per), cost), part, i, CauseLimit)
+			s.raise(lg.admits(int64(l.N), contract.Micros(l.Per), cost), part, i, contract.CauseLimit)
 		}
 	}
 }
@@ -249,7 +255,7 @@ type logCall struct {
 	m *Memory
 	// req is a copy: a pointer to Reserve's would move it to the heap
 	// (the key, beside it, is kept in the store's maps).
-	req       Request
+	req       contract.Request
 	key       string
 	now, maxW int64
 	windows   bool // the request has window limits: it keeps a log
@@ -267,7 +273,7 @@ type logCall struct {
 }
 
 // reserve is log.lua: the slot, then the refusal or the record, into res.
-func (c *logCall) reserve(res *Reservation, paced bool) {
+func (c *logCall) reserve(res *contract.Reservation, paced bool) {
 	req := &c.req
 	c.lg = c.m.openLog(c.key, c.now, c.maxW, c.windows)
 	c.s = slot{at: c.now}
@@ -275,7 +281,7 @@ func (c *logCall) reserve(res *Reservation, paced bool) {
 		c.ownPace()
 	}
 	c.lg.slot(&c.s, req.Limits, req.Cost, 0)
-	res.key, res.cost = c.key, int32(req.Cost)
+	res.Key, res.Cost = c.key, int32(req.Cost)
 	if f := c.m.liveFeedback(c.key, c.now); f != nil && !c.feedback(f, res) {
 		return
 	}
@@ -283,19 +289,19 @@ func (c *logCall) reserve(res *Reservation, paced bool) {
 	// Without an allowance, never before the last entry; with one, the
 	// entry is kept in order when recorded instead.
 	if last := c.lg.last(); req.Allowance == 0 && last > c.s.at {
-		c.s = slot{last, 0, 0, CauseOrder}
+		c.s = slot{last, 0, 0, contract.CauseOrder}
 	}
 	if req.Also != nil {
 		c.also = c.m.alsoSlot(req, c.now, &c.s)
 	}
 	wait := c.s.at - c.now
 	res.Cause, res.Part, res.Limit = c.s.cause, c.s.part, c.s.limit
-	if wait > microsDown(req.MaxWait) {
-		res.RetryAfter = usDuration(wait)
+	if wait > contract.MicrosDown(req.MaxWait) {
+		res.RetryAfter = contract.FromMicros(wait)
 		return
 	}
 	c.record(res)
-	res.Allowed, res.Delay = true, usDuration(wait)
+	res.Allowed, res.Delay = true, contract.FromMicros(wait)
 }
 
 // ownPace reads the request's paced limit and its state, and raises the
@@ -304,11 +310,11 @@ func (c *logCall) ownPace() {
 	for i := range c.req.Limits {
 		if l := &c.req.Limits[i]; l.Paced {
 			c.ps, c.tat = c.paceState()
-			c.t, c.burst, c.keep, c.pidx = l.interval(), int64(l.Burst), l.keep(), i
+			c.t, c.burst, c.keep, c.pidx = l.Interval(), int64(l.Burst), l.Keep(), i
 			if c.keep > 0 && c.tat+c.keep <= c.now {
 				c.tat = 0 // as tat.lua: a limit that starts slowly counts it as none
 			}
-			c.paceSlot(i, CauseLimit)
+			c.paceSlot(i, contract.CauseLimit)
 		}
 	}
 }
@@ -316,7 +322,7 @@ func (c *logCall) ownPace() {
 // paceSlot raises the slot to the pace's theoretical arrival time, less its
 // tolerance, plus the spacing of all but one unit (pace.lua), when it has a
 // TAT.
-func (c *logCall) paceSlot(limit int, cause Cause) {
+func (c *logCall) paceSlot(limit int, cause contract.Cause) {
 	if c.tat > 0 {
 		c.s.raise(c.tat+(int64(c.req.Cost)-1-c.burst)*c.t, 0, limit, cause)
 	}
@@ -326,22 +332,22 @@ func (c *logCall) paceSlot(limit int, cause Cause) {
 // exhausted budget holds the slot back (or refuses it, into res, returning
 // false), a learned limit counts like one more limit, and a learned pace is
 // reserved on the key's paced state, the stricter of it and the request's.
-func (c *logCall) feedback(f *memFeedback, res *Reservation) bool {
+func (c *logCall) feedback(f *memFeedback, res *contract.Reservation) bool {
 	cost := int64(c.req.Cost)
-	h := f.hold(c.now, cost, microsDown(c.req.serverWait()))
+	h := f.hold(c.now, cost, contract.MicrosDown(c.req.ServerWait()))
 	if h.refuse {
-		res.Cause, res.RetryAfter = CauseUpstream, usDuration(h.until-c.now)
+		res.Cause, res.RetryAfter = contract.CauseUpstream, contract.FromMicros(h.until-c.now)
 		return false
 	}
 	if h.until > c.now {
 		c.held = h.until
 		if h.until >= c.s.at { // the hold wins a tie
-			c.s = slot{h.until, 0, 0, CauseUpstream}
+			c.s = slot{h.until, 0, 0, contract.CauseUpstream}
 		}
 	}
 	c.budgetReset = h.budgetReset
 	if n, w, ok := f.learned(c.now, c.maxW); ok {
-		c.s.raise(c.lg.admits(n, w, c.req.Cost), 0, 0, CauseLearned)
+		c.s.raise(c.lg.admits(n, w, c.req.Cost), 0, 0, contract.CauseLearned)
 	}
 	pt, pb, ok := f.pace(c.now)
 	if ok {
@@ -355,7 +361,7 @@ func (c *logCall) feedback(f *memFeedback, res *Reservation) bool {
 		} else {
 			c.t, c.burst = max(c.t, pt), min(c.burst, pb)
 		}
-		c.paceSlot(0, CauseLearned)
+		c.paceSlot(0, contract.CauseLearned)
 	}
 	return true
 }
@@ -372,59 +378,59 @@ func (c *logCall) slowStart() {
 	}
 	if from > 0 && (c.tat == 0 || from+c.burst*c.t > c.tat) {
 		c.tat = from + c.burst*c.t
-		c.paceSlot(c.pidx, CauseLimit)
+		c.paceSlot(c.pidx, contract.CauseLimit)
 	}
 }
 
 // record records the granted units: the budget, the entries at the latest
 // time they may be sent in every log, the paced state (pace.lua); res gets
 // what Cancel needs.
-func (c *logCall) record(res *Reservation) {
+func (c *logCall) record(res *contract.Reservation) {
 	req, s := &c.req, c.s.at
 	if c.budgetReset > 0 && s < c.budgetReset {
 		c.m.feedback[c.key].budget -= int64(req.Cost)
 	}
-	allowance := micros(req.Allowance)
+	allowance := contract.Micros(req.Allowance)
 	rec := max(s+allowance, c.lg.last())
 	if c.also != nil {
-		rec, res.also = alsoRecord(c.also, req.Cost, rec), req.alsoNames()
+		rec, res.AlsoKeys = alsoRecord(c.also, req.Cost, rec), req.AlsoNames()
 	}
 	if c.t > 0 {
 		// Recorded from the latest time the units may be sent (pace.lua).
 		c.ps.tat = max(c.tat, s+allowance) + int64(req.Cost)*c.t
 		c.ps.expires = c.ps.tat + c.keep + 1000
-		res.tat, res.spacing, res.moved = c.ps.tat, c.t, c.moved
+		res.TAT, res.Spacing, res.Moved = c.ps.tat, c.t, c.moved
 	}
 	if c.windows {
 		c.lg.record(rec, req.Cost, c.maxW)
 	}
-	res.slot, res.entry = s, rec
+	res.Slot, res.Entry = s, rec
 }
 
 // Cancel implements Store.
-func (m *Memory) Cancel(_ context.Context, res Reservation) error {
-	if !res.Allowed || res.cost < 1 {
+func (m *Memory) Cancel(_ context.Context, res contract.Reservation) error {
+	if !res.Allowed || res.Cost < 1 {
 		return nil
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if res.alg != SlidingLog {
-		if st := m.counters[counterKey{res.alg, res.key}]; st != nil {
+	if res.Alg != contract.SlidingLog {
+		if st := m.counters[counterKey{res.Alg, res.Key}]; st != nil {
 			cancelCounts(st, res)
 		}
 		return nil
 	}
-	if ps := m.paces[res.key]; res.tat != 0 && ps != nil && ps.tat == res.tat && ps.expires > m.micros() {
+	if ps := m.paces[res.Key]; res.TAT != 0 && ps != nil && ps.tat == res.TAT && ps.expires > m.micros() {
 		// As cancel_pace.lua: only while no later reservation moved it.
-		ps.tat -= int64(res.cost) * res.spacing
+		ps.tat -= int64(res.Cost) * res.Spacing
 	}
-	for _, k := range res.also { // multikey.go
+	for _, k := range res.AlsoKeys { // multikey.go
 		if lg := m.logs[k]; lg != nil {
-			cancelFrom(lg, res.entry, int(res.cost))
+			cancelFrom(lg, res.Entry, int(res.Cost))
 		}
 	}
-	if lg := m.logs[res.key]; lg != nil {
-		cancelFrom(lg, res.entry, int(res.cost))
+	if lg := m.logs[res.Key]; lg != nil {
+		cancelFrom(lg, res.Entry, int(res.Cost))
 	}
 	return nil
 }

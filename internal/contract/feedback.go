@@ -1,4 +1,4 @@
-package store
+package contract
 
 import (
 	"context"
@@ -7,13 +7,12 @@ import (
 	"time"
 )
 
-// Feedback is implemented by stores that share what the upstream said about a
+// Feedback is the part of a store that shares what the upstream said about a
 // key with every process: a pause (after a 429, or a 503 with Retry-After),
 // a learned limit tighter than the configured ones, a learned pace, and a
-// budget of units left before a reset. Reserve of a store that implements it
-// honours them in the same atomic step as the reservation. Redis and Memory
-// implement it; a store that does not is used without feedback (find it with
-// a type assertion: st.(store.Feedback)).
+// budget of units left before a reset. Reserve honours them in the same
+// atomic step as the reservation. Redis and Memory keep it (Caps.Feedback);
+// a store that does not returns ErrUnsupported and is used without feedback.
 //
 // Durations are relative to the call, and the store turns them into times on
 // its own clock (Redis TIME), so clients' clocks do not matter.
@@ -106,19 +105,14 @@ func (l Learned) Validate(key string) error {
 	return nil
 }
 
-// empty reports whether l says nothing.
-func (l Learned) empty() bool {
+// Empty reports whether l says nothing.
+func (l Learned) Empty() bool {
 	return l.Pause <= 0 && l.Limit.N == 0 && l.Pace.N == 0 && l.Reset <= 0
 }
 
-var (
-	_ Feedback = (*Redis)(nil)
-	_ Feedback = (*Memory)(nil)
-)
-
-// serverWait is the longest delay a pause or an exhausted budget may impose
+// ServerWait is the longest delay a pause or an exhausted budget may impose
 // on r.
-func (r Request) serverWait() time.Duration {
+func (r Request) ServerWait() time.Duration {
 	if r.MaxServerWait > 0 && r.MaxServerWait < r.MaxWait {
 		return r.MaxServerWait
 	}

@@ -1,4 +1,4 @@
-package store
+package contract
 
 import (
 	"fmt"
@@ -87,7 +87,7 @@ func (a Algorithm) validate(limits []Limit) error {
 			return fmt.Errorf("%w: limit %s: Precision must be between 1µs and Per", ErrInvalidRequest, l)
 		}
 		if a == Buckets {
-			if b := l.buckets(); b > MaxBuckets {
+			if b := l.Buckets(); b > MaxBuckets {
 				return fmt.Errorf("%w: limit %s: %d buckets, more than %d", ErrInvalidRequest, l, b, MaxBuckets)
 			}
 		}
@@ -95,16 +95,24 @@ func (a Algorithm) validate(limits []Limit) error {
 	return nil
 }
 
-// precision is the bucket length of l in microseconds: Precision, or Per.
-func (l Limit) precision() int64 {
+// BucketLen is the bucket length of l in microseconds: Precision, or Per.
+func (l Limit) BucketLen() int64 {
 	if l.Precision == 0 {
-		return micros(l.Per)
+		return Micros(l.Per)
 	}
-	return micros(l.Precision)
+	return Micros(l.Precision)
 }
 
-// buckets is how many buckets of l's precision make up its window.
-func (l Limit) buckets() int64 {
-	w, p := micros(l.Per), l.precision()
+// Buckets is how many Buckets of l's precision make up its window.
+func (l Limit) Buckets() int64 {
+	w, p := Micros(l.Per), l.BucketLen()
 	return (w + p - 1) / p
+}
+
+// Span is the window or bucket length of l for alg, in microseconds.
+func Span(alg Algorithm, l Limit) int64 {
+	if alg == Buckets {
+		return l.BucketLen()
+	}
+	return Micros(l.Per)
 }

@@ -1,4 +1,4 @@
-package store
+package redisstore
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/throttle-go/throttle/internal/contract"
 )
 
 // MaxBatch is the largest batch WithBatching accepts.
@@ -58,7 +60,7 @@ type pending struct {
 	ctx  context.Context
 	call scriptCall
 	key  string
-	req  Request
+	req  contract.Request
 	// state: 0 waiting, 1 abandoned by its caller, 2 answered.
 	state atomic.Int32
 	done  chan batchReply // buffered: the batch never blocks on it
@@ -76,14 +78,14 @@ type batchReply struct {
 type batcher struct {
 	client  pipeliner
 	max     int
-	abandon func(key string, req Request, call scriptCall, reply []any)
+	abandon func(key string, req contract.Request, call scriptCall, reply []any)
 
 	mu      sync.Mutex
 	queue   []*pending
 	running int
 }
 
-func (b *batcher) do(ctx context.Context, call scriptCall, key string, req Request) ([]any, error) {
+func (b *batcher) do(ctx context.Context, call scriptCall, key string, req contract.Request) ([]any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // as the client would: nothing is sent
 	}
@@ -180,12 +182,12 @@ const abandonTimeout = 5 * time.Second
 
 // abandon cancels, in the background, a reservation granted to a caller
 // that had gone by the time its batch came back.
-func (r *Redis) abandon(key string, req Request, call scriptCall, reply []any) {
-	var res Reservation
+func (r *Redis) abandon(key string, req contract.Request, call scriptCall, reply []any) {
+	var res contract.Reservation
 	var err error
 	if req.InFlight > 0 {
 		// The lease id is the call's last argument (withLease).
-		l := req.lease(key, func() string { return call.args[len(call.args)-1].(string) })
+		l := req.LeaseAt(key, func() string { return call.args[len(call.args)-1].(string) })
 		res, err = r.parseLeased(key, req, l, reply)
 	} else {
 		res, err = r.parseReserve(key, req, reply)

@@ -1,4 +1,4 @@
-package store
+package memstore
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/throttle-go/throttle/internal/contract"
 )
 
 // The in-memory twin of the leases (lease.go, internal/script/lease*.lua):
@@ -46,21 +48,21 @@ func (m *Memory) leasesOf(key string) *memLeases {
 
 // leaseFree is lease_free in lease.lua: reclaim the expired leases, hand the
 // free ones to the queue, and return how many are held; m.mu is held.
-func (m *Memory) leaseFree(ls *memLeases, l Lease, now int64) int {
+func (m *Memory) leaseFree(ls *memLeases, l contract.Lease, now int64) int {
 	for id, exp := range ls.held {
 		if exp <= now {
 			delete(ls.held, id)
 			delete(m.lease.woken, id) // handed to a waiter that never came
 		}
 	}
-	for len(ls.held) < l.cap && len(ls.queue) > 0 {
+	for len(ls.held) < l.Cap && len(ls.queue) > 0 {
 		w := ls.queue[0]
 		ls.queue = ls.queue[1:]
 		if w.deadline <= now {
 			delete(m.lease.woken, w.id)
 			continue
 		}
-		ls.held[w.id] = now + l.dur
+		ls.held[w.id] = now + l.Dur
 		if ch := m.lease.woken[w.id]; ch != nil {
 			close(ch)
 		}
@@ -83,7 +85,7 @@ func leaseEarliest(ls *memLeases, now int64) int64 {
 }
 
 // leaseRetry is lease_retry: the RetryAfter of a refusal in flight.
-func leaseRetry(ls *memLeases, l Lease, now int64) int64 {
+func leaseRetry(ls *memLeases, l contract.Lease, now int64) int64 {
 	var earliest, newest int64
 	for _, exp := range ls.held {
 		if earliest == 0 || exp < earliest {
@@ -94,76 +96,76 @@ func leaseRetry(ls *memLeases, l Lease, now int64) int64 {
 	if earliest == 0 {
 		return 0
 	}
-	since := max(now-(newest-l.dur), 1000)
+	since := max(now-(newest-l.Dur), 1000)
 	return max(min(since*int64(len(ls.queue)+1), earliest-now), 0)
 }
 
 // leaseBefore is lease_open for Reserve: the lease the request holds or may
 // take, and, when none is free, the refusal (ok false; the request joined
 // the queue if it may wait); m.mu is held.
-func (m *Memory) leaseBefore(key string, req *Request, now int64) (l Lease, refusal Reservation, ok bool) {
+func (m *Memory) leaseBefore(key string, req *contract.Request, now int64) (l contract.Lease, refusal contract.Reservation, ok bool) {
 	mine := false
-	l = req.lease(key, func() string {
+	l = req.LeaseAt(key, func() string {
 		m.lease.seq++
 		return "memory:" + strconv.FormatUint(m.lease.seq, 36)
 	})
 	ls := m.leasesOf(key)
 	n := m.leaseFree(ls, l, now)
-	if req.Held.id != "" {
-		exp, found := ls.held[l.id]
+	if req.Held.ID != "" {
+		exp, found := ls.held[l.ID]
 		mine = found && exp > now
 	}
-	if mine || n < l.cap {
-		return l, Reservation{}, true
+	if mine || n < l.Cap {
+		return l, contract.Reservation{}, true
 	}
 	retry, deadline := leaseRetry(ls, l, now), int64(0)
-	if w := microsDown(req.MaxWait); w > 0 {
+	if w := contract.MicrosDown(req.MaxWait); w > 0 {
 		deadline = now + w
-		ls.queue = append(ls.queue, memWaiter{deadline, l.id})
-		m.lease.woken[l.id] = make(chan struct{})
+		ls.queue = append(ls.queue, memWaiter{deadline, l.ID})
+		m.lease.woken[l.ID] = make(chan struct{})
 	}
-	return l, inFlight(l, *req, retry, deadline), false
+	return l, contract.InFlightRefusal(l, *req, retry, deadline), false
 }
 
 // leaseAfter is lease_close: a granted reservation records its lease (a held
 // one renewed) and carries it; m.mu is held (Reserve defers it under its
 // lock).
-func (m *Memory) leaseAfter(res *Reservation, l Lease, now int64) {
+func (m *Memory) leaseAfter(res *contract.Reservation, l contract.Lease, now int64) {
 	if !res.Allowed {
-		m.leaseDrop(l.key, m.leasesOf(l.key))
+		m.leaseDrop(l.Key, m.leasesOf(l.Key))
 		return
 	}
-	m.leasesOf(l.key).held[l.id] = now + l.dur
+	m.leasesOf(l.Key).held[l.ID] = now + l.Dur
 	res.Lease = l
 }
 
 // leaseOp is lease_ops.lua.
-func (m *Memory) leaseOp(op string, l Lease) (held bool, wait int64) {
+func (m *Memory) leaseOp(op string, l contract.Lease) (held bool, wait int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.micros()
-	ls := m.leasesOf(l.key)
-	defer m.leaseDrop(l.key, ls)
-	if exp, ok := ls.held[l.id]; ok && exp > now {
+	ls := m.leasesOf(l.Key)
+	defer m.leaseDrop(l.Key, ls)
+	if exp, ok := ls.held[l.ID]; ok && exp > now {
 		held = true
 	}
 	switch op {
 	case "renew":
 		if held {
-			ls.held[l.id] = now + l.dur
+			ls.held[l.ID] = now + l.Dur
 		}
 		return held, 0
 	case "leave":
-		ls.queue = slices.DeleteFunc(ls.queue, func(w memWaiter) bool { return w.id == l.id })
-		delete(m.lease.woken, l.id)
+		ls.queue = slices.DeleteFunc(ls.queue, func(w memWaiter) bool { return w.id == l.ID })
+		delete(m.lease.woken, l.ID)
 		fallthrough
 	case "release":
-		delete(ls.held, l.id)
+		delete(ls.held, l.ID)
 	}
 	m.leaseFree(ls, l, now)
 	if op == "check" {
-		if exp, ok := ls.held[l.id]; ok && exp > now {
-			delete(m.lease.woken, l.id)
+		if exp, ok := ls.held[l.ID]; ok && exp > now {
+			delete(m.lease.woken, l.ID)
 			return true, 0
 		}
 		return false, leaseEarliest(ls, now)
@@ -180,7 +182,7 @@ func (m *Memory) leaseDrop(key string, ls *memLeases) {
 }
 
 // Release implements Leases.
-func (m *Memory) Release(_ context.Context, l Lease) error {
+func (m *Memory) Release(_ context.Context, l contract.Lease) error {
 	switch {
 	case l.Queued():
 		m.leaseOp("leave", l)
@@ -191,30 +193,30 @@ func (m *Memory) Release(_ context.Context, l Lease) error {
 }
 
 // Renew implements Leases.
-func (m *Memory) Renew(_ context.Context, l Lease) error {
+func (m *Memory) Renew(_ context.Context, l contract.Lease) error {
 	if !l.Held() {
 		return nil
 	}
 	if held, _ := m.leaseOp("renew", l); !held {
-		return ErrLeaseExpired
+		return contract.ErrLeaseExpired
 	}
 	return nil
 }
 
 // Await implements Leases, as the Redis store's: woken by the handover, with
-// a check at the earliest expiry, at least every leasePoll.
-func (m *Memory) Await(ctx context.Context, t Lease) (Lease, error) {
+// a check at the earliest expiry, at least every contract.LeasePoll.
+func (m *Memory) Await(ctx context.Context, t contract.Lease) (contract.Lease, error) {
 	if !t.Queued() {
-		return Lease{}, fmt.Errorf("%w: Await needs a queued ticket", ErrInvalidRequest)
+		return contract.Lease{}, fmt.Errorf("%w: Await needs a queued ticket", contract.ErrInvalidRequest)
 	}
 	m.mu.Lock()
-	ch := m.lease.woken[t.id]
+	ch := m.lease.woken[t.ID]
 	m.mu.Unlock()
 	held := t
-	held.deadline, held.wait = 0, 0
-	left, next := t.wait, time.Duration(0)
+	held.Deadline, held.Wait = 0, 0
+	left, next := t.Wait, time.Duration(0)
 	for ch != nil && left > 0 {
-		step := min(leasePoll, left)
+		step := min(contract.LeasePoll, left)
 		if next > 0 {
 			step = min(step, next+time.Millisecond)
 		}
@@ -231,7 +233,7 @@ func (m *Memory) Await(ctx context.Context, t Lease) (Lease, error) {
 		case <-ctx.Done():
 			timer.Stop()
 			m.leaseOp("leave", t)
-			return Lease{}, ctx.Err()
+			return contract.Lease{}, ctx.Err()
 		case <-timer.C:
 			left -= step
 		}
@@ -239,8 +241,8 @@ func (m *Memory) Await(ctx context.Context, t Lease) (Lease, error) {
 		if got {
 			return held, nil
 		}
-		next = usDuration(wait)
+		next = contract.FromMicros(wait)
 	}
 	m.leaseOp("leave", t)
-	return Lease{}, nil
+	return contract.Lease{}, nil
 }

@@ -1,4 +1,9 @@
-package store
+// Package redisstore is the Redis backend of store: one script call per
+// reservation (the Lua of store/internal/script), feedback, leases, usage,
+// the eviction check and a key's repair. The public store package builds it
+// (store.NewRedis, store.NewRedisURL) and forwards its options; the
+// conformance suite in store checks it against memstore.
+package redisstore
 
 import (
 	"context"
@@ -12,6 +17,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/throttle-go/throttle/internal/contract"
 )
 
 // DefaultPrefix starts the name of every Redis key the Redis store writes.
@@ -209,8 +216,8 @@ func (r *Redis) logKey(key string) string {
 
 // keyFor is the name of the Redis key that holds the state of a rate key
 // under alg: the log's for SlidingLog, a HASH beside it for the others.
-func (r *Redis) keyFor(key string, alg Algorithm) string {
-	if alg == SlidingLog {
+func (r *Redis) keyFor(key string, alg contract.Algorithm) string {
+	if alg == contract.SlidingLog {
 		return r.logKey(key)
 	}
 	return r.logKey(key) + ":" + alg.String()
@@ -218,31 +225,31 @@ func (r *Redis) keyFor(key string, alg Algorithm) string {
 
 // Reserve implements Store. A refused connection fails it at once (see
 // refused.go), with an error that matches syscall.ECONNREFUSED.
-func (r *Redis) Reserve(ctx context.Context, key string, req Request) (Reservation, error) {
+func (r *Redis) Reserve(ctx context.Context, key string, req contract.Request) (contract.Reservation, error) {
 	wctx, w := r.refusals.watch(ctx)
 	res, err := r.reserve(wctx, key, req)
 	if refused := w.end(ctx, err != nil); refused != nil {
-		return Reservation{}, fmt.Errorf("store: redis reserve: %w", refused)
+		return contract.Reservation{}, fmt.Errorf("store: redis reserve: %w", refused)
 	}
 	return res, err
 }
 
 // reserve is Reserve, on a context that a refused dial ends.
-func (r *Redis) reserve(ctx context.Context, key string, req Request) (Reservation, error) {
+func (r *Redis) reserve(ctx context.Context, key string, req contract.Request) (contract.Reservation, error) {
 	if err := req.Validate(key); err != nil {
-		return Reservation{}, err
+		return contract.Reservation{}, err
 	}
 	if err := r.colocated(key, &req); err != nil { // multikey.go
-		return Reservation{}, err
+		return contract.Reservation{}, err
 	}
 	if err := r.evictionGate(ctx); err != nil {
-		return Reservation{}, err
+		return contract.Reservation{}, err
 	}
 	call, p := r.reserveCall(key, req)
 	if req.Also != nil {
 		call = r.alsoCall(call, &req, p >= 0) // multikey.go
 	}
-	var lease Lease
+	var lease contract.Lease
 	if req.InFlight > 0 {
 		lease = r.withLease(&call, key, req) // lease.go
 	}
@@ -260,19 +267,19 @@ func (r *Redis) reserve(ctx context.Context, key string, req Request) (Reservati
 	if err != nil && badState(err) {
 		// Off the common path: one key in a wrong state is that key's
 		// error alone (keystate.go).
-		maxPer, _, _ := req.valid(key)
-		horizon := req.horizon(maxPer) // keystate.go
+		maxPer, _, _ := req.Valid(key)
+		horizon := req.Horizon(maxPer) // keystate.go
 		r.repairAlso(ctx, &req)        // multikey.go
-		if reply, err = r.healed(ctx, key, req.Algorithm, req.Algorithm == SlidingLog, horizon, err, run); err != nil {
+		if reply, err = r.healed(ctx, key, req.Algorithm, req.Algorithm == contract.SlidingLog, horizon, err, run); err != nil {
 			var ks *KeyStateError
 			if errors.As(err, &ks) {
-				return Reservation{}, err
+				return contract.Reservation{}, err
 			}
 		}
 	}
 	if err != nil {
 		r.failed(err)
-		return Reservation{}, fmt.Errorf("store: redis reserve: %w", err)
+		return contract.Reservation{}, fmt.Errorf("store: redis reserve: %w", err)
 	}
 	if req.InFlight > 0 {
 		return r.parseLeased(key, req, lease, reply)
@@ -283,34 +290,34 @@ func (r *Redis) reserve(ctx context.Context, key string, req Request) (Reservati
 // reserveCall is the script call of a reservation of key: the algorithm's
 // script (or the paced one), its keys and its arguments, without the extra
 // keys or a lease. p is the index of the request's paced limit, or -1.
-func (r *Redis) reserveCall(key string, req Request) (call scriptCall, p int) {
+func (r *Redis) reserveCall(key string, req contract.Request) (call scriptCall, p int) {
 	args := make([]any, 0, 5+3*len(req.Limits))
-	args = append(args, req.Cost, microsDown(req.MaxWait))
+	args = append(args, req.Cost, contract.MicrosDown(req.MaxWait))
 	if r.clock != nil {
 		args = append(args, r.clock().UnixMicro())
 	} else {
 		args = append(args, "")
 	}
-	args = append(args, microsDown(req.serverWait()))
-	if req.Algorithm == SlidingLog {
-		args = append(args, micros(req.Allowance))
+	args = append(args, contract.MicrosDown(req.ServerWait()))
+	if req.Algorithm == contract.SlidingLog {
+		args = append(args, contract.Micros(req.Allowance))
 	}
-	p = req.paced()
+	p = req.PacedLimit()
 	if p >= 0 {
 		l := req.Limits[p]
-		args = append(args, l.interval(), l.Burst, p+1, l.keep())
+		args = append(args, l.Interval(), l.Burst, p+1, l.Keep())
 	}
 	for i, l := range req.Limits {
 		switch {
 		case i == p:
-		case req.Algorithm == Buckets:
-			args = append(args, l.N, l.precision(), l.buckets())
+		case req.Algorithm == contract.Buckets:
+			args = append(args, l.N, l.BucketLen(), l.Buckets())
 		default:
-			args = append(args, l.N, micros(l.Per))
+			args = append(args, l.N, contract.Micros(l.Per))
 		}
 	}
 	call = scriptCall{reserveScripts[req.Algorithm], []string{r.keyFor(key, req.Algorithm), r.feedbackKey(key)}, args}
-	if req.Algorithm == SlidingLog {
+	if req.Algorithm == contract.SlidingLog {
 		// Read only under a paced limit, the request's or a learned one.
 		call.keys = append(call.keys, r.paceKey(key))
 	}
@@ -321,39 +328,39 @@ func (r *Redis) reserveCall(key string, req Request) (call scriptCall, p int) {
 }
 
 // parseReserve reads the reply of a reserve script.
-func (r *Redis) parseReserve(key string, req Request, reply []any) (Reservation, error) {
+func (r *Redis) parseReserve(key string, req contract.Request, reply []any) (contract.Reservation, error) {
 	v, err := int64s(reply)
 	if err != nil {
-		return Reservation{}, fmt.Errorf("store: redis reserve: %w", err)
+		return contract.Reservation{}, fmt.Errorf("store: redis reserve: %w", err)
 	}
-	allowed, wait, slot, limit, cause, entry, tat, spacing, moved := v[0], v[1], v[2], v[3], Cause(v[4]), v[5], v[6], v[7], v[8]
-	paced := req.paced() >= 0
+	allowed, wait, slot, limit, cause, entry, tat, spacing, moved := v[0], v[1], v[2], v[3], contract.Cause(v[4]), v[5], v[6], v[7], v[8]
+	paced := req.PacedLimit() >= 0
 	// A paced reply (the request's own paced limit, or a learned pace)
 	// carries the TAT it left and its spacing.
 	if allowed != 0 && allowed != 1 || wait < 0 || allowed == 1 && (slot <= 0 || entry < slot) ||
 		allowed == 1 && paced && tat == 0 || tat != 0 && (allowed != 1 || tat <= slot || spacing <= 0) ||
 		tat == 0 && spacing != 0 || moved < 0 || moved != 0 && tat == 0 ||
-		v[4] < 0 || v[4] > int64(CauseLearned) ||
-		cause == CauseLimit && !req.limitNumber(limit) || cause != CauseLimit && limit != 0 {
-		return Reservation{}, fmt.Errorf("store: redis reserve: unexpected reply %v", v)
+		v[4] < 0 || v[4] > int64(contract.CauseLearned) ||
+		cause == contract.CauseLimit && !req.LimitNumber(limit) || cause != contract.CauseLimit && limit != 0 {
+		return contract.Reservation{}, fmt.Errorf("store: redis reserve: unexpected reply %v", v)
 	}
-	res := Reservation{Cause: cause, key: key, cost: int32(req.Cost)}
-	if cause == CauseLimit {
-		res.Part, res.Limit, _ = req.partOf(int(limit))
+	res := contract.Reservation{Cause: cause, Key: key, Cost: int32(req.Cost)}
+	if cause == contract.CauseLimit {
+		res.Part, res.Limit, _ = req.PartOf(int(limit))
 	}
 	if allowed == 1 {
-		res.Allowed, res.Delay, res.slot, res.entry = true, usDuration(wait), slot, entry
-		if req.Algorithm != SlidingLog {
-			res.alg, res.limits = req.Algorithm, req.Limits // for Cancel
+		res.Allowed, res.Delay, res.Slot, res.Entry = true, contract.FromMicros(wait), slot, entry
+		if req.Algorithm != contract.SlidingLog {
+			res.Alg, res.Limits = req.Algorithm, req.Limits // for Cancel
 		}
 		if tat != 0 {
-			res.tat, res.spacing, res.moved = tat, spacing, moved // for Cancel; moved for Reshaped
+			res.TAT, res.Spacing, res.Moved = tat, spacing, moved // for Cancel; moved for Reshaped
 		}
 		if req.Also != nil {
-			res.also = req.alsoNames() // for Cancel
+			res.AlsoKeys = req.AlsoNames() // for Cancel
 		}
 	} else {
-		res.RetryAfter = usDuration(wait)
+		res.RetryAfter = contract.FromMicros(wait)
 	}
 	return res, nil
 }
@@ -364,8 +371,8 @@ func (r *Redis) parseReserve(key string, req Request, reply []any) (Reservation,
 // remove the entries of another reservation at the same entry, which would be
 // sent uncounted. A Cancel whose reply is lost returns an error; its entries
 // may or may not be gone.
-func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
-	if !res.Allowed || res.cost < 1 {
+func (r *Redis) Cancel(ctx context.Context, res contract.Reservation) error {
+	if !res.Allowed || res.Cost < 1 {
 		return nil
 	}
 	wctx, w := r.refusals.watch(ctx)
@@ -377,27 +384,27 @@ func (r *Redis) Cancel(ctx context.Context, res Reservation) error {
 }
 
 // cancel is Cancel, on a context that a refused dial ends.
-func (r *Redis) cancel(ctx context.Context, res Reservation) error {
-	call := scriptCall{cancelScript, []string{r.logKey(res.key)}, []any{strconv.FormatInt(res.entry, 10), res.cost}}
-	if res.tat != 0 {
+func (r *Redis) cancel(ctx context.Context, res contract.Reservation) error {
+	call := scriptCall{cancelScript, []string{r.logKey(res.Key)}, []any{strconv.FormatInt(res.Entry, 10), res.Cost}}
+	if res.TAT != 0 {
 		call.script = cancelPacedScript
-		call.keys = append(call.keys, r.paceKey(res.key))
-		call.args = append(call.args, strconv.FormatInt(res.tat, 10), int64(res.cost)*res.spacing)
+		call.keys = append(call.keys, r.paceKey(res.Key))
+		call.args = append(call.args, strconv.FormatInt(res.TAT, 10), int64(res.Cost)*res.Spacing)
 	}
-	if res.also != nil {
+	if res.AlsoKeys != nil {
 		call = r.cancelAlsoCall(call, res) // multikey.go
 	}
-	if res.alg != SlidingLog {
+	if res.Alg != contract.SlidingLog {
 		call.script = cancelCountsScript
-		call.keys[0] = r.keyFor(res.key, res.alg)
-		call.args[0] = strconv.FormatInt(res.slot, 10) // the counters of the slot
+		call.keys[0] = r.keyFor(res.Key, res.Alg)
+		call.args[0] = strconv.FormatInt(res.Slot, 10) // the counters of the slot
 		totals := 0
-		if res.alg == Buckets {
+		if res.Alg == contract.Buckets {
 			totals = 1 // Buckets keeps a total per limit
 		}
 		call.args = append(call.args, totals)
-		for _, l := range res.limits {
-			call.args = append(call.args, span(res.alg, l))
+		for _, l := range res.Limits {
+			call.args = append(call.args, contract.Span(res.Alg, l))
 		}
 	}
 	var err error
@@ -409,7 +416,7 @@ func (r *Redis) cancel(ctx context.Context, res Reservation) error {
 	if err != nil && badState(err) {
 		// The entries are gone with the key's state; the next Reserve
 		// repairs it.
-		return &KeyStateError{Key: res.key, Reason: "cancel", Err: err}
+		return &KeyStateError{Key: res.Key, Reason: "cancel", Err: err}
 	}
 	if err != nil {
 		r.failed(err)
@@ -516,17 +523,17 @@ func (r *Redis) feedbackKey(key string) string { return r.logKey(key) + ":p" }
 
 // Pause implements Feedback.
 func (r *Redis) Pause(ctx context.Context, key string, d time.Duration) error {
-	return r.Learn(ctx, key, Learned{Pause: d})
+	return r.Learn(ctx, key, contract.Learned{Pause: d})
 }
 
 // Learn implements Feedback: one script call that merges l into the key's
 // feedback hash and marks the key's log, so that its next reservation reads
 // the hash (reservations skip the read while no mark says there is one).
-func (r *Redis) Learn(ctx context.Context, key string, l Learned) error {
+func (r *Redis) Learn(ctx context.Context, key string, l contract.Learned) error {
 	if err := l.Validate(key); err != nil {
 		return err
 	}
-	if l.empty() {
+	if l.Empty() {
 		return nil
 	}
 	wctx, w := r.refusals.watch(ctx)
@@ -538,7 +545,7 @@ func (r *Redis) Learn(ctx context.Context, key string, l Learned) error {
 }
 
 // learn is Learn, on a context that a refused dial ends.
-func (r *Redis) learn(ctx context.Context, key string, l Learned) error {
+func (r *Redis) learn(ctx context.Context, key string, l contract.Learned) error {
 	now := ""
 	if r.clock != nil {
 		now = strconv.FormatInt(r.clock().UnixMicro(), 10)
@@ -546,15 +553,15 @@ func (r *Redis) learn(ctx context.Context, key string, l Learned) error {
 	// Validate ensures a limit comes with its window and TTL.
 	run := func() ([]any, error) {
 		return nil, feedbackScript.Run(ctx, r.client, []string{r.feedbackKey(key), r.logKey(key)},
-			now, micros(l.Pause), l.Limit.N, micros(l.Limit.Per), micros(l.LimitTTL),
-			l.Remaining, micros(l.Reset), micros(ResetSlack),
-			paceInterval(l.Pace), l.Pace.Burst, micros(l.PaceTTL)).Err()
+			now, contract.Micros(l.Pause), l.Limit.N, contract.Micros(l.Limit.Per), contract.Micros(l.LimitTTL),
+			l.Remaining, contract.Micros(l.Reset), contract.Micros(contract.ResetSlack),
+			contract.PaceInterval(l.Pace), l.Pace.Burst, contract.Micros(l.PaceTTL)).Err()
 	}
 	_, err := run()
 	if err != nil && badState(err) {
 		// The log's horizon is not known here: the repair fixes types and
 		// malformed values, and the next Reserve the rest.
-		if _, err = r.healed(ctx, key, SlidingLog, false, micros(MaxFeedback), err, run); err != nil {
+		if _, err = r.healed(ctx, key, contract.SlidingLog, false, contract.Micros(contract.MaxFeedback), err, run); err != nil {
 			var ks *KeyStateError
 			if errors.As(err, &ks) {
 				return err

@@ -1,14 +1,20 @@
-// Package store keeps the shared state behind throttle: for every rate key, a
-// log of send times, and the one atomic step that reserves the next free slot
-// in it.
+// Package contract is the protocol between throttle and its stores: the
+// Request a reservation asks, the Reservation a store answers, what the
+// upstream said (Learned), the leases of a cap on requests in flight, the
+// usage of a key, and the Store interface every backend implements.
 //
-// Two implementations share one contract and one conformance suite: Redis, for
-// a fleet of processes, and Memory, for one process and for tests.
-package store
+// It is internal: no one outside the module can implement a Store, because
+// the engine relies on every store deciding a reservation, its feedback and
+// its leases in one atomic step on one clock, which the two backends
+// (store/internal/redisstore, store/internal/memstore) keep and one
+// conformance suite (store) checks. Users pick a backend through the public
+// store package.
+package contract
 
-// The files: store.go, algorithm.go and feedback.go are the contract;
-// memory.go, counters.go and feedback_memory.go the in-memory twin; redis.go,
-// batch.go and script.go (over internal/script) the Redis backend.
+// The files: contract.go is the request, the reservation and the Store;
+// algorithm.go the counting algorithms; feedback.go what the upstream said;
+// lease.go the cap on requests in flight; multikey.go more keys in one
+// request; usage.go a key's state; horizon.go how far ahead a time may lie.
 
 import (
 	"context"
@@ -63,33 +69,33 @@ func (l Limit) String() string {
 	return fmt.Sprintf("%d/%s", l.N, l.Per)
 }
 
-// interval is the spacing of a paced limit in microseconds, Per/N rounded
+// Interval is the spacing of a paced limit in microseconds, Per/N rounded
 // up (never shorter than asked).
-func (l Limit) interval() int64 {
-	w, n := micros(l.Per), int64(l.N)
+func (l Limit) Interval() int64 {
+	w, n := Micros(l.Per), int64(l.N)
 	return (w + n - 1) / n
 }
 
-// keep is how long a paced limit's state outlives its TAT, in microseconds:
+// Keep is how long a paced limit's state outlives its TAT, in microseconds:
 // its window for one that starts slowly (its earned burst stays for a window
 // of idleness), 0 otherwise (pace.lua).
-func (l Limit) keep() int64 {
+func (l Limit) Keep() int64 {
 	if l.SlowStart {
-		return micros(l.Per)
+		return Micros(l.Per)
 	}
 	return 0
 }
 
-// paceInterval is the spacing of a learned pace in microseconds, 0 for none.
-func paceInterval(l Limit) int64 {
+// PaceInterval is the spacing of a learned pace in microseconds, 0 for none.
+func PaceInterval(l Limit) int64 {
 	if l.N <= 0 {
 		return 0
 	}
-	return l.interval()
+	return l.Interval()
 }
 
-// paced returns the index of r's paced limit, -1 if it has none.
-func (r *Request) paced() int {
+// PacedLimit returns the index of r's PacedLimit limit, -1 if it has none.
+func (r *Request) PacedLimit() int {
 	for i := range r.Limits {
 		if r.Limits[i].Paced {
 			return i
@@ -165,18 +171,18 @@ var ErrInvalidRequest = errors.New("store: invalid request")
 
 // Validate reports whether r is well formed; every store calls it first.
 func (r Request) Validate(key string) error {
-	if _, _, ok := r.valid(key); ok {
+	if _, _, ok := r.Valid(key); ok {
 		return nil
 	}
-	return r.invalid(key)
+	return r.Invalid(key)
 }
 
-// valid reports, cheaply and without allocating, whether Validate accepts r,
+// Valid reports, cheaply and without allocating, whether Validate accepts r,
 // the longest window of its window (not paced) limits in microseconds, and
 // whether one of its limits is paced (the one pass over them serves all
 // three: the Memory store's hot path calls it). invalid says which rule
 // failed; a test keeps the two in step.
-func (r *Request) valid(key string) (maxPer int64, paced, ok bool) {
+func (r *Request) Valid(key string) (maxPer int64, paced, ok bool) {
 	ok = key != "" && len(r.Limits) > 0 && r.Cost >= 1 && r.Cost <= math.MaxInt32 && r.MaxWait >= 0 && r.MaxServerWait >= 0 &&
 		(r.Allowance == 0 || r.Allowance > 0 && r.Allowance <= MaxAllowance && r.Algorithm == SlidingLog) &&
 		int(r.Algorithm) < len(algorithmNames) && r.leaseValid()
@@ -184,21 +190,21 @@ func (r *Request) valid(key string) (maxPer int64, paced, ok bool) {
 		l := &r.Limits[i] // no copy: this is the Memory store's hot path
 		ok = ok && l.N >= 1 && l.Per >= time.Microsecond && r.Cost <= l.N &&
 			(l.Precision == 0 || r.Algorithm == Buckets && l.Precision >= time.Microsecond && l.Precision <= l.Per) &&
-			(r.Algorithm != Buckets || l.buckets() <= MaxBuckets)
+			(r.Algorithm != Buckets || l.Buckets() <= MaxBuckets)
 		if l.Paced {
 			ok = ok && !paced && r.Algorithm == SlidingLog && l.Burst >= 0 && l.Burst <= l.N && r.Cost <= l.Burst+1
 			paced = true
 			continue
 		}
 		ok = ok && l.Burst == 0 && !l.SlowStart
-		maxPer = max(maxPer, micros(l.Per))
+		maxPer = max(maxPer, Micros(l.Per))
 	}
 	ok = ok && (r.Also == nil || r.validAlso(key)) // multikey.go
 	return maxPer, paced, ok
 }
 
-// invalid returns the error of the first rule r breaks, nil if none.
-func (r Request) invalid(key string) error {
+// Invalid returns the error of the first rule r breaks, nil if none.
+func (r Request) Invalid(key string) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty key", ErrInvalidRequest)
 	}
@@ -288,11 +294,11 @@ func (c Cause) String() string {
 type Reservation struct {
 	Allowed bool
 	Cause   Cause
-	// alg is the algorithm that recorded the units, and cost the units
+	// Alg is the algorithm that recorded the units, and cost the units
 	// (here, beside the flags, so that they take no word of their own:
 	// Reserve returns the struct by value on every call).
-	alg   Algorithm
-	cost  int32
+	Alg   Algorithm
+	Cost  int32
 	Limit int // index in Request.Limits (or in Also[Part-1].Limits) of the limit that set the slot, when Cause is CauseLimit; 0 otherwise
 	// Part says whose limit Limit is, when Cause is CauseLimit: 0 for
 	// Request.Limits, i for Request.Also[i-1].Limits; 0 otherwise.
@@ -304,24 +310,24 @@ type Reservation struct {
 	// the queue (lease.go).
 	Lease Lease
 
-	// What Cancel needs: the rate key; the slot and the time the units
+	// What Cancel needs: the rate Key; the slot and the time the units
 	// were recorded at (the slot, or later with an Allowance), in
 	// microseconds on the store's clock; for the counting
 	// algorithms, the limits (to find the counters of the slot again);
 	// and the theoretical arrival time the reservation left on its paced
 	// limit, its own or a learned one (0: none), with the spacing it was
 	// reserved at.
-	key     string
-	slot    int64
-	entry   int64
-	limits  []Limit
-	tat     int64
-	spacing int64
-	// moved is when the key last moved to a stricter learned pace, if one
+	Key     string
+	Slot    int64
+	Entry   int64
+	Limits  []Limit
+	TAT     int64
+	Spacing int64
+	// Moved is when the key last Moved to a stricter learned pace, if one
 	// held (see Reshaped).
-	moved int64
-	// also are the other keys the units were recorded under (Request.Also).
-	also []string
+	Moved int64
+	// AlsoKeys are the other keys the units were recorded under (Request.Also).
+	AlsoKeys []string
 }
 
 // Decided is the store's clock when it decided an allowed reservation, in
@@ -330,10 +336,10 @@ type Reservation struct {
 // with it (throttle wakes at the slot to within its fastest round trip).
 // Zero when not Allowed, or from a store that does not say.
 func (r Reservation) Decided() int64 {
-	if !r.Allowed || r.slot == 0 {
+	if !r.Allowed || r.Slot == 0 {
 		return 0
 	}
-	return r.slot - r.Delay.Microseconds()
+	return r.Slot - r.Delay.Microseconds()
 }
 
 // Reshaped is the store's clock (microseconds, as Decided) when the key
@@ -345,7 +351,7 @@ func (r Reservation) Reshaped() int64 {
 	if !r.Allowed {
 		return 0
 	}
-	return r.moved
+	return r.Moved
 }
 
 // Store is the state shared by every transport that limits the same keys.
@@ -365,11 +371,54 @@ type Store interface {
 	// units. (The Redis store never re-sends a Cancel on its own; see
 	// Redis.Cancel.)
 	Cancel(ctx context.Context, r Reservation) error
+	// The capabilities: every store has the methods, and Caps says which
+	// of them work; the others return ErrUnsupported.
+	Feedback
+	Leases
+	Inspector
+	// Caps says what the store is and can do. The engine reads it when it
+	// is built, never by a type assertion on the store.
+	Caps() Caps
 }
 
-// micros converts a window to whole microseconds, rounding up so that a window
+// Admin is what the operator's tool (cmd/throttle) asks of the Redis store
+// beyond a Store: the names of a rate key's Redis keys, their deletion, and
+// the source of every script the store runs. Only the Redis store has it.
+type Admin interface {
+	Store
+	Keys(key string) []string
+	Delete(ctx context.Context, key string) (int64, error)
+	Scripts() map[string]string
+}
+
+// Caps is what a store is and can do.
+type Caps struct {
+	// Feedback: Pause and Learn keep what the upstream said (Feedback).
+	Feedback bool
+	// Leases: Await, Release and Renew keep a cap on requests in flight
+	// (Request.InFlight; Leases).
+	Leases bool
+	// Usage: Usage reports a key's state (Inspector).
+	Usage bool
+	// Sharded: the store spreads its keys over several servers by hash tag
+	// (a Redis Cluster or Ring): the keys of one request with Also must
+	// share a hash tag.
+	Sharded bool
+	// OneClock: every key's times come from one clock (one Redis server,
+	// or this process), so one offset maps them onto the caller's.
+	OneClock bool
+	// InProcess: the state lives in this process, and a call waits on
+	// nothing but a lock (no timeout is worth its timer).
+	InProcess bool
+}
+
+// ErrUnsupported is returned by a method of a capability the store does not
+// have (see Caps).
+var ErrUnsupported = errors.New("store: not supported by this store")
+
+// Micros converts a window to whole microseconds, rounding up so that a window
 // is never shortened.
-func micros(d time.Duration) int64 {
+func Micros(d time.Duration) int64 {
 	us := int64(d / time.Microsecond)
 	if d%time.Microsecond != 0 {
 		us++
@@ -377,9 +426,9 @@ func micros(d time.Duration) int64 {
 	return us
 }
 
-// usDuration converts microseconds to a Duration.
-func usDuration(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
+// FromMicros converts microseconds to a Duration.
+func FromMicros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
-// microsDown converts a wait cap to whole microseconds, rounding down so that
+// MicrosDown converts a wait cap to whole microseconds, rounding down so that
 // a wait never passes the cap.
-func microsDown(d time.Duration) int64 { return int64(d / time.Microsecond) }
+func MicrosDown(d time.Duration) int64 { return int64(d / time.Microsecond) }

@@ -1,0 +1,139 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttle-go/throttle/internal/contract"
+	"github.com/throttle-go/throttle/store/internal/script"
+)
+
+// This file is what Request.Also adds to a reservation: its validation, its
+// arguments to the Redis script, the Cluster co-location check and the
+// Memory store's twin of the script's part (internal/script/also.lua).
+
+// alsoKeys returns the KEYS of the parts' logs.
+func (r *Redis) alsoKeys(req *contract.Request) []string {
+	keys := make([]string, len(req.Also))
+	for i, p := range req.Also {
+		keys[i] = r.logKey(p.Key)
+	}
+	return keys
+}
+
+// The scripts of a request with more keys (also.lua), by the names
+// Scripts gives them.
+var (
+	reserveAlsoScript      = newScript(script.Reserve("log+also"))
+	reservePacedAlsoScript = newScript(script.Reserve("paced+also"))
+	cancelAlsoScript       = newScript(script.CancelAlso(false))
+	cancelPacedAlsoScript  = newScript(script.CancelAlso(true))
+	alsoScripts            = map[string]luaScript{
+		"reserve log+also": reserveAlsoScript, "reserve paced+also": reservePacedAlsoScript,
+		"cancel also": cancelAlsoScript, "cancel paced also": cancelPacedAlsoScript,
+	}
+)
+
+// alsoCall turns the reserve call of the request's own key into the call
+// with its parts: their arguments after its own, their logs after its keys.
+func (r *Redis) alsoCall(call scriptCall, req *contract.Request, paced bool) scriptCall {
+	call.script = reserveAlsoScript
+	if paced {
+		call.script = reservePacedAlsoScript
+	}
+	call.keys = append(call.keys, r.alsoKeys(req)...)
+	call.args = alsoArgs(call.args, req)
+	return call
+}
+
+// cancelAlsoCall turns the cancel call of a reservation's own key into the
+// call that also removes its entries from the other keys' logs.
+func (r *Redis) cancelAlsoCall(call scriptCall, res contract.Reservation) scriptCall {
+	call.script = cancelAlsoScript
+	if res.TAT != 0 {
+		call.script = cancelPacedAlsoScript
+	}
+	for _, k := range res.AlsoKeys {
+		call.keys = append(call.keys, r.logKey(k))
+	}
+	call.args = append(call.args, len(res.AlsoKeys))
+	return call
+}
+
+// repairAlso repairs the parts' logs after the script found a key in a
+// wrong state (it does not say which): off the common path. A part still
+// wrong after it fails the retry (see healed).
+func (r *Redis) repairAlso(ctx context.Context, req *contract.Request) {
+	for i := range req.Also {
+		_ = r.repair(ctx, req.Also[i].Key, contract.SlidingLog, false, req.PartHorizon(&req.Also[i]))
+	}
+}
+
+// alsoArgs appends the parts' arguments to the reserve script's (also.lua).
+func alsoArgs(args []any, req *contract.Request) []any {
+	n := 0
+	for _, p := range req.Also {
+		args = append(args, len(p.Limits))
+		for _, l := range p.Limits {
+			args = append(args, l.N, contract.Micros(l.Per))
+		}
+		n += 1 + 2*len(p.Limits)
+	}
+	return append(args, len(req.Limits), n)
+}
+
+// Sharded reports whether the store spreads its keys over several servers
+// by hash tag (its client is a *redis.ClusterClient or a *redis.Ring): the
+// keys of one request with Also must then share a hash tag, and Reserve
+// refuses a request whose keys do not.
+func (r *Redis) Sharded() bool {
+	switch r.client.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		return true
+	}
+	return false
+}
+
+// colocated checks, on a sharded store, that every Redis key of req shares
+// the hash tag of the first.
+func (r *Redis) colocated(key string, req *contract.Request) error {
+	if req.Also == nil || !r.Sharded() {
+		return nil
+	}
+	tag := hashTag(r.logKey(key))
+	for i, p := range req.Also {
+		if t := hashTag(r.logKey(p.Key)); t != tag {
+			return fmt.Errorf("%w: key %q and Also[%d] key %q have different Cluster hash tags (%q, %q): "+
+				"one request's keys must share one on a Redis Cluster or Ring; start each key with the same \"{tag}\"",
+				contract.ErrInvalidRequest, key, i, p.Key, tag, t)
+		}
+	}
+	return nil
+}
+
+// hasHashTag reports whether key starts with its own Redis hash tag, a
+// non-empty "{tag}" followed by more: the Redis store then names its keys
+// with key as it is, so that keys sharing the tag share a Cluster slot.
+// Any other key k is named "{k}", its own tag.
+func hasHashTag(key string) bool {
+	if len(key) < 4 || key[0] != '{' {
+		return false
+	}
+	end := strings.IndexByte(key, '}')
+	return end > 1 && end < len(key)-1
+}
+
+// hashTag is the part of a Redis key name that Redis Cluster hashes: the
+// text between the first "{" and the next "}", when not empty; else the
+// whole name.
+func hashTag(name string) string {
+	if i := strings.IndexByte(name, '{'); i >= 0 {
+		if j := strings.IndexByte(name[i+1:], '}'); j > 0 {
+			return name[i+1 : i+1+j]
+		}
+	}
+	return name
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/throttle-go/throttle/internal/engine"
 )
 
 // Outcome is what the transport did with a request.
@@ -88,7 +90,43 @@ type Decision struct {
 	InFlight bool
 	Queued   time.Duration
 
-	lease *leaseHold // a request sent under InFlight: its lease, for the response
+	lease *engine.Hold // a request sent under InFlight: its lease, for the response
+}
+
+// decision maps v, the engine's verdict for k under r, to the Decision and
+// its error: the one place where the engine's words become the public ones.
+func (r *rule) decision(k keyed, v *engine.Verdict) Decision {
+	d := Decision{Rule: r.Name, Key: k.key, Cost: k.cost, Outcome: Outcome(v.Outcome), Delay: v.Delay,
+		Retaken: v.Retaken, Allowance: v.Allowance, RetryAfter: v.RetryAfter, Upstream: v.Upstream,
+		Local: v.Local, Err: r.storeErr(v.Err), InFlight: v.InFlight, Queued: v.Queued, lease: v.Lease}
+	key := k.key
+	if v.HasLimit {
+		key, d.Limit = r.limitOf(v.LimitPart, v.LimitIdx, k) // multikey.go: the rule's key or one of Also
+	}
+	switch {
+	case d.Outcome != Limited:
+	case v.InFlight:
+		d.Err = &LimitError{Rule: r.Name, Key: k.key, RetryAfter: v.RetryAfter, InFlight: true, inFlightCap: v.Cap}
+	default:
+		d.Err = &LimitError{Rule: r.Name, Key: key, Limit: d.Limit, RetryAfter: v.RetryAfter, Upstream: v.Upstream,
+			BeyondDeadline: v.BeyondDeadline, BeyondMaxWait: v.BeyondMaxWait}
+	}
+	return d
+}
+
+// failed is the Decision for k under r when err, the key's or the cost's,
+// keeps it from admission.
+func (r *rule) failed(k keyed, err error) Decision {
+	return Decision{Rule: r.Name, Key: k.key, Cost: k.cost, Outcome: Failed, Err: err}
+}
+
+// storeErr is err as a user sees it: a failure of the shared store is a
+// *StoreError of r.
+func (r *rule) storeErr(err error) error {
+	if d, ok := err.(*engine.Down); ok {
+		return &StoreError{Rule: r.Name, Err: d.Err, NotTried: d.NotTried, detail: d.Detail}
+	}
+	return err
 }
 
 // observe counts d in s, the counters of its rule (or of the unmatched

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/throttle-go/throttle/internal/engine"
 )
 
 // ErrLimited is matched, with errors.Is, by every refusal to send because of a
@@ -143,6 +145,8 @@ type StoreError struct {
 	// NotTried is true when the request did not call the store because it
 	// is marked down and another request probes it.
 	NotTried bool
+
+	detail string // why FailLocal's limiter could not count it either
 }
 
 func (e *StoreError) Error() string {
@@ -153,11 +157,14 @@ func (e *StoreError) Error() string {
 	if e.Err != nil {
 		s += ": " + e.Err.Error()
 	}
-	return s
+	return s + e.detail
 }
 
-// Is makes errors.Is(err, ErrStoreUnavailable) true.
-func (e *StoreError) Is(target error) bool { return target == ErrStoreUnavailable }
+// Is makes errors.Is(err, ErrStoreUnavailable) true, and errors.Is(err,
+// ErrStoreTimeout) when the store did not answer in time.
+func (e *StoreError) Is(target error) bool {
+	return target == ErrStoreUnavailable || target == ErrStoreTimeout && errors.Is(e.Err, engine.ErrTimeout)
+}
 
 // Unwrap returns the store's error.
 func (e *StoreError) Unwrap() error { return e.Err }

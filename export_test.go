@@ -1,11 +1,13 @@
 package throttle
 
+import "github.com/throttle-go/throttle/internal/engine"
+
 // Measured makes tr a transport that has measured its lateness on the wire
 // (zero, on a fake clock), so that a test of exact send times starts there
 // rather than from the cautious allowance of a process that has measured
 // nothing yet.
 func Measured(tr *Transport) *Transport {
-	tr.late.observe(tr.now(), 0, 0, true)
+	tr.eng.Measured()
 	return tr
 }
 
@@ -14,14 +16,14 @@ const MaxWarnedHosts = maxWarnedHosts
 
 // MeasuredLimiter is Measured for a Limiter.
 func MeasuredLimiter(l *Limiter) *Limiter {
-	l.c.late.observe(l.c.now(), 0, 0, true)
+	l.c.eng.Measured()
 	return l
 }
 
 // The tuning values, for the external tests.
 const (
 	DefaultBurst        = defaultBurst
-	DefaultStoreTimeout = defaultStoreTimeout
+	DefaultStoreTimeout = engine.DefaultStoreTimeout
 	MaxKeyLen           = maxKeyLen
 	MaxPer              = maxPer
 	MaxRetries          = maxRetries

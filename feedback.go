@@ -132,10 +132,9 @@ func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Res
 		Pause: l.Pause, Limit: l.Limit, Paced: l.Pace, Remaining: l.Remaining, Reset: l.Reset}
 	h := heard{pause: l.Pause}
 	if l.Pause > 0 || l.Limit.N > 0 || l.Reset > 0 || l.Pace.N > 0 {
-		var recorded bool
-		recorded, fb.Err = t.policy.learn(ctx, r, k.skey, l)
+		recorded, err := t.eng.Learn(ctx, k.skey, l, move && l.Pace.N > 0) // internal/engine: recorded, and heard by the waiters
+		fb.Err = r.storeErr(err)
 		if recorded {
-			t.news.recorded(k.skey, t.now(), l.Pause, move && l.Pace.N > 0) // news.go
 			if l.Pause > 0 {
 				r.stats.pauses.Add(1)
 				h.held = true

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/throttle-go/throttle/internal/contract"
+	"github.com/throttle-go/throttle/internal/engine"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -29,39 +30,50 @@ type Limiter struct {
 }
 
 // core is what the rules of a Transport share, and a Limiter has for its
-// one rule: the store and its failure policy, how late this process sends,
-// the hooks, the logs, the key secret and the time seam (admit.go).
+// one rule: the engine (internal/engine: the store, its failure policy, the
+// admission and the time seam), the hooks, the logs and the key secret.
 type core struct {
-	policy     *policy     // the store and what to do when it fails (policy.go)
-	late       lateness    // the allowance of this process's reservations (lateness.go)
-	clock      *storeClock // the shared store's clock on this process's (clock.go)
-	news       keyNews     // pauses and moves heard of while requests wait (news.go)
+	eng        *engine.Engine
 	logs       logLimiter
 	onDecision func(Decision)
 	onFeedback func(Feedback)
 	logger     *slog.Logger
 	keySecret  []byte // nil: keys are hashed only when long (keysecret.go)
-
-	// The time seam, the only way the engine reads or waits on time (tests
-	// replace sleep to make a process late): now; sleep, precise (sleep.go);
-	// nap, a plain timer for an early wake-up; after, for lease renewals.
-	now   func() time.Time
-	sleep func(context.Context, time.Duration) error
-	nap   func(context.Context, time.Duration) error
-	after func(time.Duration, func()) *time.Timer
 }
 
-// newCore builds the core of c's rules on st.
-func newCore(st store.Store, c config) (*core, error) {
-	k := &core{onDecision: c.onDecision, onFeedback: c.onFeedback, logger: c.logger, keySecret: c.keySecret,
-		now: time.Now, sleep: sleep, nap: timerSleep, after: time.AfterFunc}
-	k.clock = newStoreClock(st, k.now())
-	p, err := newPolicy(st, c, func() time.Time { return k.now() })
+// newCore builds the core of c's rules on st; guarded says the sends are
+// watched on the wire (a Transport).
+func newCore(st store.Store, c config, guarded bool) (*core, error) {
+	switch {
+	case c.storeFailure != FailLocal && c.localShare != 0:
+		return nil, &ConfigError{Reason: "WithLocalShare needs WithStoreFailure(FailLocal)"}
+	case c.storeFailure == FailLocal && c.localShare == 0:
+		return nil, &ConfigError{Reason: "FailLocal needs WithLocalShare: the share of each limit this transport may use alone"}
+	}
+	k := &core{onDecision: c.onDecision, onFeedback: c.onFeedback, logger: c.logger, keySecret: c.keySecret}
+	ec := engine.Config{Failure: engine.Failure(c.storeFailure), Timeout: c.storeTimeout, Share: c.localShare,
+		Guarded: guarded, OnReclaim: k.reclaimed}
+	for _, r := range append(c.rules[:len(c.rules):len(c.rules)], c.def) {
+		if r != nil {
+			ec.Plans = append(ec.Plans, &r.plan)
+		}
+	}
+	e, err := engine.New(st, ec)
 	if err != nil {
 		return nil, err
 	}
-	k.policy = p
+	k.eng = e
 	return k, nil
+}
+
+// now is the engine's clock.
+func (c *core) now() time.Time { return c.eng.Now() }
+
+// admit runs one admission of k under r, waiting at most maxWait, and maps
+// its verdict to a Decision (decision.go).
+func (c *core) admit(ctx context.Context, r *rule, k keyed, maxWait time.Duration) (engine.Admission, Decision) {
+	a := c.eng.Admit(ctx, &r.plan, k.eng(), maxWait)
+	return a, r.decision(k, &a.Verdict)
 }
 
 // NewLimiter returns a Limiter that keeps its state in st, under r: its
@@ -87,7 +99,7 @@ func NewLimiter(st store.Store, r Rule, opts ...Option) (*Limiter, error) {
 	}
 	c.rules = []*rule{cr}
 	bindStats(c.rules, nil)
-	k, err := newCore(st, c)
+	k, err := newCore(st, c, false)
 	if err != nil {
 		return nil, err
 	}
@@ -157,14 +169,14 @@ func (l *Limiter) Allow(ctx context.Context, key string, cost int) (bool, error)
 // observes the decision.
 func (l *Limiter) decide(ctx context.Context, key string, cost int, maxWait time.Duration) Decision {
 	k, err := l.keyed(key, cost)
-	a := newAdmission(l.r, k, maxWait)
+	var d Decision
 	if err != nil {
-		a.next = a.end(Failed, err)
+		d = l.r.failed(k, err)
 	} else {
-		l.c.drive(ctx, &a, decided) // admit.go
+		_, d = l.c.admit(ctx, l.r, k, maxWait) // internal/engine
 	}
-	l.c.observe(ctx, l.r.stats, a.d)
-	return a.d
+	l.c.observe(ctx, l.r.stats, d)
+	return d
 }
 
 // keyed checks key and cost and derives the key as stored.
@@ -189,18 +201,20 @@ func (l *Limiter) keyed(key string, cost int) (keyed, error) {
 // Reservation without a slot, whose Wait returns nil at once.
 func (l *Limiter) Reserve(ctx context.Context, key string, cost int) (*Reservation, error) {
 	k, err := l.keyed(key, cost)
-	rv := &Reservation{l: l, a: newAdmission(l.r, k, l.r.maxWait)}
+	rv := &Reservation{l: l, k: k}
 	if err != nil {
-		rv.a.next = rv.a.end(Failed, err)
-	} else if l.c.drive(ctx, &rv.a, waiting); rv.a.next == waiting { // admit.go: the slot, not the wait
+		rv.d = l.r.failed(k, err)
+	} else if rv.a = l.c.eng.Reserve(ctx, &l.r.plan, k.eng(), l.r.maxWait); rv.a.Held() { // internal/engine: the slot, not the wait
 		return rv, nil
+	} else {
+		rv.d = l.r.decision(k, &rv.a.Verdict)
 	}
 	rv.done = true
-	l.c.observe(ctx, l.r.stats, rv.a.d)
-	if rv.a.d.Outcome == FailedOpen {
+	l.c.observe(ctx, l.r.stats, rv.d)
+	if rv.d.Outcome == FailedOpen {
 		return rv, nil
 	}
-	return nil, rv.a.d.Err
+	return nil, rv.d.Err
 }
 
 // Pause tells every process that shares the store that the upstream refused
@@ -221,13 +235,14 @@ func (l *Limiter) Pause(ctx context.Context, key string, d time.Duration) error 
 		return err
 	}
 	p := l.r.learn(signals{retryAfter: d, hasRetryAfter: d > 0}, true).Pause // feedback.go
-	recorded, err := l.c.policy.learn(ctx, l.r, k.skey, contract.Learned{Pause: p})
+	recorded, err := l.c.eng.Learn(ctx, k.skey, contract.Learned{Pause: p}, false)
 	switch {
 	case recorded:
 		l.r.stats.pauses.Add(1)
-		l.c.news.recorded(k.skey, l.c.now(), p, false)
 	case err == nil:
-		err = fmt.Errorf("throttle: rule %q: the store (%T) keeps no pauses", l.r.Name, l.c.policy.shared)
+		err = fmt.Errorf("throttle: rule %q: the store (%T) keeps no pauses", l.r.Name, l.c.eng.Store())
+	default:
+		err = l.r.storeErr(err)
 	}
 	l.c.report(ctx, Feedback{Rule: l.r.Name, Key: k.key, Throttled: true, Pause: p, Err: err})
 	return err
@@ -245,17 +260,19 @@ func (l *Limiter) Stats() Stats {
 // Reservation is not safe for concurrent use.
 type Reservation struct {
 	l    *Limiter
-	a    admission
-	done bool // decided: Wait or Cancel was called, or there is no slot
+	k    keyed
+	a    engine.Admission
+	d    Decision // when done
+	done bool     // decided: Wait or Cancel was called, or there is no slot
 }
 
 // Delay returns how long from now until the slot; zero when it is due, or
 // when the reservation is decided.
 func (r *Reservation) Delay() time.Duration {
-	if r.done || r.a.at.IsZero() {
+	if r.done {
 		return 0
 	}
-	return max(r.a.at.Sub(r.l.c.now()), 0)
+	return r.a.Wait(r.l.c.now())
 }
 
 // Wait waits until the slot and returns nil when the caller may go ahead;
@@ -269,14 +286,15 @@ func (r *Reservation) Delay() time.Duration {
 func (r *Reservation) Wait(ctx context.Context) error {
 	if !r.done {
 		c := r.l.c
-		c.drive(ctx, &r.a, decided) // admit.go: from waiting
+		c.eng.Finish(ctx, &r.a) // internal/engine: from the slot held
 		r.done = true
-		c.observe(ctx, r.l.r.stats, r.a.d)
+		r.d = r.l.r.decision(r.k, &r.a.Verdict)
+		c.observe(ctx, r.l.r.stats, r.d)
 	}
-	if r.a.d.Outcome == Sent || r.a.d.Outcome == FailedOpen {
+	if r.d.Outcome == Sent || r.d.Outcome == FailedOpen {
 		return nil
 	}
-	return r.a.d.Err
+	return r.d.Err
 }
 
 // Cancel gives the slot back, so that others may use it, if neither Wait
@@ -288,9 +306,7 @@ func (r *Reservation) Cancel() {
 		return
 	}
 	r.done = true
-	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
-	defer cancel()
-	_ = r.a.g.from.Cancel(ctx, r.a.g.res)
-	r.a.next = r.a.end(Canceled, errCanceled)
-	r.l.c.observe(ctx, r.l.r.stats, r.a.d)
+	r.l.c.eng.Cancel(&r.a, errCanceled)
+	r.d = r.l.r.decision(r.k, &r.a.Verdict)
+	r.l.c.observe(context.Background(), r.l.r.stats, r.d)
 }

@@ -33,7 +33,7 @@ const (
 	noFeedback      feedbackKind = iota
 	throttledAnswer              // a 429, a 503 with Retry-After, or a pause
 	feedbackFailed               // the store failed to record feedback
-	bodyNotClosed                // a lease reclaimed from a body not closed (lease.go)
+	bodyNotClosed                // a lease reclaimed from a body not closed (inflight.go)
 )
 
 // name is what the events of kind k are: an outcome ("limited",

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/throttle-go/throttle/internal/engine"
 )
 
 // This file is the transport's counters: per rule name, atomic, no lock and
@@ -160,9 +162,8 @@ type ruleStats struct {
 
 	tooMany, unavailable, pauses, tightenings, reshapes atomic.Uint64
 
-	leases                                  atomic.Int64 // held now (lease.go)
-	leasesQueued, leasesRefused, leasesLost atomic.Uint64
-	leasesReclaimed                         atomic.Uint64
+	leases        engine.LeaseCounters // held, queued, lost, reclaimed: the engine's
+	leasesRefused atomic.Uint64
 }
 
 // bindStats gives every rule the counters of its name, shared by the rules of
@@ -181,6 +182,7 @@ func bindStats(rules []*rule, def *rule) []*ruleStats {
 			list = append(list, s)
 		}
 		r.stats = s
+		r.plan.Leases = &s.leases
 	}
 	return list
 }
@@ -246,8 +248,8 @@ func (s *ruleStats) snapshot() RuleStats {
 		Retakes:  s.retakes.Load(),
 		Store:    StoreFailureStats{Refused: s.refused.Load(), Open: s.open.Load(), Local: s.local.Load()},
 		Upstream: s.upstream(),
-		InFlight: InFlightStats{Held: s.leases.Load(), Queued: s.leasesQueued.Load(), Refused: s.leasesRefused.Load(), Lost: s.leasesLost.Load(),
-			Reclaimed: s.leasesReclaimed.Load()},
+		InFlight: InFlightStats{Held: s.leases.Held.Load(), Queued: s.leases.Queued.Load(), Refused: s.leasesRefused.Load(), Lost: s.leases.Lost.Load(),
+			Reclaimed: s.leases.Reclaimed.Load()},
 	}
 	for i := range s.outcomes {
 		r.Requests[i] = s.outcomes[i].Load()

@@ -151,16 +151,16 @@ func (t *Transport) keyAlso(r *rule, req *http.Request, k *keyed) error {
 	return nil
 }
 
-// limitOf returns the key and the limit that set res's slot (Cause
-// CauseLimit): the rule's own, or one of its Also.
-func (r *rule) limitOf(res contract.Reservation, k keyed) (key string, l Limit) {
+// limitOf returns the key and the limit that set a slot (the store's
+// CauseLimit), the i-th of part: the rule's own (part 0), or one of its Also.
+func (r *rule) limitOf(part, i int, k keyed) (key string, l Limit) {
 	switch {
-	case res.Part == 0 && res.Limit < len(r.Limits):
-		return k.key, r.Limits[res.Limit]
-	case res.Part > 0 && res.Part <= len(r.also) && res.Limit < len(r.also[res.Part-1].Limits):
-		a := r.also[res.Part-1]
-		_, key, _ = strings.Cut(k.also[res.Part-1].Key, a.scope) // without the tag and scope, as k.key
-		return key, a.Limits[res.Limit]
+	case part == 0 && i < len(r.Limits):
+		return k.key, r.Limits[i]
+	case part > 0 && part <= len(r.also) && i < len(r.also[part-1].Limits):
+		a := r.also[part-1]
+		_, key, _ = strings.Cut(k.also[part-1].Key, a.scope) // without the tag and scope, as k.key
+		return key, a.Limits[i]
 	}
 	return k.key, Limit{}
 }
@@ -178,21 +178,4 @@ func checkAlso(st store.Store, rules []*rule) error {
 		}
 	}
 	return nil
-}
-
-// alsoShare cuts the limits of parts to the local share s (FailLocal), nil
-// when there are none, and reports whether cost fits every cut limit.
-func (s localShare) alsoShare(parts []contract.Part, cost int) ([]contract.Part, bool) {
-	if parts == nil {
-		return nil, true
-	}
-	out := make([]contract.Part, len(parts))
-	for i, p := range parts {
-		cut := shareOf(p.Limits, s.share)
-		if cost > cut.minN {
-			return nil, false
-		}
-		out[i] = contract.Part{Key: p.Key, Limits: cut.limits}
-	}
-	return out, true
 }

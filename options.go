@@ -218,3 +218,29 @@ func isNilPointer(v any) bool {
 	}
 	return false
 }
+
+// StoreFailure says what a request does when the shared store fails, or is
+// marked down after a failure (see WithStoreFailure).
+type StoreFailure int
+
+const (
+	// FailClosed refuses the request with a *StoreError (errors.Is
+	// ErrStoreUnavailable) wrapping the store's error; nothing is sent. It is
+	// the default.
+	FailClosed StoreFailure = iota
+	// FailOpen sends the request without counting it anywhere.
+	FailOpen
+	// FailLocal counts the request in a limiter inside this process instead,
+	// with the share of every limit given by WithLocalShare, under the same
+	// rules, keys, modes and waits. Decision.Local says so.
+	FailLocal
+)
+
+var storeFailureNames = [...]string{"FailClosed", "FailOpen", "FailLocal"}
+
+func (p StoreFailure) String() string {
+	if p < 0 || int(p) >= len(storeFailureNames) {
+		return fmt.Sprintf("StoreFailure(%d)", int(p))
+	}
+	return storeFailureNames[p]
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/throttle-go/throttle/internal/engine"
 )
 
 // TestPacedLateWakeRetakes: a paced rule's slots have only Margin/N to spare
@@ -29,9 +30,9 @@ func TestPacedLateWakeRetakes(t *testing.T) {
 				r := newRecorder(t, Paced(100, time.Second, 0))
 				tr, send := r.tr, r.send
 				send()
-				tr.sleep = func(ctx context.Context, d time.Duration) error {
-					tr.sleep = sleep
-					return sleep(ctx, d+tc.oversleep)
+				tr.eng.Sleep = func(ctx context.Context, d time.Duration) error {
+					tr.eng.Sleep = engine.PreciseSleep
+					return engine.PreciseSleep(ctx, d+tc.oversleep)
 				}
 				send() // wakes late
 				send()
@@ -43,13 +44,4 @@ func TestPacedLateWakeRetakes(t *testing.T) {
 			})
 		})
 	}
-}
-
-// TestPacedLocalShare: under FailLocal, a paced limit keeps its spacing's
-// share and its burst's, and the largest local cost follows the burst.
-func TestPacedLocalShare(t *testing.T) {
-	t.Parallel()
-	s := shareOf([]Limit{PerHour(4000), Paced(100, time.Second, 10)}, 0.25)
-	assert.Equal(t, []Limit{PerHour(1000), Paced(25, time.Second, 2)}, s.limits)
-	assert.Equal(t, 3, s.minN, "a cost of at most the burst plus one")
 }

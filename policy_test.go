@@ -12,12 +12,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/engine"
 	"github.com/throttle-go/throttle/internal/fakestore"
 	"github.com/throttle-go/throttle/store"
 )
 
 // maxProbeGap is the longest wait between probes.
-var maxProbeGap = time.Duration(float64(probeMaxInterval) * (1 + probeRandomization))
+var maxProbeGap = time.Duration(float64(engine.ProbeMaxInterval) * (1 + engine.ProbeRandomization))
 
 var errDown = errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
 
@@ -92,7 +93,7 @@ func TestDownStoreIsNotCalled(t *testing.T) {
 		// the store down.
 		start := time.Now()
 		d, err := g.do(t)
-		assert.Equal(t, defaultStoreTimeout, time.Since(start))
+		assert.Equal(t, engine.DefaultStoreTimeout, time.Since(start))
 		require.ErrorIs(t, err, ErrStoreUnavailable)
 		require.ErrorIs(t, err, ErrStoreTimeout)
 		assert.NotErrorIs(t, err, context.DeadlineExceeded, "the caller would take it for its own deadline")
@@ -136,9 +137,9 @@ func TestDownStoreIsNotCalled(t *testing.T) {
 		assert.Greater(t, notTried, 100*tried)
 		assert.LessOrEqual(t, tried, 20)
 		for i := 2; i < len(times); i++ {
-			gap := times[i].Sub(times[i-1]) - defaultStoreTimeout
+			gap := times[i].Sub(times[i-1]) - engine.DefaultStoreTimeout
 			assert.LessOrEqual(t, gap, maxProbeGap+5*time.Millisecond, "probe %d", i)
-			assert.GreaterOrEqual(t, gap, time.Duration(float64(probeInitialInterval)*(1-probeRandomization)), "probe %d", i)
+			assert.GreaterOrEqual(t, gap, time.Duration(float64(engine.ProbeInitialInterval)*(1-engine.ProbeRandomization)), "probe %d", i)
 		}
 	})
 }
@@ -345,7 +346,7 @@ func TestLocalShares(t *testing.T) {
 		tr, err := New(nil, fakestore.New(), WithRule(Rule{Host: "a.example", Limits: []Limit{Per(tc.n, time.Second)}, Margin: NoMargin, NoDefaultPace: true}),
 			WithStoreFailure(FailLocal), WithLocalShare(tc.share))
 		require.NoError(t, err)
-		assert.Equal(t, []Limit{Per(tc.want, time.Second)}, tr.policy.shares[tr.rules[0].scope].limits, "%d × %v", tc.n, tc.share)
+		assert.Equal(t, []Limit{Per(tc.want, time.Second)}, tr.eng.LocalLimits(tr.rules[0].scope), "%d × %v", tc.n, tc.share)
 	}
 }
 

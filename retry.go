@@ -65,7 +65,7 @@ func (t *Transport) retry(ctx context.Context, r *rule, k keyed, req *http.Reque
 		if h.held {
 			wait -= h.pause
 		}
-		if err := t.sleep(ctx, wait); err != nil {
+		if err := t.eng.Sleep(ctx, wait); err != nil {
 			return kept, nil
 		}
 		next, err := cloneForRetry(req)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/throttle-go/throttle/internal/contract"
+	"github.com/throttle-go/throttle/internal/engine"
 )
 
 // Mode says what a request does when its slot is not free at once.
@@ -40,7 +41,7 @@ const NoMargin time.Duration = -1
 
 // maxPer is the longest window a Limit may have: a year, which keeps every
 // time the scripts handle exact in Lua's numbers.
-const maxPer = 366 * 24 * time.Hour
+const maxPer = engine.MaxPer
 
 // maxMargin bounds Margin: more than a minute is a mistake, not a margin.
 const maxMargin = time.Minute
@@ -153,8 +154,11 @@ type rule struct {
 	// spacing, Margin/N, which is all a strict-spacing upstream leaves.
 	retake time.Duration
 	stats  *ruleStats // the counters of its name (metrics.go)
-	also   []alsoKey  // Also, validated (multikey.go)
-	tag    int        // the index in also of the HashTag key, -1 if none
+	// plan is what the engine needs of the rule (internal/engine), built
+	// from the fields above when they are; Leases is its stats'.
+	plan engine.Plan
+	also []alsoKey // Also, validated (multikey.go)
+	tag  int       // the index in also of the HashTag key, -1 if none
 }
 
 func (r *Rule) displayName(isDefault bool) string {
@@ -184,12 +188,15 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 		c.compileWaits,     // Mode, MaxWait, MaxServerWait, Retries
 		c.compileKey,       // Key and the scope of the rule's keys
 		c.compileAlso,      // Also (multikey.go)
-		c.compileInFlight,  // InFlight and LeaseFor (lease.go)
+		c.compileInFlight,  // InFlight and LeaseFor (inflight.go)
 	} {
 		if err := step(); err != nil {
 			return nil, err
 		}
 	}
+	c.plan = engine.Plan{Name: c.Name, Scope: c.scope, Limits: c.eff, Auto: c.auto, Algorithm: c.Algorithm,
+		Margin: c.Margin, Retake: c.retake, MaxWait: c.maxWait, MaxServerWait: c.maxServerWait,
+		InFlight: c.InFlight, LeaseFor: c.LeaseFor}
 	return c, nil
 }
 

@@ -2,7 +2,6 @@ package throttle
 
 import (
 	"math"
-	"slices"
 	"time"
 
 	"github.com/throttle-go/throttle/internal/contract"
@@ -65,18 +64,6 @@ func defaultPace(r Rule) (Limit, bool) {
 	p := Paced(slow.N, slow.Per, int(min(float64(slow.N), max(defaultBurst, span))))
 	p.SlowStart = p.Burst < p.N
 	return p, true
-}
-
-// limitsFor returns the limits a request of cost reserves: the rule's, with
-// the default pace's burst raised to cost-1 for a request that costs more
-// than the burst + 1 (it goes as one send, as under a learned pace).
-func (r *rule) limitsFor(cost int) []Limit {
-	if r.auto < 0 || cost <= r.eff[r.auto].Burst+1 {
-		return r.eff
-	}
-	l := slices.Clone(r.eff)
-	l[r.auto].Burst = cost - 1
-	return l
 }
 
 // windows returns the rule's limits without its default pace.

@@ -172,8 +172,8 @@ func TestDefaultPaceCost(t *testing.T) {
 	r, err := compile(Rule{Host: "h", Limits: []Limit{PerSecond(100)}}, false)
 	require.NoError(t, err)
 	assert.Equal(t, 100, r.minN, "the pace does not bound the cost")
-	assert.Same(t, &r.eff[0], &r.limitsFor(defaultBurst + 1)[0], "within the burst: the rule's limits")
-	got := r.limitsFor(40)
+	assert.Same(t, &r.eff[0], &r.plan.LimitsFor(defaultBurst + 1)[0], "within the burst: the rule's limits")
+	got := r.plan.LimitsFor(40)
 	assert.Equal(t, 39, got[r.auto].Burst)
 	assert.Equal(t, defaultBurst, r.eff[r.auto].Burst, "the rule's limits unchanged")
 	require.NoError(t, (&contract.Request{Limits: got, Cost: 40}).Validate("t"))
@@ -191,7 +191,7 @@ func TestDefaultPaceAbsorbsTheAllowance(t *testing.T) {
 		m, err := store.NewMemory()
 		require.NoError(t, err)
 		for i := range 400 {
-			res, err := m.Reserve(context.Background(), "k", contract.Request{Limits: r.limitsFor(1), Cost: 1, MaxWait: time.Second, Allowance: 2 * time.Millisecond})
+			res, err := m.Reserve(context.Background(), "k", contract.Request{Limits: r.plan.LimitsFor(1), Cost: 1, MaxWait: time.Second, Allowance: 2 * time.Millisecond})
 			require.NoError(t, err)
 			require.True(t, res.Allowed, "request %d", i)
 			// (1s + 5ms)/10,000, rounded up to whole microseconds.

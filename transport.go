@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/throttle-go/throttle/internal/contract"
+	"github.com/throttle-go/throttle/internal/engine"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -64,14 +65,13 @@ func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, er
 	if err := checkAlso(st, rules); err != nil { // multikey.go
 		return nil, err
 	}
-	if err := checkLeases(st, rules); err != nil { // lease.go
+	if err := checkLeases(st, rules); err != nil { // inflight.go
 		return nil, err
 	}
-	k, err := newCore(st, c)
+	k, err := newCore(st, c, true) // guarded: until the base proves it is not net/http (wire.go)
 	if err != nil {
 		return nil, err
 	}
-	k.late.guarded.Store(true) // until the base proves it is not net/http (lateness.go)
 	t := &Transport{core: k, base: base, rules: c.rules, def: c.def, unmatched: c.unmatched}
 	t.stats = bindStats(c.rules, c.def)
 	return t, nil
@@ -107,27 +107,27 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // attempt admits one send of req under r, sends it and listens to the
 // response. Attempt n > 0 is the n-th retry.
 func (t *Transport) attempt(ctx context.Context, r *rule, k keyed, n int, req *http.Request) (*http.Response, heard, error) {
-	a := t.admit(ctx, r, k) // admit.go
-	a.d.Attempt = n
-	if !a.sendable() {
-		t.observe(ctx, r.stats, a.d)
+	a, d := t.admit(ctx, r, k, r.maxWait) // limiter.go: the engine's admission, its verdict mapped
+	d.Attempt = n
+	if !a.Sendable() {
+		t.observe(ctx, r.stats, d)
 		closeBody(req)
-		return nil, heard{}, a.d.Err
+		return nil, heard{}, d.Err
 	}
-	req, w := t.onWire(ctx, req, a) // lateness.go: checked, and retaken if late, on the wire
+	req, w := t.onWire(ctx, req, r, k, d, a) // wire.go: checked, and retaken if late, before it is written
 	if w == nil {
-		t.observe(ctx, r.stats, a.d)
+		t.observe(ctx, r.stats, d)
 	}
 	resp, err := t.base.RoundTrip(req)
 	if w != nil {
-		a = w.sent(err == nil && resp != nil) // the Decision is reported once, after the wire's check
+		a, d = w.sent(err == nil && resp != nil) // the Decision is reported once, after the wire's check
 	}
 	if err != nil || resp == nil {
-		a.d.lease.release() // lease.go
+		d.lease.Release()
 		return resp, heard{}, err
 	}
-	a.d.lease.bind(resp)
-	return resp, t.listen(ctx, r, k, resp, a.d.Outcome == Sent, a.due), nil // feedback.go
+	bindLease(d.lease, resp)                                                // inflight.go
+	return resp, t.listen(ctx, r, k, resp, d.Outcome == Sent, a.Due()), nil // feedback.go
 }
 
 // keyed is a request's rate key under its rule: as reported (key), as stored
@@ -138,6 +138,9 @@ type keyed struct {
 	cost      int
 	also      []contract.Part // the rule's Also, keyed (multikey.go)
 }
+
+// eng is k as the engine takes it.
+func (k keyed) eng() engine.Keys { return engine.Keys{Key: k.skey, Cost: k.cost, Also: k.also} }
 
 // keyOf derives the rate key and the cost of req under r.
 func (t *Transport) keyOf(r *rule, req *http.Request) (keyed, error) {

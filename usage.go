@@ -72,12 +72,12 @@ func (t *Transport) Usage(ctx context.Context, rule, rateKey string) (contract.U
 	if err != nil {
 		return contract.Usage{}, err
 	}
-	in, ok := t.policy.shared, t.policy.shared.Caps().Usage
-	if !ok {
-		return contract.Usage{}, fmt.Errorf("%w (%T)", ErrNoUsage, t.policy.shared)
+	st := t.eng.Store()
+	if !st.Caps().Usage {
+		return contract.Usage{}, fmt.Errorf("%w (%T)", ErrNoUsage, st)
 	}
 	r := t.ruleNamed(rule)
-	return in.Usage(ctx, key, contract.Request{Limits: r.limitsFor(1), Cost: 1, Algorithm: r.Algorithm})
+	return st.Usage(ctx, key, contract.Request{Limits: r.eff, Cost: 1, Algorithm: r.Algorithm})
 }
 
 // CredentialKey returns the rate key that a built-in KeyFunc derives from a

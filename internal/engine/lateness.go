@@ -1,10 +1,8 @@
-package throttle
+package engine
 
 import (
 	"cmp"
 	"context"
-	"net/http"
-	"net/http/httptrace"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -48,7 +46,7 @@ import (
 // can a Transport whose base answered a request without reporting its
 // connection (not net/http underneath): it stops being guarded. Unguarded,
 // a process that has measured nothing on the wire yet reserves with
-// initialAllowance, for its first requests are the likeliest to dial, and
+// InitialAllowance, for its first requests are the likeliest to dial, and
 // the first measurement on the wire, or the end of the first period, ends it.
 //
 // The allowance covers all but the latest tailShare-th of the samples of the
@@ -76,7 +74,7 @@ type lateness struct {
 	start time.Time                 // the current period's start; zero before any sample
 	cur   tail                      // the current period's largest samples
 	past  [latenessPeriods - 1]tail // those of the last earlier periods that had any, newest first
-	// prior is initialAllowance while nothing was measured on the wire
+	// prior is InitialAllowance while nothing was measured on the wire
 	// (from the slot to the connection the request is written on), in the
 	// first period; zero after.
 	prior    time.Duration
@@ -132,12 +130,12 @@ const latenessPeriod = time.Second
 // maxAllowance bounds the allowance (like maxMargin bounds the Margin).
 const maxAllowance = time.Minute
 
-// initialAllowance is the allowance of a process that has measured nothing
+// InitialAllowance is the allowance of a process that has measured nothing
 // yet and whose wire is not guarded: its first requests may dial a
 // connection (and shake hands over TLS) after their slots, which no wake-up
 // measures. It ends with the first measurement on the wire, or after the
 // first period.
-const initialAllowance = 100 * time.Millisecond
+const InitialAllowance = 100 * time.Millisecond
 
 // allowance returns the allowance for a reservation made at now; cold is
 // that of a guarded process that has measured nothing yet.
@@ -147,7 +145,7 @@ func (l *lateness) allowance(now time.Time, cold time.Duration) time.Duration {
 		if l.guarded.Load() {
 			return cold
 		}
-		return initialAllowance
+		return InitialAllowance
 	}
 	if now.UnixNano() < e {
 		return time.Duration(l.value.Load())
@@ -185,7 +183,7 @@ func (l *lateness) rotate(now time.Time, pending int64) {
 	case l.start.IsZero() && l.guarded.Load():
 		l.start = now // the first sample, of any kind, ends the cold start
 	case l.start.IsZero():
-		l.start, l.prior = now, initialAllowance
+		l.start, l.prior = now, InitialAllowance
 		l.hasPrior.Store(true)
 	case now.Sub(l.start) >= latenessPeriod:
 		if len(l.cur.top) > 0 {
@@ -226,96 +224,23 @@ func (l *lateness) publish() {
 	}
 }
 
-// wire is a request's admission while the base transport has it: the slot
-// it is sent on, which a retake on the wire may change, and the trace that
-// watches it (one allocation for both).
-type wire struct {
-	t     *Transport
-	ctx   context.Context
-	trace httptrace.ClientTrace
-
-	mu      sync.Mutex
-	a       admission
-	got     bool           // the base reported the connection
-	checked sync.WaitGroup // until the check of the connection is done
-}
-
-// onWire returns req with a trace that checks its lateness when the base
-// transport has the connection to write it on (a dial, a TLS handshake or a
-// wait for a full pool count): the part of the lateness no wake-up sees
-// (the admission's wired state, core.wired). The returned wire holds a's
-// admission as it goes on and reports its Decision after the check; it is
-// nil when a is not measured (then req is returned as it is). req itself is
-// not modified. (The trace cannot be pooled: net/http reads it until the
-// response's body is closed.)
-func (t *Transport) onWire(ctx context.Context, req *http.Request, a admission) (*http.Request, *wire) {
-	if a.due.IsZero() {
-		return req, nil
-	}
-	w := &wire{t: t, ctx: ctx, a: a}
-	w.trace.GotConn = w.gotConn
-	return req.WithContext(httptrace.WithClientTrace(req.Context(), &w.trace)), w
-}
-
-// gotConn is the trace's GotConn: the admission checks the connection (and
-// retakes its slot when late), then its Decision is reported, before the
-// request is written. A request that net/http writes again on a new
-// connection was checked and reported on the first.
-func (w *wire) gotConn(httptrace.GotConnInfo) {
-	w.mu.Lock()
-	if w.got {
-		w.mu.Unlock()
-		return
-	}
-	w.got = true
-	a := w.a
-	w.checked.Add(1)
-	w.mu.Unlock()
-	defer w.checked.Done()
-	a.next = wired
-	w.t.drive(w.ctx, &a, decided) // admit.go: wired, and a retake's states
-	w.t.observe(w.ctx, a.r.stats, a.d)
-	w.mu.Lock()
-	w.a = a
-	w.mu.Unlock()
-}
-
-// sent returns the admission a request went with: a's, or the one a retake
-// on the wire left. A base that answered (ok) without reporting the
-// connection cannot be watched on the wire: l is no longer guarded; the
-// Decision, not yet reported, is reported now.
-func (w *wire) sent(ok bool) admission {
-	w.checked.Wait()
-	w.mu.Lock()
-	got, a := w.got, w.a
-	w.mu.Unlock()
-	if got {
-		return a
-	}
-	if l := &w.t.late; ok && l.guarded.Load() {
-		l.guarded.Store(false)
-	}
-	w.t.observe(w.ctx, a.r.stats, a.d)
-	return a
-}
-
 // wired checks a's lateness when its request got its connection. When it is
 // later than its allowance plus the rule's retake, and the wire is guarded,
 // a takes a new slot before the request is written; settle (admit.go) sends
 // it on the old one if none comes.
-func (c *core) wired(ctx context.Context, a *admission) state {
-	now := c.now()
+func (c *Engine) wired(ctx context.Context, a *Admission) state {
+	now := c.Now()
 	c.clock.replace(a, now)
 	a.due = a.slot
 	late := now.Sub(a.due)
-	c.late.observe(now, a.own(now, late), a.d.Allowance, true)
-	if !c.late.guarded.Load() || late <= a.d.Allowance+a.r.retake || a.d.Retaken-a.stale >= maxRetakes {
+	c.late.observe(now, a.own(now, late), a.Verdict.Allowance, true)
+	if !c.late.guarded.Load() || late <= a.Verdict.Allowance+a.p.Retake || a.Verdict.Retaken-a.stale >= MaxRetakes {
 		return decided
 	}
 	prev := *a
 	prev.next = decided
 	a.onWire = &prev
-	a.lease.held, a.d.lease = a.d.lease, nil // the retake renews the lease held
-	a.d.Retaken++
+	a.lease.held, a.Verdict.Lease = a.Verdict.Lease, nil // the retake renews the lease held
+	a.Verdict.Retaken++
 	return taking
 }

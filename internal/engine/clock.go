@@ -1,11 +1,10 @@
-package throttle
+package engine
 
 import (
 	"sync"
 	"time"
 
 	"github.com/throttle-go/throttle/internal/contract"
-	"github.com/throttle-go/throttle/store"
 )
 
 // This file maps the store's clock onto this process's, so that a request
@@ -120,7 +119,7 @@ func (r *trips) typical() int64 {
 	return min(r.last, 4*f)
 }
 
-func newStoreClock(st store.Store, now time.Time) *storeClock {
+func newStoreClock(st contract.Store, now time.Time) *storeClock {
 	c := &storeClock{perKey: true, drift: clockDrift, base: now}
 	caps := st.Caps()
 	c.perKey = !caps.OneClock
@@ -198,11 +197,11 @@ func (s *storeClock) span(o offset, slot int64) (time.Time, time.Time) {
 // replace tightens a's placing (due, at) by the bounds as they are at now:
 // narrower, often, than when the slot was placed, for a waiter learns from
 // the replies that came while it slept.
-func (s *storeClock) replace(a *admission, now time.Time) {
+func (s *storeClock) replace(a *Admission, now time.Time) {
 	if a.storeSlot == 0 {
 		return
 	}
-	o, ok := s.get(a.k.skey, s.ns(now))
+	o, ok := s.get(a.k.Key, s.ns(now))
 	if !ok {
 		return
 	}

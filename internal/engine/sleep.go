@@ -1,4 +1,4 @@
-package throttle
+package engine
 
 import (
 	"context"
@@ -26,16 +26,16 @@ const wakeLead = 2 * time.Millisecond
 // finishers bounds the precise sleeps running at once.
 var finishers = make(chan struct{}, max(runtime.GOMAXPROCS(0)-1, 0))
 
-// sleep blocks for d, or until ctx ends, whichever is first, and returns
+// PreciseSleep blocks for d, or until ctx ends, whichever is first, and returns
 // ctx.Err() in the second case. It does not return before d has passed
 // unless ctx ended. (x/time/rate's wait takes a timer factory for its tests;
 // testing/synctest's fake clock makes one unnecessary here.)
-func sleep(ctx context.Context, d time.Duration) error {
+func PreciseSleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 || preciseTimers || cap(finishers) == 0 {
-		return timerSleep(ctx, d)
+		return TimerSleep(ctx, d)
 	}
 	end := time.Now().Add(d)
-	if err := timerSleep(ctx, d-wakeLead); err != nil {
+	if err := TimerSleep(ctx, d-wakeLead); err != nil {
 		return err
 	}
 	if left := time.Until(end); left > 0 && finish(left) {
@@ -44,11 +44,11 @@ func sleep(ctx context.Context, d time.Duration) error {
 		}
 	}
 	// No finisher was free, or a signal cut the nanosleep short.
-	return timerSleep(ctx, time.Until(end))
+	return TimerSleep(ctx, time.Until(end))
 }
 
-// timerSleep is sleep by the runtime's timer alone.
-func timerSleep(ctx context.Context, d time.Duration) error {
+// TimerSleep is PreciseSleep by the runtime's timer alone.
+func TimerSleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}

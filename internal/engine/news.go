@@ -1,4 +1,4 @@
-package throttle
+package engine
 
 import (
 	"sync"
@@ -87,7 +87,7 @@ func (h *keyNews) recorded(skey string, now time.Time, pause time.Duration, move
 	}
 	till := now.Add(pause)
 	if move {
-		till = now.Add(maxPer) // beyond every slot placed before it
+		till = now.Add(MaxPer) // beyond every slot placed before it
 	}
 	h.update(skey, func(n *news) {
 		n.epoch, n.till = h.epoch.Add(1), maxTime(n.till, till)
@@ -96,12 +96,12 @@ func (h *keyNews) recorded(skey string, now time.Time, pause time.Duration, move
 
 // stale reports whether a's slot, from the shared store, was placed before
 // a pause or a move to a stricter pace that this process has heard of since.
-func (h *keyNews) stale(a *admission) bool {
-	if !h.any.Load() || a.d.Local || a.g.from == nil {
+func (h *keyNews) stale(a *Admission) bool {
+	if !h.any.Load() || a.Verdict.Local || a.g.from == nil {
 		return false
 	}
 	h.mu.RLock()
-	n, ok := h.keys[a.k.skey]
+	n, ok := h.keys[a.k.Key]
 	h.mu.RUnlock()
 	if !ok {
 		return false

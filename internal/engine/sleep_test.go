@@ -1,4 +1,4 @@
-package throttle
+package engine
 
 import (
 	"context"
@@ -17,7 +17,7 @@ func TestSleepNeverEarly(t *testing.T) {
 	check := func() {
 		for _, d := range []time.Duration{0, 50 * time.Microsecond, 900 * time.Microsecond, wakeLead, wakeLead + 300*time.Microsecond, 7 * time.Millisecond} {
 			start := time.Now()
-			require.NoError(t, sleep(ctx, d))
+			require.NoError(t, PreciseSleep(ctx, d))
 			assert.GreaterOrEqual(t, time.Since(start), d)
 		}
 	}
@@ -39,11 +39,11 @@ func TestSleepEndsWithItsContext(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	assert.ErrorIs(t, sleep(ctx, time.Hour), context.Canceled)
-	assert.ErrorIs(t, sleep(ctx, time.Millisecond), context.Canceled, "within the last stretch")
+	assert.ErrorIs(t, PreciseSleep(ctx, time.Hour), context.Canceled)
+	assert.ErrorIs(t, PreciseSleep(ctx, time.Millisecond), context.Canceled, "within the last stretch")
 	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	assert.ErrorIs(t, sleep(ctx, time.Hour), context.DeadlineExceeded)
+	assert.ErrorIs(t, PreciseSleep(ctx, time.Hour), context.DeadlineExceeded)
 }
 
 // BenchmarkSleepLateness reports how late sleep and the runtime's timer
@@ -56,7 +56,7 @@ func BenchmarkSleepLateness(b *testing.B) {
 	for _, bc := range []struct {
 		name string
 		f    func(context.Context, time.Duration) error
-	}{{"sleep", sleep}, {"timer", timerSleep}} {
+	}{{"sleep", PreciseSleep}, {"timer", TimerSleep}} {
 		b.Run(bc.name, func(b *testing.B) {
 			late := make([]time.Duration, 0, b.N)
 			for i := 0; b.Loop(); i++ {

@@ -1,8 +1,7 @@
-package throttle
+package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -10,12 +9,10 @@ import (
 )
 
 // This file is admission: reserve a slot, wait for it, and retake it if the
-// process woke too late: the Limiter's, and so every rule's of a Transport.
-// It is also the only time seam: core.now and core.sleep (tests run under
-// testing/synctest's fake clock, and replace sleep to make a process late).
+// process woke too late, as states that one driver moves through.
 
-// maxRetakes bounds how often one request retakes a slot it woke too late for.
-const maxRetakes = 2
+// MaxRetakes bounds how often one request retakes a slot it woke too late for.
+const MaxRetakes = 2
 
 // cancelTimeout bounds every Cancel: the one sent after a waiter's context
 // ended runs in the background on a context detached from the caller's,
@@ -23,9 +20,9 @@ const maxRetakes = 2
 const cancelTimeout = time.Second
 
 // state is where an admission stands: what its driver does next. Every
-// driver (a Transport's attempt, Limiter.Wait and Allow, Limiter.Reserve and
-// its Reservation's Wait, and the wire check of lateness.go) moves the same
-// admission through the same states with drive.
+// caller (a Transport's attempt and its wire check, Limiter.Wait and Allow,
+// Limiter.Reserve and its Reservation's Wait) moves an admission through
+// the same states with drive.
 type state uint8
 
 const (
@@ -42,20 +39,21 @@ const (
 	// wire, and if it is too late, take a new slot before it is written
 	// (wired, lateness.go).
 	wired
-	// decided: a.d says what to do.
+	// decided: a.Verdict says what to do.
 	decided
 )
 
-// admission is one request's way through admission: its state, the slot it
-// holds and its decision so far.
-type admission struct {
+// Admission is one request's way through admission: its state, the slot it
+// holds and its verdict so far. Only the engine writes it.
+type Admission struct {
+	Verdict Verdict
+
 	next    state
-	r       *rule
-	k       keyed
+	p       *Plan
+	k       Keys
 	maxWait time.Duration // the longest wait the caller accepts (0: a slot now)
-	d       Decision
-	g       grant     // the slot held, and the store that holds it
-	asked   time.Time // before the store call that gave the slot
+	g       grant         // the slot held, and the store that holds it
+	asked   time.Time     // before the store call that gave the slot
 	// slot and latest are the earliest and the latest the slot may be on
 	// this process's clock (clock.go); at is when to wake: latest, or zero
 	// for at once.
@@ -66,23 +64,86 @@ type admission struct {
 	// due is when the slot was due as the wire measures it (lateness.go):
 	// an upper bound, from before the store call; zero when not measured.
 	due   time.Time
-	lease leased // under r.InFlight (lease.go)
+	lease leased // under p.InFlight (lease.go)
 	// epoch is the news epoch when the slot was asked for (news.go).
 	epoch uint64
 	// stale counts the slots given back because a pause or a move to a
 	// stricter pace came after they were placed (news.go); they are in
-	// d.Retaken too, but do not count against maxRetakes.
+	// Verdict.Retaken too, but do not count against MaxRetakes.
 	stale int
 	// onWire is the admission as it stood when the wire found it late: the
 	// retake goes on the old slot if it finds no new one (settle).
-	onWire *admission
+	onWire *Admission
 	// full is the refusal for want of a lease, and the store that gave it
 	// (queuing).
 	full grant
 }
 
-func newAdmission(r *rule, k keyed, maxWait time.Duration) admission {
-	return admission{r: r, k: k, maxWait: maxWait, d: Decision{Rule: r.Name, Key: k.key, Cost: k.cost}}
+// Admit reserves a slot for one use of k under p and waits for it, at most
+// maxWait (0: a slot now). The verdict says what to do: send (Sent, or
+// FailedOpen when the store failed), or not.
+func (e *Engine) Admit(ctx context.Context, p *Plan, k Keys, maxWait time.Duration) Admission {
+	a := Admission{p: p, k: k, maxWait: maxWait}
+	e.drive(ctx, &a, decided)
+	return a
+}
+
+// Reserve reserves a slot as Admit does, without waiting for it: Held then
+// reports whether a holds one, for Finish or Cancel.
+func (e *Engine) Reserve(ctx context.Context, p *Plan, k Keys, maxWait time.Duration) Admission {
+	a := Admission{p: p, k: k, maxWait: maxWait}
+	e.drive(ctx, &a, waiting)
+	return a
+}
+
+// Finish waits for the slot a holds (Reserve), retaking it when late, until
+// a is decided.
+func (e *Engine) Finish(ctx context.Context, a *Admission) { e.drive(ctx, a, decided) }
+
+// Wired checks a sent admission when its request got its connection: the
+// part of its lateness no wake-up sees (a dial, a TLS handshake, a full
+// pool). Late past its allowance and its plan's Retake, and on a guarded
+// engine, it takes a new slot before the request is written; it is sent on
+// the old one if none comes (settle).
+func (e *Engine) Wired(ctx context.Context, a *Admission) {
+	a.next = wired
+	e.drive(ctx, a, decided)
+}
+
+// Cancel gives back the slot a holds (Reserve) and decides a: Canceled,
+// with err. It calls the store for at most cancelTimeout.
+func (e *Engine) Cancel(a *Admission, err error) {
+	if a.next != waiting {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
+	defer cancel()
+	_ = a.g.from.Cancel(ctx, a.g.res)
+	a.next = a.end(Canceled, err)
+}
+
+// Held reports whether a holds a slot it has not waited for (Reserve).
+func (a *Admission) Held() bool { return a.next == waiting }
+
+// Sendable reports whether a is decided to be sent.
+func (a *Admission) Sendable() bool {
+	return a.next == decided && (a.Verdict.Outcome == Sent || a.Verdict.Outcome == FailedOpen)
+}
+
+// Measured reports whether a's lateness is to be checked on the wire
+// (Wired): a sliding log's slot, sent.
+func (a *Admission) Measured() bool { return !a.due.IsZero() }
+
+// Due is the earliest a's slot may have been on this process's clock, as
+// the last check measured it; zero when not measured.
+func (a *Admission) Due() time.Time { return a.due }
+
+// Wait is how long from now until the slot a holds; zero when it is due.
+func (a *Admission) Wait(now time.Time) time.Duration {
+	if a.next != waiting || a.at.IsZero() {
+		return 0
+	}
+	return max(a.at.Sub(now), 0)
 }
 
 // own is the part of late, a's lateness at now, that is the process's own
@@ -93,39 +154,23 @@ func newAdmission(r *rule, k keyed, maxWait time.Duration) admission {
 // and a slow reply from the store, which left them wide, says nothing of
 // how late the process sends. All of late when the slot was not placed on
 // the store's clock.
-func (a *admission) own(now time.Time, late time.Duration) time.Duration {
+func (a *Admission) own(now time.Time, late time.Duration) time.Duration {
 	if a.storeSlot == 0 {
 		return late
 	}
 	return max(now.Sub(a.latest), 0)
 }
 
-// end decides a: it sets the outcome and the error of a.d.
-func (a *admission) end(o Outcome, err error) state {
-	a.d.Outcome, a.d.Err = o, err
+// end decides a: it sets the outcome and the error of its verdict.
+func (a *Admission) end(o Outcome, err error) state {
+	a.Verdict.Outcome, a.Verdict.Err = o, err
 	return decided
-}
-
-// sendable reports whether a is decided to be sent.
-func (a *admission) sendable() bool {
-	return a.next == decided && (a.d.Outcome == Sent || a.d.Outcome == FailedOpen)
-}
-
-// admit reserves a slot for one send under r and waits for it, as the rule's
-// Mode says. The decision, a.d, says what to do: send (Sent, or FailedOpen
-// when the store failed), or refuse with a.d.Err. When the request is to be
-// sent and its lateness is measured, a.due is the earliest its slot may have
-// been on this process's clock (clock.go).
-func (c *core) admit(ctx context.Context, r *rule, k keyed) admission {
-	a := newAdmission(r, k, r.maxWait)
-	c.drive(ctx, &a, decided)
-	return a
 }
 
 // drive moves a from state to state until it is decided, or until it would
 // enter stop (Limiter.Reserve stops before waiting). Each step is one
 // function that returns the next state; none calls another step.
-func (c *core) drive(ctx context.Context, a *admission, stop state) {
+func (c *Engine) drive(ctx context.Context, a *Admission, stop state) {
 	for a.next != stop && a.next != decided {
 		switch a.next {
 		case taking:
@@ -147,10 +192,10 @@ func (c *core) drive(ctx context.Context, a *admission, stop state) {
 // no new slot goes on its old one, late as it is, and never unrecorded; one
 // that found it gives the old one back. A request sent carries its lease to
 // its response; any other gives it back.
-func (c *core) settle(ctx context.Context, a *admission) {
+func (c *Engine) settle(ctx context.Context, a *Admission) {
 	if prev := a.onWire; prev != nil {
 		a.onWire = nil
-		if a.d.Outcome != Sent {
+		if a.Verdict.Outcome != Sent {
 			*a = *prev
 			return
 		}
@@ -158,37 +203,40 @@ func (c *core) settle(ctx context.Context, a *admission) {
 		_ = prev.g.from.Cancel(cctx, prev.g.res)
 		cancel()
 	}
-	a.lease.drop(&a.d)
+	a.lease.drop(&a.Verdict)
 }
 
 // take reserves a slot for a, in one call to the store through the failure
 // policy: then a waits for it, or for a lease in the queue when the key's
 // in-flight cap is full; otherwise a is decided: refused, failed, canceled,
 // or to be sent uncounted (FailedOpen).
-func (c *core) take(ctx context.Context, a *admission) state {
+func (c *Engine) take(ctx context.Context, a *Admission) state {
 	if err := ctx.Err(); err != nil {
 		return a.end(Canceled, err)
 	}
-	r := a.r
+	p := a.p
 	a.epoch = c.news.epoch.Load()
-	a.asked = c.now()
-	req := contract.Request{Limits: r.limitsFor(a.k.cost), Cost: a.k.cost, MaxServerWait: r.maxServerWait, Algorithm: r.Algorithm, Also: a.k.also}
+	a.asked = c.Now()
+	req := contract.Request{Limits: p.LimitsFor(a.k.Cost), Cost: a.k.Cost, MaxServerWait: p.MaxServerWait, Algorithm: p.Algorithm, Also: a.k.Also}
 	if a.maxWait > 0 {
 		req.MaxWait = maxWait(ctx, a.asked, a.maxWait)
 	}
 	// The log records the request at its slot plus this process's
 	// allowance (lateness.go); only the sliding log takes one.
-	if r.Margin > 0 && r.Algorithm == contract.SlidingLog {
-		req.Allowance = c.late.allowance(a.asked, r.Margin/2) + c.clock.spread(a.k.skey, a.asked) // clock.go
+	if p.Margin > 0 && p.Algorithm == contract.SlidingLog {
+		req.Allowance = c.late.allowance(a.asked, p.Margin/2) + c.clock.spread(a.k.Key, a.asked) // clock.go
 	}
-	a.d.Allowance = req.Allowance
-	a.lease.ask(r, &req, a.d.Queued)
-	g := c.policy.reserve(ctx, r, a.k.skey, req) // policy.go
-	a.d.Local, a.d.Err = g.local, g.down
+	a.Verdict.Allowance = req.Allowance
+	a.lease.ask(p, &req, a.Verdict.Queued)
+	g := c.policy.reserve(ctx, p, a.k.Key, req) // policy.go
+	a.Verdict.Local, a.Verdict.Err = g.local, nil
+	if g.down != nil {
+		a.Verdict.Err = g.down
+	}
 	if g.local {
 		// The in-process limiter answered at once, after the failed
 		// call to the shared store: that call is no lateness.
-		a.asked = c.now()
+		a.asked = c.Now()
 	}
 	switch {
 	case g.err == nil:
@@ -196,14 +244,15 @@ func (c *core) take(ctx context.Context, a *admission) state {
 		return a.end(Canceled, ctx.Err())
 	case g.open:
 		return a.end(FailedOpen, g.err)
-	case errors.Is(g.err, ErrStoreUnavailable):
+	case g.down != nil && g.err == error(g.down):
 		return a.end(Failed, g.err)
 	default:
-		return a.end(Failed, fmt.Errorf("throttle: rule %q: %w", r.Name, g.err))
+		return a.end(Failed, fmt.Errorf("throttle: rule %q: %w", p.Name, g.err))
 	}
-	res, lkey := g.res, a.k.key
+	res := g.res
 	if res.Cause == contract.CauseLimit {
-		lkey, a.d.Limit = r.limitOf(res, a.k) // multikey.go: the rule's key or one of Also
+		v := &a.Verdict
+		v.HasLimit, v.LimitPart, v.LimitIdx = true, res.Part, res.Limit
 	}
 	if !res.Allowed && res.Cause == contract.CauseInFlight {
 		a.full = g
@@ -211,22 +260,23 @@ func (c *core) take(ctx context.Context, a *admission) state {
 	}
 	if !res.Allowed {
 		up := res.Cause == contract.CauseUpstream
-		a.d.RetryAfter, a.d.Upstream = res.RetryAfter, up
-		return a.end(Limited, &LimitError{Rule: r.Name, Key: lkey, Limit: a.d.Limit, RetryAfter: res.RetryAfter, Upstream: up,
-			BeyondDeadline: beyondDeadline(r, a.maxWait, req.MaxWait, res.RetryAfter, up),
-			BeyondMaxWait:  beyondMaxWait(r, a.maxWait, res.RetryAfter, up)})
+		v := &a.Verdict
+		v.RetryAfter, v.Upstream = res.RetryAfter, up
+		v.BeyondDeadline = beyondDeadline(p, a.maxWait, req.MaxWait, res.RetryAfter, up)
+		v.BeyondMaxWait = beyondMaxWait(p, a.maxWait, res.RetryAfter, up)
+		return a.end(Limited, nil)
 	}
-	a.lease.take(c, r, g.from, res)
+	a.lease.take(c, p, g.from, res)
 	a.g = g
-	a.d.Delay += res.Delay
-	replied := c.now()
+	a.Verdict.Delay += res.Delay
+	replied := c.Now()
 	a.slot, a.latest, a.storeSlot = a.asked.Add(res.Delay), replied.Add(res.Delay), 0
 	if !g.local { // the in-process limiter's clock is not the shared store's
-		a.slot, a.latest = c.clock.place(a.k.skey, res, a.asked, replied) // clock.go
+		a.slot, a.latest = c.clock.place(a.k.Key, res, a.asked, replied) // clock.go
 		if d := res.Decided(); d != 0 {
 			a.storeSlot = d + res.Delay.Microseconds()
 		}
-		c.news.replied(a.k.skey, res, a.storeSlot) // news.go
+		c.news.replied(a.k.Key, res, a.storeSlot) // news.go
 	}
 	a.at = time.Time{}
 	if res.Delay > 0 {
@@ -239,8 +289,8 @@ func (c *core) take(ctx context.Context, a *admission) state {
 // ended first, the slot given back), or takes another slot: it woke too
 // late, or its key was paused or moved to a stricter pace since, and gave
 // this one back.
-func (c *core) await(ctx context.Context, a *admission) state {
-	r, res := a.r, a.g.res
+func (c *Engine) await(ctx context.Context, a *Admission) state {
+	p, res := a.p, a.g.res
 	if err := c.sleepTo(ctx, a); err != nil {
 		// The slot will not be used: give it back so that others may.
 		// The caller must not wait for the store, so Cancel runs on
@@ -258,21 +308,21 @@ func (c *core) await(ctx context.Context, a *admission) state {
 	// placed: the slot would send into it, or on the shape the upstream
 	// just refused. Take a new one (the store gives this one's time back
 	// if none came after it).
-	if a.stale < maxRetakes && c.news.stale(a) {
+	if a.stale < MaxRetakes && c.news.stale(a) {
 		c.giveBack(ctx, a)
 		a.stale++
-		a.d.Retaken++
+		a.Verdict.Retaken++
 		return taking
 	}
-	if r.Margin == 0 {
+	if p.Margin == 0 {
 		return c.sent(a)
 	}
-	woke := c.now()
+	woke := c.Now()
 	c.clock.replace(a, woke)
-	if r.Algorithm == contract.SlidingLog {
+	if p.Algorithm == contract.SlidingLog {
 		a.due = a.slot // only the log takes an allowance: measure on the wire
 	}
-	// A request that wakes later than its allowance plus r.retake
+	// A request that wakes later than its allowance plus p.Retake
 	// (half the margin; less for a paced limit) after its slot (a
 	// stalled or starved process) would send into the headroom the
 	// margin keeps for the upstream: it gives the slot back and takes
@@ -280,19 +330,19 @@ func (c *core) await(ctx context.Context, a *admission) state {
 	// the earliest its slot may be; its own part (from the latest,
 	// clock.go) feeds the allowance of later reservations.
 	late := woke.Sub(a.slot)
-	c.late.observe(woke, a.own(woke, late), a.d.Allowance, false)
-	if late <= a.d.Allowance+r.retake || a.d.Retaken-a.stale >= maxRetakes {
+	c.late.observe(woke, a.own(woke, late), a.Verdict.Allowance, false)
+	if late <= a.Verdict.Allowance+p.Retake || a.Verdict.Retaken-a.stale >= MaxRetakes {
 		return c.sent(a)
 	}
 	c.giveBack(ctx, a)
-	a.d.Retaken++
+	a.Verdict.Retaken++
 	return taking
 }
 
 // giveBack cancels a's slot before a retake. A failed Cancel leaves the old
 // slot recorded, which only over-counts; the retake then meets the failure
 // policy.
-func (c *core) giveBack(ctx context.Context, a *admission) {
+func (c *Engine) giveBack(ctx context.Context, a *Admission) {
 	cctx, cancel := context.WithTimeout(ctx, cancelTimeout)
 	_ = a.g.from.Cancel(cctx, a.g.res)
 	cancel()
@@ -303,37 +353,37 @@ func (c *core) giveBack(ctx context.Context, a *admission) {
 // first a little before, places the slot again by the clocks' bounds as
 // they are then, narrowed by the replies that came meanwhile (clock.go),
 // and sleeps the rest.
-func (c *core) sleepTo(ctx context.Context, a *admission) error {
+func (c *Engine) sleepTo(ctx context.Context, a *Admission) error {
 	if a.at.IsZero() {
-		return c.sleep(ctx, 0)
+		return c.Sleep(ctx, 0)
 	}
-	wait := a.at.Sub(c.now())
+	wait := a.at.Sub(c.Now())
 	if a.storeSlot != 0 && c.clock.drift > 0 && wait > 2*wakeLead {
-		if err := c.nap(ctx, wait-wakeLead); err != nil {
+		if err := c.Nap(ctx, wait-wakeLead); err != nil {
 			return err
 		}
-		c.clock.replace(a, c.now())
+		c.clock.replace(a, c.Now())
 		a.at = a.latest
-		wait = a.at.Sub(c.now())
+		wait = a.at.Sub(c.Now())
 	}
-	return c.sleep(ctx, wait)
+	return c.Sleep(ctx, wait)
 }
 
 // sent decides a: Sent.
-func (c *core) sent(a *admission) state {
-	if !a.d.Local {
-		c.policy.mirror(a.r, a.k) // FailLocal's limiter sees shared sends too
+func (c *Engine) sent(a *Admission) state {
+	if !a.Verdict.Local {
+		c.policy.mirror(a.p, a.k) // FailLocal's limiter sees shared sends too
 	}
-	return a.end(Sent, a.d.Err)
+	return a.end(Sent, a.Verdict.Err)
 }
 
 // beyondDeadline reports whether a refusal came from the context's deadline
 // alone: the slot, retryAfter away, lay within limit, what the caller lets a
-// request wait under r, but beyond the deadline that cut it to asked.
-func beyondDeadline(r *rule, limit, asked, retryAfter time.Duration, upstream bool) bool {
+// request wait under p, but beyond the deadline that cut it to asked.
+func beyondDeadline(p *Plan, limit, asked, retryAfter time.Duration, upstream bool) bool {
 	bound := limit
 	if upstream {
-		bound = min(bound, r.maxServerWait)
+		bound = min(bound, p.MaxServerWait)
 	}
 	return limit > 0 && asked < limit && retryAfter <= bound
 }
@@ -341,8 +391,8 @@ func beyondDeadline(r *rule, limit, asked, retryAfter time.Duration, upstream bo
 // beyondMaxWait reports whether a refusal came from limit, the rule's MaxWait
 // in Wait mode: the slot, retryAfter away, lay beyond it, and for a wait the
 // upstream imposed, MaxServerWait was not the nearer bound.
-func beyondMaxWait(r *rule, limit, retryAfter time.Duration, upstream bool) bool {
-	return limit > 0 && retryAfter > limit && (!upstream || limit <= r.maxServerWait)
+func beyondMaxWait(p *Plan, limit, retryAfter time.Duration, upstream bool) bool {
+	return limit > 0 && retryAfter > limit && (!upstream || limit <= p.MaxServerWait)
 }
 
 // maxWait is the longest a request may wait for its slot: the rule's MaxWait,

@@ -1,4 +1,4 @@
-package throttle
+package engine
 
 import (
 	"context"
@@ -15,48 +15,22 @@ import (
 	"github.com/throttle-go/throttle/store"
 )
 
-// StoreFailure says what a request does when the shared store fails, or is
-// marked down after a failure (see WithStoreFailure).
-type StoreFailure int
-
-const (
-	// FailClosed refuses the request with a *StoreError (errors.Is
-	// ErrStoreUnavailable) wrapping the store's error; nothing is sent. It is
-	// the default.
-	FailClosed StoreFailure = iota
-	// FailOpen sends the request without counting it anywhere.
-	FailOpen
-	// FailLocal counts the request in a limiter inside this process instead,
-	// with the share of every limit given by WithLocalShare, under the same
-	// rules, keys, modes and waits. Decision.Local says so.
-	FailLocal
-)
-
-var storeFailureNames = [...]string{"FailClosed", "FailOpen", "FailLocal"}
-
-func (p StoreFailure) String() string {
-	if p < 0 || int(p) >= len(storeFailureNames) {
-		return fmt.Sprintf("StoreFailure(%d)", int(p))
-	}
-	return storeFailureNames[p]
-}
-
-// defaultStoreTimeout bounds each call a request makes to the shared store
+// DefaultStoreTimeout bounds each call a request makes to the shared store
 // when WithStoreTimeout sets no other bound.
-const defaultStoreTimeout = time.Second
+const DefaultStoreTimeout = time.Second
 
 // feedbackTimeout bounds the store call that records feedback; it runs on a
 // context detached from the request's, which may end with the response.
 const feedbackTimeout = time.Second
 
 // Backoff between probes of a store marked down. The randomisation keeps the
-// probes of a fleet apart; the largest wait is probeMaxInterval ×
-// (1 + probeRandomization) = 600ms, so that requests use the store again
+// probes of a fleet apart; the largest wait is ProbeMaxInterval ×
+// (1 + ProbeRandomization) = 600ms, so that requests use the store again
 // within about a second of its return, the probe's own round trip included.
 const (
-	probeInitialInterval = 50 * time.Millisecond
-	probeMaxInterval     = 500 * time.Millisecond
-	probeRandomization   = 0.2
+	ProbeInitialInterval = 50 * time.Millisecond
+	ProbeMaxInterval     = 500 * time.Millisecond
+	ProbeRandomization   = 0.2
 	probeMultiplier      = 2
 )
 
@@ -64,21 +38,21 @@ const (
 // timeout, unless the store is in-process), tracks its health, and when it
 // fails or is marked down applies FailClosed, FailOpen or FailLocal.
 type policy struct {
-	kind     StoreFailure
-	shared   store.Store
+	kind     Failure
+	shared   contract.Store
 	feedback contract.Feedback // shared's, nil when it keeps no feedback
 	timeout  time.Duration     // 0: the store is in-process and needs no timer
 	health   health
 
 	// FailLocal: the in-process limiter and each rule's share of its
 	// limits, by rule scope; read-only after newPolicy.
-	local  store.Store
+	local  contract.Store
 	shares map[string]localShare
 }
 
 // localShare is a rule's limits cut to the local share.
 type localShare struct {
-	limits []Limit
+	limits []contract.Limit
 	minN   int           // the least N: a cost above it cannot be counted locally
 	maxPer time.Duration // the longest window
 	share  float64       // the share, for the limits of Also (multikey.go)
@@ -86,15 +60,15 @@ type localShare struct {
 	inFlight int
 }
 
-// newPolicy validates the policy options of c and prepares the local limiter.
-func newPolicy(st store.Store, c config, now func() time.Time) (*policy, error) {
-	p := &policy{kind: c.storeFailure, shared: st, timeout: c.storeTimeout}
+// newPolicy prepares the policy of c, and its local limiter.
+func newPolicy(st contract.Store, c Config, now func() time.Time) (*policy, error) {
+	p := &policy{kind: c.Failure, shared: st, timeout: c.Timeout}
 	if st.Caps().Feedback {
 		p.feedback = st
 	}
 	p.health.now = now
 	if p.timeout == 0 {
-		p.timeout = defaultStoreTimeout
+		p.timeout = DefaultStoreTimeout
 	}
 	// A Memory store never waits on anything but its lock, and a timer per
 	// call would cost it more than the call.
@@ -102,31 +76,23 @@ func newPolicy(st store.Store, c config, now func() time.Time) (*policy, error) 
 		p.timeout = 0
 	}
 	if p.kind != FailLocal {
-		if c.localShare != 0 {
-			return nil, &ConfigError{Reason: "WithLocalShare needs WithStoreFailure(FailLocal)"}
-		}
 		return p, nil
-	}
-	if c.localShare == 0 {
-		return nil, &ConfigError{Reason: "FailLocal needs WithLocalShare: the share of each limit this transport may use alone"}
 	}
 	m, err := store.NewMemory(store.WithClock(now))
 	if err != nil {
 		return nil, err
 	}
 	p.local, p.shares = m, make(map[string]localShare)
-	for _, r := range append(c.rules[:len(c.rules):len(c.rules)], c.def) {
-		if r != nil {
-			s := shareOf(r.eff, c.localShare)
-			s.inFlight = shareOfCap(r.InFlight, c.localShare)
-			p.shares[r.scope] = s
-		}
+	for _, r := range c.Plans {
+		s := shareOf(r.Limits, c.Share)
+		s.inFlight = shareOfCap(r.InFlight, c.Share)
+		p.shares[r.Scope] = s
 	}
 	return p, nil
 }
 
 // shareOf cuts every N of limits to floor(N × share), at least 1.
-func shareOf(limits []Limit, share float64) localShare {
+func shareOf(limits []contract.Limit, share float64) localShare {
 	s := localShare{share: share}
 	for _, l := range limits {
 		// The epsilon keeps 300 × (1/3) at 100 despite rounding.
@@ -149,20 +115,20 @@ func shareOf(limits []Limit, share float64) localShare {
 // grant is the policy's answer to a reservation.
 type grant struct {
 	res  contract.Reservation
-	from store.Store // holds res, for Cancel
+	from contract.Store // holds res, for Cancel
 	// err is the failure when nothing was decided: the store's error when
-	// the context ended, a *StoreError, or the local limiter's error.
+	// the context ended, a *Down, or the local limiter's error.
 	err error
-	// down is the *StoreError when the shared store did not decide; local
-	// is set when the policy is FailLocal then, open when it is FailOpen
-	// (send uncounted).
-	down        error
+	// down is the *Down when the shared store did not decide; local is set
+	// when the policy is FailLocal then, open when it is FailOpen (send
+	// uncounted).
+	down        *Down
 	local, open bool
 }
 
 // reserve reserves a slot for req under r, in the shared store or, when that
 // fails or is marked down, as the policy says.
-func (p *policy) reserve(ctx context.Context, r *rule, skey string, req contract.Request) grant {
+func (p *policy) reserve(ctx context.Context, r *Plan, skey string, req contract.Request) grant {
 	try := p.health.begin(p.health.now())
 	var cause error
 	if try == skip {
@@ -187,19 +153,21 @@ func (p *policy) reserve(ctx context.Context, r *rule, skey string, req contract
 		p.health.failed(try, p.health.now(), err)
 		cause = err
 	}
-	down := &StoreError{Rule: r.Name, Err: cause, NotTried: try == skip}
+	down := &Down{Err: cause, NotTried: try == skip}
 	switch p.kind {
 	case FailOpen:
 		return grant{err: down, down: down, open: true}
 	case FailLocal:
-		s := p.shares[r.scope]
+		s := p.shares[r.Scope]
 		if req.Cost > s.minN {
-			return grant{err: fmt.Errorf("%w (and cost %d is above the local share of a limit, %d)", down, req.Cost, s.minN), down: down, local: true}
+			down.Detail = fmt.Sprintf(" (and cost %d is above the local share of a limit, %d)", req.Cost, s.minN)
+			return grant{err: down, down: down, local: true}
 		}
 		req.Limits = s.limits
 		var ok bool
 		if req.Also, ok = s.alsoShare(req.Also, req.Cost); !ok {
-			return grant{err: fmt.Errorf("%w (and cost %d is above the local share of a limit of Also)", down, req.Cost), down: down, local: true}
+			down.Detail = fmt.Sprintf(" (and cost %d is above the local share of a limit of Also)", req.Cost)
+			return grant{err: down, down: down, local: true}
 		}
 		if req.InFlight > 0 {
 			req.InFlight = s.inFlight
@@ -211,7 +179,7 @@ func (p *policy) reserve(ctx context.Context, r *rule, skey string, req contract
 }
 
 // call is one Reserve of the shared store, bounded by the timeout. A call cut
-// by it returns an error matching ErrStoreTimeout, not the context's
+// by it returns an error matching ErrTimeout, not the context's
 // DeadlineExceeded, which a caller would take for its own deadline.
 func (p *policy) call(ctx context.Context, skey string, req contract.Request) (contract.Reservation, error) {
 	if p.timeout == 0 {
@@ -226,24 +194,14 @@ func (p *policy) call(ctx context.Context, skey string, req contract.Request) (c
 	return res, err
 }
 
-// timeoutError is the cause of a *StoreError for a call cut by the timeout.
-type timeoutError struct{ d time.Duration }
-
-func (e *timeoutError) Error() string {
-	return fmt.Sprintf("no answer within %s (WithStoreTimeout)", e.d)
-}
-
-// Is makes errors.Is(err, ErrStoreTimeout) true.
-func (e *timeoutError) Is(target error) bool { return target == ErrStoreTimeout }
-
 // learn records what the upstream said about skey: in the shared store, or
 // in the local limiter while the shared store is marked down under FailLocal.
 // It reports whether a store recorded l.
-func (p *policy) learn(ctx context.Context, r *rule, skey string, l contract.Learned) (recorded bool, err error) {
+func (p *policy) learn(ctx context.Context, skey string, l contract.Learned) (recorded bool, err error) {
 	var fb contract.Feedback = p.feedback
 	if p.health.isDown.Load() {
 		if p.kind != FailLocal {
-			return false, &StoreError{Rule: r.Name, Err: p.health.lastError(), NotTried: true}
+			return false, &Down{Err: p.health.lastError(), NotTried: true}
 		}
 		fb = p.local
 	}
@@ -264,21 +222,38 @@ func (p *policy) learn(ctx context.Context, r *rule, skey string, l contract.Lea
 // from an empty log. A process that sent more than its share has the excess
 // recorded up to a window ahead (it waits longer once local); what does not
 // fit is not recorded.
-func (p *policy) mirror(r *rule, k keyed) {
+func (p *policy) mirror(r *Plan, k Keys) {
 	if p.local == nil {
 		return
 	}
-	s := p.shares[r.scope]
-	if k.cost > s.minN {
+	s := p.shares[r.Scope]
+	if k.Cost > s.minN {
 		return
 	}
 	// The rule's algorithm, as reserve uses: each keeps its own state.
-	also, ok := s.alsoShare(k.also, k.cost)
+	also, ok := s.alsoShare(k.Also, k.Cost)
 	if !ok {
 		return
 	}
-	_, _ = p.local.Reserve(context.Background(), k.skey,
-		contract.Request{Limits: s.limits, Cost: k.cost, MaxWait: s.maxPer, Algorithm: r.Algorithm, Also: also})
+	_, _ = p.local.Reserve(context.Background(), k.Key,
+		contract.Request{Limits: s.limits, Cost: k.Cost, MaxWait: s.maxPer, Algorithm: r.Algorithm, Also: also})
+}
+
+// alsoShare cuts the limits of parts to the local share s (FailLocal), nil
+// when there are none, and reports whether cost fits every cut limit.
+func (s localShare) alsoShare(parts []contract.Part, cost int) ([]contract.Part, bool) {
+	if parts == nil {
+		return nil, true
+	}
+	out := make([]contract.Part, len(parts))
+	for i, p := range parts {
+		cut := shareOf(p.Limits, s.share)
+		if cost > cut.minN {
+			return nil, false
+		}
+		out[i] = contract.Part{Key: p.Key, Limits: cut.limits}
+	}
+	return out, true
 }
 
 // attempt says how a request may use the shared store.
@@ -359,9 +334,9 @@ func (h *health) failed(a attempt, now time.Time, err error) {
 		h.isDown.Store(true)
 		h.bo = backoff.NewExponentialBackOff(
 			backoff.WithClockProvider(clockFunc(h.now)),
-			backoff.WithInitialInterval(probeInitialInterval),
-			backoff.WithMaxInterval(probeMaxInterval),
-			backoff.WithRandomizationFactor(probeRandomization),
+			backoff.WithInitialInterval(ProbeInitialInterval),
+			backoff.WithMaxInterval(ProbeMaxInterval),
+			backoff.WithRandomizationFactor(ProbeRandomization),
 			backoff.WithMultiplier(probeMultiplier),
 			backoff.WithMaxElapsedTime(0), // probe for as long as it takes
 		)

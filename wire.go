@@ -1,0 +1,88 @@
+package throttle
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptrace"
+	"sync"
+
+	"github.com/throttle-go/throttle/internal/engine"
+)
+
+// wire is a request's admission while the base transport has it: the slot
+// it is sent on, which a retake on the wire may change, its Decision, and
+// the trace that watches it (one allocation for all).
+type wire struct {
+	t     *Transport
+	ctx   context.Context
+	r     *rule
+	k     keyed
+	trace httptrace.ClientTrace
+
+	mu      sync.Mutex
+	a       engine.Admission
+	d       Decision
+	got     bool           // the base reported the connection
+	checked sync.WaitGroup // until the check of the connection is done
+}
+
+// onWire returns req with a trace that checks its lateness when the base
+// transport has the connection to write it on (a dial, a TLS handshake or a
+// wait for a full pool count): the part of the lateness no wake-up sees
+// (engine.Wired). The returned wire holds the admission, a, as it goes on,
+// and reports its Decision, d, after the check; it is nil when a is not
+// measured (then req is returned as it is). req itself is not modified.
+// (The trace cannot be pooled: net/http reads it until the response's body
+// is closed.)
+func (t *Transport) onWire(ctx context.Context, req *http.Request, r *rule, k keyed, d Decision, a engine.Admission) (*http.Request, *wire) {
+	if !a.Measured() {
+		return req, nil
+	}
+	w := &wire{t: t, ctx: ctx, r: r, k: k, a: a, d: d}
+	w.trace.GotConn = w.gotConn
+	return req.WithContext(httptrace.WithClientTrace(req.Context(), &w.trace)), w
+}
+
+// gotConn is the trace's GotConn: the admission checks the connection (and
+// retakes its slot when late), then its Decision is reported, before the
+// request is written. A request that net/http writes again on a new
+// connection was checked and reported on the first.
+func (w *wire) gotConn(httptrace.GotConnInfo) {
+	w.mu.Lock()
+	if w.got {
+		w.mu.Unlock()
+		return
+	}
+	w.got = true
+	a, attempt := w.a, w.d.Attempt
+	w.checked.Add(1)
+	w.mu.Unlock()
+	defer w.checked.Done()
+	w.t.eng.Wired(w.ctx, &a) // internal/engine: the wired state, and a retake's
+	d := w.r.decision(w.k, &a.Verdict)
+	d.Attempt = attempt
+	w.t.observe(w.ctx, w.r.stats, d)
+	w.mu.Lock()
+	w.a, w.d = a, d
+	w.mu.Unlock()
+}
+
+// sent returns the admission a request went with, and its Decision: as
+// admitted, or as a retake on the wire left them. A base that answered (ok)
+// without reporting the connection cannot be watched on the wire: the
+// engine is no longer guarded; the Decision, not yet reported, is reported
+// now.
+func (w *wire) sent(ok bool) (engine.Admission, Decision) {
+	w.checked.Wait()
+	w.mu.Lock()
+	got, a, d := w.got, w.a, w.d
+	w.mu.Unlock()
+	if got {
+		return a, d
+	}
+	if ok {
+		w.t.eng.Unguard()
+	}
+	w.t.observe(w.ctx, w.r.stats, d)
+	return a, d
+}

@@ -45,10 +45,21 @@ func (c *concurrent) base() http.RoundTripper {
 	})
 }
 
+// countedBody is out of flight once read to its end or closed: the lease
+// is given back then too, and a waiting request may be sent before this one's
+// Close.
 type countedBody struct {
 	io.Reader
 	c    *concurrent
 	once sync.Once
+}
+
+func (b *countedBody) Read(p []byte) (int, error) {
+	n, err := b.Reader.Read(p)
+	if err == io.EOF {
+		b.once.Do(func() { b.c.now.Add(-1) })
+	}
+	return n, err
 }
 
 func (b *countedBody) Close() error {

@@ -10,18 +10,18 @@ import (
 )
 
 // wire is a request's admission while the base transport has it: the slot
-// it is sent on, which a retake on the wire may change, its Decision, and
-// the trace that watches it (one allocation for all).
+// it is sent on, which a retake on the wire may change, and the trace that
+// watches it (one allocation for both).
 type wire struct {
-	t     *Transport
-	ctx   context.Context
-	r     *rule
-	k     keyed
-	trace httptrace.ClientTrace
+	t       *Transport
+	ctx     context.Context
+	r       *rule
+	k       keyed
+	attempt int
+	trace   httptrace.ClientTrace
 
 	mu      sync.Mutex
 	a       engine.Admission
-	d       Decision
 	got     bool           // the base reported the connection
 	checked sync.WaitGroup // until the check of the connection is done
 }
@@ -30,7 +30,7 @@ type wire struct {
 // transport has the connection to write it on (a dial, a TLS handshake or a
 // wait for a full pool count): the part of the lateness no wake-up sees
 // (engine.Wired). The returned wire holds the admission, a, as it goes on,
-// and reports its Decision, d, after the check; it is nil when a is not
+// and reports its Decision (d's attempt) after the check; it is nil when a is not
 // measured (then req is returned as it is). req itself is not modified.
 // (The trace cannot be pooled: net/http reads it until the response's body
 // is closed.)
@@ -38,7 +38,7 @@ func (t *Transport) onWire(ctx context.Context, req *http.Request, r *rule, k ke
 	if !a.Measured() {
 		return req, nil
 	}
-	w := &wire{t: t, ctx: ctx, r: r, k: k, a: a, d: d}
+	w := &wire{t: t, ctx: ctx, r: r, k: k, attempt: d.Attempt, a: a}
 	w.trace.GotConn = w.gotConn
 	return req.WithContext(httptrace.WithClientTrace(req.Context(), &w.trace)), w
 }
@@ -54,16 +54,14 @@ func (w *wire) gotConn(httptrace.GotConnInfo) {
 		return
 	}
 	w.got = true
-	a, attempt := w.a, w.d.Attempt
+	a := w.a
 	w.checked.Add(1)
 	w.mu.Unlock()
 	defer w.checked.Done()
 	w.t.eng.Wired(w.ctx, &a) // internal/engine: the wired state, and a retake's
-	d := w.r.decision(w.k, &a.Verdict)
-	d.Attempt = attempt
-	w.t.observe(w.ctx, w.r.stats, d)
+	w.t.observe(w.ctx, w.r.stats, w.decision(&a))
 	w.mu.Lock()
-	w.a, w.d = a, d
+	w.a = a
 	w.mu.Unlock()
 }
 
@@ -75,8 +73,9 @@ func (w *wire) gotConn(httptrace.GotConnInfo) {
 func (w *wire) sent(ok bool) (engine.Admission, Decision) {
 	w.checked.Wait()
 	w.mu.Lock()
-	got, a, d := w.got, w.a, w.d
+	got, a := w.got, w.a
 	w.mu.Unlock()
+	d := w.decision(&a)
 	if got {
 		return a, d
 	}
@@ -85,4 +84,11 @@ func (w *wire) sent(ok bool) (engine.Admission, Decision) {
 	}
 	w.t.observe(w.ctx, w.r.stats, d)
 	return a, d
+}
+
+// decision is the Decision of a, the wire's admission.
+func (w *wire) decision(a *engine.Admission) Decision {
+	d := w.r.decision(w.k, &a.Verdict)
+	d.Attempt = w.attempt
+	return d
 }

@@ -52,7 +52,7 @@ type Admission struct {
 	p       *Plan
 	k       Keys
 	maxWait time.Duration // the longest wait the caller accepts (0: a slot now)
-	g       grant         // the slot held, and the store that holds it
+	g       grant         // the slot held and the store that holds it; queuing: the refusal
 	asked   time.Time     // before the store call that gave the slot
 	// slot and latest are the earliest and the latest the slot may be on
 	// this process's clock (clock.go); at is when to wake: latest, or zero
@@ -74,9 +74,6 @@ type Admission struct {
 	// onWire is the admission as it stood when the wire found it late: the
 	// retake goes on the old slot if it finds no new one (settle).
 	onWire *Admission
-	// full is the refusal for want of a lease, and the store that gave it
-	// (queuing).
-	full grant
 }
 
 // Admit reserves a slot for one use of k under p and waits for it, at most
@@ -255,7 +252,7 @@ func (c *Engine) take(ctx context.Context, a *Admission) state {
 		v.HasLimit, v.LimitPart, v.LimitIdx = true, res.Part, res.Limit
 	}
 	if !res.Allowed && res.Cause == contract.CauseInFlight {
-		a.full = g
+		a.g = g // no slot: the refusal, for the queue
 		return queuing
 	}
 	if !res.Allowed {

@@ -70,12 +70,12 @@ func (l *leased) take(c *Engine, p *Plan, from contract.Store, res contract.Rese
 	l.held = c.hold(p, from, res.Lease)
 }
 
-// queue waits in the key's queue for a lease after a.full, a refusal for
-// want of one, and then takes with the lease handed over (which takes no
-// other); otherwise a is decided.
+// queue waits in the key's queue for a lease after a.g, a refusal for want
+// of one, and then takes with the lease handed over (which takes no other);
+// otherwise a is decided.
 func (l *leased) queue(ctx context.Context, c *Engine, a *Admission) state {
-	p, d, res, from := a.p, &a.Verdict, a.full.res, a.full.from
-	a.full = grant{}
+	p, d, res, from := a.p, &a.Verdict, a.g.res, a.g.from
+	a.g = grant{}
 	ls, ok := contract.Leases(from), from.Caps().Leases
 	if !res.Lease.Queued() || !ok {
 		return l.refuse(a, res)

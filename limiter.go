@@ -38,7 +38,7 @@ type core struct {
 	onDecision func(Decision)
 	onFeedback func(Feedback)
 	logger     *slog.Logger
-	keySecret  []byte // nil: keys are hashed only when long (keysecret.go)
+	keySecret  []byte // nil: keys are hashed only when long (keyfunc.go)
 }
 
 // newCore builds the core of c's rules on st; guarded says the sends are
@@ -184,7 +184,7 @@ func (l *Limiter) keyed(key string, cost int) (keyed, error) {
 	if key == "" {
 		return keyed{cost: cost}, &KeyError{Rule: l.r.Name, Reason: "empty key"}
 	}
-	k := keyed{key: l.c.storeKey(key)} // keysecret.go: HMAC with a secret, else long keys hashed
+	k := keyed{key: l.c.storeKey(key)} // keyfunc.go: HMAC with a secret, else long keys hashed
 	k.skey = l.r.scope + k.key
 	var err error
 	k.cost, err = l.r.checkCost(cost)

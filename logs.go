@@ -33,7 +33,7 @@ const (
 	noFeedback      feedbackKind = iota
 	throttledAnswer              // a 429, a 503 with Retry-After, or a pause
 	feedbackFailed               // the store failed to record feedback
-	bodyNotClosed                // a lease reclaimed from a body not closed (inflight.go)
+	bodyNotClosed                // a lease reclaimed from a body not closed (reclaimed)
 )
 
 // name is what the events of kind k are: an outcome ("limited",
@@ -112,4 +112,18 @@ func (c *core) logFull(ctx context.Context, level slog.Level, k logKind) bool {
 			slog.String("rule", k.rule), slog.String("outcome", k.name()), slog.Int("count", n), slog.Duration("interval", since))
 	}
 	return full
+}
+
+// reclaimed warns that a response body was not closed within held: its
+// request's lease under the rule's InFlight was given back
+// (engine.Config.OnReclaim).
+func (c *core) reclaimed(rule string, held time.Duration) {
+	ctx := context.Background()
+	if c.logger == nil || !c.logger.Enabled(ctx, slog.LevelWarn) ||
+		!c.logFull(ctx, slog.LevelWarn, logKind{rule: rule, feedback: bodyNotClosed}) {
+		return
+	}
+	c.logger.LogAttrs(ctx, slog.LevelWarn,
+		fmt.Sprintf("throttle: rule %q: a response body was not closed within %s: its lease under InFlight is given back; close every response body", rule, held),
+		slog.String("rule", rule), slog.Duration("held", held))
 }

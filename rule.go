@@ -9,6 +9,7 @@ import (
 
 	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/engine"
+	"github.com/throttle-go/throttle/store"
 )
 
 // Mode says what a request does when its slot is not free at once.
@@ -188,7 +189,7 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 		c.compileWaits,     // Mode, MaxWait, MaxServerWait, Retries
 		c.compileKey,       // Key and the scope of the rule's keys
 		c.compileAlso,      // Also (multikey.go)
-		c.compileInFlight,  // InFlight and LeaseFor (inflight.go)
+		c.compileInFlight,  // InFlight and LeaseFor
 	} {
 		if err := step(); err != nil {
 			return nil, err
@@ -433,4 +434,41 @@ func (c *rule) checkCost(n int) (int, error) {
 		return 0, fmt.Errorf("%w: rule %q: cost %d is outside 1..%d", ErrInvalidCost, c.Name, n, c.minN)
 	}
 	return n, nil
+}
+
+// defaultLeaseFor is Rule.LeaseFor when zero.
+const defaultLeaseFor = 30 * time.Second
+
+// minLeaseFor bounds Rule.LeaseFor from below: a lease is renewed every half
+// of it, one store call each time.
+const minLeaseFor = 100 * time.Millisecond
+
+// compileInFlight checks and completes the in-flight fields of c.
+func (c *rule) compileInFlight() error {
+	switch {
+	case c.InFlight == 0 && c.LeaseFor == 0:
+		return nil
+	case c.InFlight < 0:
+		return c.fail("negative InFlight %d", c.InFlight)
+	case c.InFlight == 0:
+		return c.fail("LeaseFor %s without InFlight", c.LeaseFor)
+	case c.LeaseFor == 0:
+		c.LeaseFor = defaultLeaseFor
+	case c.LeaseFor < minLeaseFor || c.LeaseFor > contract.MaxLease:
+		return c.fail("LeaseFor %s must be from %s to %s", c.LeaseFor, minLeaseFor, contract.MaxLease)
+	}
+	return nil
+}
+
+// checkLeases fails when a rule caps requests in flight and st cannot.
+func checkLeases(st store.Store, rules []*rule) error {
+	if st.Caps().Leases {
+		return nil
+	}
+	for _, r := range rules {
+		if r != nil && r.InFlight > 0 {
+			return &ConfigError{Rule: r.Name, Reason: fmt.Sprintf("InFlight needs a store that keeps leases; %T does not", st)}
+		}
+	}
+	return nil
 }

@@ -65,7 +65,7 @@ func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, er
 	if err := checkAlso(st, rules); err != nil { // multikey.go
 		return nil, err
 	}
-	if err := checkLeases(st, rules); err != nil { // inflight.go
+	if err := checkLeases(st, rules); err != nil { // rule.go
 		return nil, err
 	}
 	k, err := newCore(st, c, true) // guarded: until the base proves it is not net/http (wire.go)
@@ -126,7 +126,7 @@ func (t *Transport) attempt(ctx context.Context, r *rule, k keyed, n int, req *h
 		d.lease.Release()
 		return resp, heard{}, err
 	}
-	bindLease(d.lease, resp)                                                // inflight.go
+	bindLease(d.lease, resp)                                                // wire.go
 	return resp, t.listen(ctx, r, k, resp, d.Outcome == Sent, a.Due()), nil // feedback.go
 }
 
@@ -151,7 +151,7 @@ func (t *Transport) keyOf(r *rule, req *http.Request) (keyed, error) {
 	if err != nil {
 		return keyed{}, &KeyError{Rule: r.Name, Reason: err.Error()}
 	}
-	k := keyed{key: t.storeKey(key)} // keysecret.go: HMAC with a secret, else long keys hashed
+	k := keyed{key: t.storeKey(key)} // keyfunc.go: HMAC with a secret, else long keys hashed
 	k.skey = r.scope + k.key
 	if r.also != nil {
 		if err := t.keyAlso(r, req, &k); err != nil { // multikey.go

@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptrace"
 	"sync"
@@ -91,4 +92,38 @@ func (w *wire) decision(a *engine.Admission) Decision {
 	d := w.r.decision(w.k, &a.Verdict)
 	d.Attempt = w.attempt
 	return d
+}
+
+// bindLease gives the lease h back when resp's body is read to its end or
+// closed, at once when it has none. It is safe on a nil h.
+func bindLease(h *engine.Hold, resp *http.Response) {
+	if h == nil {
+		return
+	}
+	if resp.Body == nil || resp.Body == http.NoBody {
+		h.Release()
+		return
+	}
+	h.Bind() // the longest hold counts from here, not from the slot's wait
+	resp.Body = &leasedBody{resp.Body, h}
+}
+
+// leasedBody is a response body that releases its request's lease.
+type leasedBody struct {
+	io.ReadCloser
+	h *engine.Hold
+}
+
+func (b *leasedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.h.Release()
+	}
+	return n, err
+}
+
+func (b *leasedBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.h.Release()
+	return err
 }

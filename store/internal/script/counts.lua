@@ -1,52 +1,57 @@
 -- counts: the body of FixedWindow and SlidingCounter, which differ only in
 -- their windows (fixed or counter, above).
 --
--- KEYS[1]   a HASH of counters: field "<i>:<k>" holds the units admitted in
+-- req.key   a HASH of counters: field "<i>:<k>" holds the units admitted in
 --           window k = floor(t / W_i) of limit i (1-based), that is in
 --           [k*W_i, (k+1)*W_i) microseconds.
--- KEYS[2]   optional: the key's feedback (see hold and feedback).
--- ARGV[5..] the limits, as pairs: N (integer >= 1), W (window in microseconds >= 1).
+-- req.fb    optional: the key's feedback (see hold and feedback).
+-- req[1..]  the limits, as pairs: N (integer >= 1), W (window in microseconds >= 1).
 --
--- Reply: the prelude's, without entry.
+-- Verdict: as request's reserve_reply, without entry.
 
-local key = KEYS[1]
-local n, w = {}, {}
-for i = 5, #ARGV, 2 do
-  n[#n + 1] = ARGV[i] + 0
-  w[#w + 1] = ARGV[i + 1] + 0
-end
-local refusal, start, cause, budget, tightened = feedback(n, w)
-if refusal then return refusal end
-
--- Load the counters; windows older than the first a search from now reads
--- (and limits this call does not have) are never read again, and go.
-local c, stale = {}, {}
-for i = 1, #n do c[i] = {} end
-local flat = redis.call('HGETALL', key)
-for j = 1, #flat, 2 do
-  local i, k = string.match(flat[j], '^(%d+):(%d+)$')
-  i, k = tonumber(i), tonumber(k)
-  if i and c[i] and k >= idx(now, w[i]) - lookback then
-    c[i][k] = tonumber(flat[j + 1])
-  else
-    stale[#stale + 1] = flat[j]
+-- counts_reserve(req, windows) reserves req's slot under the windows of
+-- fixed or counter and returns its verdict.
+local function counts_reserve(req, windows)
+  local key, now, cost = req.key, req.now, req.cost
+  local n, w = {}, {}
+  for i = 1, #req, 2 do
+    n[#n + 1] = req[i]
+    w[#w + 1] = req[i + 1]
   end
-end
-for j = 1, #stale, 1000 do
-  redis.call('HDEL', key, unpack(stale, j, math.min(j + 999, #stale)))
-end
+  local refusal, start, cause, budget, tightened = feedback(req, n, w)
+  if refusal then return refusal end
 
-local refused, t, wait, limit
-refused, t, wait, limit, cause = search(start, #n, function(i, at) return within(c[i], n[i], w[i], at) end, cause, tightened, budget)
-if refused then return refused end
+  -- Load the counters; windows older than the first a search from now reads
+  -- (and limits this call does not have) are never read again, and go.
+  local c, stale = {}, {}
+  for i = 1, #n do c[i] = {} end
+  local flat = redis.call('HGETALL', key)
+  for j = 1, #flat, 2 do
+    local i, k = string.match(flat[j], '^(%d+):(%d+)$')
+    i, k = tonumber(i), tonumber(k)
+    if i and c[i] and k >= idx(now, w[i]) - windows.lookback then
+      c[i][k] = tonumber(flat[j + 1])
+    else
+      stale[#stale + 1] = flat[j]
+    end
+  end
+  for j = 1, #stale, 1000 do
+    redis.call('HDEL', key, unpack(stale, j, math.min(j + 999, #stale)))
+  end
 
--- Count the units, and keep the hash until the last window that weighs them
--- ends.
-local till = 0
-for i = 1, #n do
-  local k = idx(t, w[i])
-  redis.call('HINCRBY', key, i .. ':' .. string.format('%.0f', k), cost)
-  till = math.max(till, (k + weigh) * w[i])
+  local function from(i, at, steps) return windows.within(req, c[i], n[i], w[i], at, steps) end
+  local refused, t, wait, limit
+  refused, t, wait, limit, cause = search(req, start, #n, from, cause, tightened, budget)
+  if refused then return refused end
+
+  -- Count the units, and keep the hash until the last window that weighs
+  -- them ends.
+  local till = 0
+  for i = 1, #n do
+    local k = idx(t, w[i])
+    redis.call('HINCRBY', key, i .. ':' .. string.format('%.0f', k), cost)
+    till = math.max(till, (k + windows.weigh) * w[i])
+  end
+  expire(key, till, now)
+  return { allowed = true, wait = wait, slot = t, limit = limit, cause = cause }
 end
-expire(key, till, now)
-return { 1, wait, t, limit, cause }

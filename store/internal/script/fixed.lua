@@ -5,19 +5,21 @@
 -- most N - cost units. A window counts the units reserved in it whatever
 -- their time inside it, so reservations in any order keep at most N in every
 -- window.
+--
+-- fixed.lookback: windows before now's that a search still reads
+-- (oldestNeeded); fixed.weigh: windows from its own on in which a unit
+-- counts (countsUntil).
+local fixed = { lookback = 0, weigh = 1 }
 
--- lookback: windows before now's that a search still reads (oldestNeeded);
--- weigh: windows from its own on in which a unit counts (countsUntil).
-local lookback, weigh = 0, 1
-
--- within(c, n, w, t) is the earliest time >= t at which the window of the
--- time holds room for cost (fixedFrom).
-local function within(c, n, w, t)
+-- fixed.within(req, c, n, w, t, steps) is the earliest time >= t at which
+-- the window of the time holds room for cost (fixedFrom), and the steps
+-- left.
+function fixed.within(req, c, n, w, t, steps)
   while steps > 0 do
     steps = steps - 1
     local k = idx(t, w)
-    if (c[k] or 0) + cost <= n then return t end
+    if (c[k] or 0) + req.cost <= n then return t, steps end
     t = (k + 1) * w
   end
-  return t
+  return t, steps
 end

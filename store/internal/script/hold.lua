@@ -8,10 +8,10 @@
 --           of spacing pt µs and burst pb, valid until pe, to which the key
 --           last moved at pm (see feedback). Absent fields say nothing.
 
--- hold(fb) reads the hash (one HMGET) and returns:
---   refusal  a reply to return at once when a pause, or a budget too short
---            for the cost, ends further than the max server wait, or the
---            error KEYSTATE when a pause or reset lies past MaxFeedback
+-- hold(req) reads the hash req.fb (one HMGET) and returns:
+--   refusal  a verdict to return at once when a pause, or a budget too
+--            short for the cost, ends further than the max server wait, or
+--            the error KEYSTATE when a pause or reset lies past MaxFeedback
 --            from now; else nil;
 --   till     the end of that pause or budget, which holds the slot back to
 --            it (0: nothing holds it);
@@ -20,8 +20,9 @@
 --   active   whether anything in the hash is still live;
 --   pt, pb   a learned pace (spacing in µs, burst) still valid, or nil;
 --   pm       when the key last moved to it (µs), or nil.
-local function hold(fb)
-  local f = redis.call('HMGET', fb, 'p', 'n', 'w', 'le', 'b', 'r', 'pt', 'pb', 'pe', 'pm')
+local function hold(req)
+  local now = req.now
+  local f = redis.call('HMGET', req.fb, 'p', 'n', 'w', 'le', 'b', 'r', 'pt', 'pb', 'pe', 'pm')
   local till, budget, active = tonumber(f[1]) or 0, nil, false
   local b, r = tonumber(f[5]), tonumber(f[6])
   -- Past MaxFeedback (366 days) from now no feedback is ever written: a
@@ -31,11 +32,11 @@ local function hold(fb)
   end
   if b and r and r > now then
     active = true
-    if b < cost then till = math.max(till, r) else budget = r end
+    if b < req.cost then till = math.max(till, r) else budget = r end
   end
   if till > now then
     active = true
-    if till - now > server_wait then return { 0, till - now, 0, 0, UPSTREAM } end
+    if till - now > req.server_wait then return { allowed = false, wait = till - now, cause = UPSTREAM } end
   else
     till = 0
   end
@@ -51,8 +52,8 @@ local function hold(fb)
   return nil, till, budget, n, w, true, pt, pb, pm
 end
 
--- spend takes the cost from the budget whose reset hold returned, for a slot
--- before it. (A Cancel gives nothing back to a budget.)
-local function spend(fb, budget, slot)
-  if budget and slot < budget then redis.call('HINCRBY', fb, 'b', -cost) end
+-- spend(req, budget, slot) takes the cost from the budget whose reset hold
+-- returned, for a slot before it. (A Cancel gives nothing back to a budget.)
+local function spend(req, budget, slot)
+  if budget and slot < budget then redis.call('HINCRBY', req.fb, 'b', -req.cost) end
 end

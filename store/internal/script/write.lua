@@ -3,10 +3,10 @@
 -- (log) calls them for the request's own key, and also for each of its
 -- other keys.
 
--- log_push appends cost entries of value entry to key and returns its new
--- length. It pushes in chunks: unpack of a large table overflows the Lua
--- stack.
-local function log_push(key, entry)
+-- log_push(key, entry, cost) appends cost entries of value entry to key
+-- and returns its new length. It pushes in chunks: unpack of a large table
+-- overflows the Lua stack.
+local function log_push(key, entry, cost)
   if cost == 1 then return redis.call('RPUSH', key, entry) end
   local len
   local left = cost
@@ -19,9 +19,10 @@ local function log_push(key, entry)
   return len
 end
 
--- log_trim trims key, a log of length len just written, whose last entry
--- before the write was last (nil: the log was new), under limits of at
--- most max_n units over at most max_w microseconds.
+-- log_trim(req, key, len, max_n, max_w, last) trims key, a log of length
+-- len just written with req's cost entries, whose last entry before the
+-- write was last (nil: the log was new), under limits of at most max_n
+-- units over at most max_w microseconds.
 --
 -- Trim, lazily: entries at or before min(now, last) - max_w lie outside
 -- every window a later call will check, because its slot is at or after its
@@ -35,11 +36,11 @@ end
 -- log grows past another multiple of `slack`: most calls pay nothing, and
 -- the log holds at most max_n + slack entries plus those still inside the
 -- window (reservations waiting, entries kept for a Cancel).
-local function log_trim(key, len, max_n, max_w, last)
+local function log_trim(req, key, len, max_n, max_w, last)
   local slack = 8
   if max_n > 64 then slack = math.ceil(max_n / 8) end
-  if last and len > max_n + 1 and len % slack < cost then
-    local horizon = math.min(now, last) - max_w
+  if last and len > max_n + 1 and len % slack < req.cost then
+    local horizon = math.min(req.now, last) - max_w
     local function at(i)
       -- A malformed entry reads as 0, older than any horizon: trimmed.
       return math.abs(tonumber(redis.call('LINDEX', key, i)) or 0)
@@ -60,21 +61,22 @@ local function log_trim(key, len, max_n, max_w, last)
   end
 end
 
--- log_expire keeps key, a log whose newest entry is now rec and was last
--- before the write, alive until that entry has left the longest window.
+-- log_expire(req, key, rec, max_w, last) keeps key, a log whose newest
+-- entry is now rec and was last before the write, alive until that entry
+-- has left the longest window.
 --
 -- Idle keys vanish once their newest entry has left the largest window. Each
 -- TTL covers every slot of the half window ("period") the new entry is in,
 -- so only the first entry of each period pays for a PEXPIRE (an idle log
 -- lives at most 1.5 windows); a TTL is never shortened (GT): another
 -- caller's longer window may need it.
-local function log_expire(key, rec, max_w, last)
+local function log_expire(req, key, rec, max_w, last)
   local period = max_w / 2
   if period < 1000 then period = 1000 end
   period = period - period % 1
   local start = rec - rec % period -- the period's start
   if not last or last - last % period < start then
-    local ttl = start + period + max_w - now
+    local ttl = start + period + max_w - req.now
     ttl = (ttl - ttl % 1000) / 1000 + 1
     if not last then
       -- The log did not exist: no TTL to keep.

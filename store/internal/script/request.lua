@@ -1,0 +1,116 @@
+-- request: the arguments of a reserve or usage script, read once into one
+-- table (req) that every part takes, and the reply of a reserve script,
+-- built from one table of named fields (a verdict).
+--
+-- KEYS[1]   the key's state: the log (a LIST, see log) or the counters (a
+--           HASH, see counts and buckets).
+-- KEYS[2]   optional: the key's feedback (see hold).
+-- KEYS[3]   the log only: the pace key (see pace), passed for every log
+--           request, read only under a paced limit, the request's own or a
+--           learned one.
+-- then      with more keys: the other keys' logs (see also);
+-- then      under a cap on requests in flight: the leases, the queue and
+--           the caller's inbox (see leased).
+--
+-- ARGV[1]   cost: how many units the request takes (integer, 1 <= cost <= every N).
+-- ARGV[2]   max wait in microseconds (integer >= 0): a slot further away is refused.
+-- ARGV[3]   now in microseconds, or "" to read the server clock with TIME.
+-- ARGV[4]   max server wait in microseconds (integer >= 0): a pause, or an
+--           exhausted budget, ending further away is refused at once.
+-- ARGV[5]   the log: the allowance in microseconds (integer >= 0, see log);
+--           usage: the algorithm, "log", "fixed", "counter" or "buckets";
+--           the counting algorithms: their first limit.
+-- ARGV[6..9] under a paced limit (the log and its usage): its spacing,
+--           burst, index and keep (see pace).
+-- then      the limits: pairs N, W (window in microseconds), or for buckets
+--           triples N, P (bucket length), B (buckets per window); from
+--           ARGV[5] for the counting algorithms, ARGV[6] for the log and
+--           usage, ARGV[10] under a paced limit.
+-- then      with more keys: their limits, base and len (see also);
+-- then      under a cap: the cap, the lease duration, held and the lease
+--           id (see leased).
+--
+-- Reply of a reserve script: { allowed, wait, slot, limit, cause [, entry
+-- [, tat, spacing [, moved]]] } (see reserve_reply), or the error KEYSTATE
+-- when a part found the key in a wrong state (see repair).
+
+-- Causes, as store.Cause: NONE (free at once), ORDER (held back to the log's
+-- last entry), LIMIT, UPSTREAM (a pause or an exhausted budget), LEARNED (a
+-- learned limit), INFLIGHT (no lease free, see leased).
+local NONE, ORDER, LIMIT, UPSTREAM, LEARNED, INFLIGHT = 0, 1, 2, 3, 4, 5
+
+-- parse_request(kind, paced, also, leased) reads KEYS and ARGV, laid out
+-- for kind ("log", "usage" or "counting") with or without a paced
+-- limit, more keys and a cap, into the request. Its named fields: cost,
+-- max_wait, now, server_wait, key, fb, pace_key, allowance (the log), alg
+-- (usage), pace (a paced limit: t, burst, index, keep), also (more keys:
+-- base, and one table per key: key, then its limits), lease (a cap: key,
+-- queue, inbox, cap, dur, held, id). Its list, req[1..], holds the
+-- request's own limits as numbers, in pairs (N, W) or, for buckets,
+-- triples (N, P, B).
+local function parse_request(kind, paced, also, leased)
+  local nkeys, last = #KEYS, #ARGV
+  local lease
+  if leased then
+    lease = {
+      key = KEYS[nkeys - 2], queue = KEYS[nkeys - 1], inbox = KEYS[nkeys],
+      cap = ARGV[last - 3] + 0, dur = ARGV[last - 2] + 0, held = ARGV[last - 1] == '1', id = ARGV[last],
+    }
+    nkeys, last = nkeys - 3, last - 4
+  end
+  local more
+  if also then
+    local len = ARGV[last] + 0
+    more = { base = ARGV[last - 1] + 0 }
+    last = last - len - 2
+    local i = last + 1
+    while i <= last + len do
+      local m = ARGV[i] + 0
+      local part = {}
+      for j = 1, 2 * m do part[j] = ARGV[i + j] + 0 end
+      more[#more + 1] = part
+      i = i + 1 + 2 * m
+    end
+    for j, part in ipairs(more) do part.key = KEYS[nkeys - #more + j] end
+  end
+  local first, head, pace = 5, nil, nil
+  if kind == 'log' or kind == 'usage' then first, head = 6, ARGV[5] end
+  if paced then
+    pace = { t = ARGV[6] + 0, burst = ARGV[7] + 0, index = ARGV[8] + 0, keep = ARGV[9] + 0 }
+    first = 10
+  end
+  local req = {
+    cost = ARGV[1] + 0, max_wait = ARGV[2] + 0, now = clock(ARGV[3]), server_wait = ARGV[4] + 0,
+    key = KEYS[1], fb = KEYS[2], pace_key = KEYS[3], pace = pace, also = more, lease = lease,
+  }
+  if kind == 'log' then req.allowance = head + 0 elseif kind == 'usage' then req.alg = head end
+  for i = first, last do req[i - first + 1] = ARGV[i] + 0 end
+  return req
+end
+
+-- reserve_reply(v) is the reply of a reserve script for the verdict v:
+--   allowed  true when the units were recorded, false when nothing was;
+--   wait     microseconds from now until the slot (the delay when allowed,
+--            the time to retry when refused);
+--   slot     the reserved send time in microseconds (nil when refused);
+--   limit    1-based index of the limit that set the slot when cause is
+--            LIMIT (nil: 0);
+--   cause    what set the slot, or the refusal;
+--   entry    the log only, when allowed: the time the units were recorded
+--            at (see log); the counting algorithms record at the slot;
+--   tat, spacing  when allowed under a paced limit: the TAT the reservation
+--            left, which Cancel compares, and the spacing it was reserved
+--            at (see pace);
+--   moved    when a learned pace holds: when the key last moved to it;
+--   deadline INFLIGHT only: until when the caller waits in the queue (0:
+--            it did not join it; see leased), in place of entry.
+-- An error reply (KEYSTATE) goes back as it is.
+local function reserve_reply(v)
+  if v.err then return v end
+  if v.cause == INFLIGHT then return { 0, v.wait, 0, 0, INFLIGHT, v.deadline } end
+  local allowed = 0
+  if v.allowed then allowed = 1 end
+  -- Redis ends the reply at the first nil: entry, tat, spacing and moved
+  -- are left out from the first absent.
+  return { allowed, v.wait, v.slot or 0, v.limit or 0, v.cause, v.entry, v.tat, v.spacing, v.moved }
+end

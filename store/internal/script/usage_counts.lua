@@ -1,0 +1,85 @@
+-- usage_counts: the counting algorithms' usage (see usage): the counters a
+-- search from now reads, and the search of counts (or buckets), without
+-- recording.
+
+-- bucket_from(req, ci, ni, pi, bi, t, steps) is store/counters.go's
+-- bucketsFrom: the earliest time >= t at which a unit in t's bucket keeps
+-- every span of B buckets holding it within N (buckets' search, over the
+-- counters ci read at once), and the steps left.
+local function bucket_from(req, ci, ni, pi, bi, t, steps)
+  local start = idx(t, pi)
+  local hi, sum = start, 0
+  for k, v in pairs(ci) do
+    if k > hi then hi = k end
+    if k > start - bi and k <= start then sum = sum + v end
+  end
+  local cand, q = start, start
+  while steps > 0 do
+    steps = steps - 1
+    if sum + req.cost > ni then
+      cand = q + 1
+    elseif q >= math.min(cand + bi - 1, math.max(cand, hi)) then
+      break
+    end
+    q = q + 1
+    sum = sum + (ci[q] or 0) - (ci[q - bi] or 0)
+  end
+  return math.max(t, cand * pi), steps
+end
+
+-- usage_counts(req, v, windows, n, w, p, b) reads the counters at req.key
+-- into v: rows, wait, limit, cause, capped, len and last (0); windows is
+-- fixed or counter, nil for buckets. It returns an error (KEYSTATE) or a
+-- refusal as a reply.
+local function usage_counts(req, v, windows, n, w, p, b)
+  local now = req.now
+  local bad, start, fcause, _, tightened = feedback(req, n, w)
+  if bad then return reserve_reply(bad) end
+  local c = {}
+  for i = 1, #n do c[i] = {} end
+  -- Each limit's indexes from the first a search from now reads: the
+  -- window before now's for counter, the B-1 buckets before for buckets.
+  local back = {}
+  for i = 1, #n do
+    if not windows then back[i] = b[i] - 1 else back[i] = windows.lookback end
+  end
+  local flat = redis.call('HGETALL', req.key)
+  for j = 1, #flat, 2 do
+    local i, k = string.match(flat[j], '^(%d+):(%d+)$')
+    i, k = tonumber(i), tonumber(k)
+    if i and c[i] and k >= idx(now, p[i]) - back[i] then c[i][k] = tonumber(flat[j + 1]) end
+  end
+  local from
+  if not windows then
+    from = function(i, at, steps) return bucket_from(req, c[i], n[i], p[i], b[i], at, steps) end
+  else
+    from = function(i, at, steps) return windows.within(req, c[i], n[i], w[i], at, steps) end
+  end
+  local t, lim, out = earliest(start, #n, from)
+  local limit, cause, capped = 0, fcause, 0
+  if lim > 0 and tightened[lim] then
+    cause = LEARNED
+  elseif lim > 0 then
+    limit, cause = lim, LIMIT
+  end
+  if out then capped = 1 end
+  local rows = {}
+  for i = 1, #n do
+    local k = idx(now, p[i])
+    local used, later = 0, 0
+    for j, units in pairs(c[i]) do
+      if j > k then
+        later = later + units
+      elseif j > k - b[i] then
+        used = used + units
+      end
+    end
+    local prev = 0
+    if req.alg == 'counter' then prev = c[i][k - 1] or 0 end
+    rows[#rows + 1] = used
+    rows[#rows + 1] = later
+    rows[#rows + 1] = prev
+  end
+  v.len, v.last, v.rows = 0, 0, rows
+  v.wait, v.limit, v.cause, v.capped = t - now, limit, cause, capped
+end

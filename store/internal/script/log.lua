@@ -185,12 +185,14 @@ local function log_reserve(req, also_slot, also_record)
   local rec = s + allowance
   if last and last > rec then rec = last end
   if also_record then rec = also_record(req, rec) end -- recorded in every key's log
-  if pace then tat = pace_record(req, pace, tat, s + allowance) end
-  local v = {
-    allowed = true, wait = wait, slot = s, limit = limit, cause = cause, entry = rec,
-    tat = tat, spacing = pace and pace.t, moved = moved,
-  }
-  if pace and not windows then return v end -- a paced limit alone keeps no log
+  local v -- sized for its fields (see request's parse_request)
+  if pace then
+    tat = pace_record(req, pace, tat, s + allowance)
+    v = { allowed = true, wait = wait, slot = s, limit = limit, cause = cause, entry = rec, tat = tat, spacing = pace.t, moved = moved }
+    if not windows then return v end -- a paced limit alone keeps no log
+  else
+    v = { allowed = true, wait = wait, slot = s, limit = limit, cause = cause, entry = rec }
+  end
   local entry = rec
   if active then entry = -rec end
   local len = log_push(key, entry, cost)

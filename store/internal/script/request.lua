@@ -49,42 +49,56 @@ local NONE, ORDER, LIMIT, UPSTREAM, LEARNED, INFLIGHT = 0, 1, 2, 3, 4, 5
 -- request's own limits as numbers, in pairs (N, W) or, for buckets,
 -- triples (N, P, B).
 local function parse_request(kind, paced, also, leased)
-  local nkeys, last = #KEYS, #ARGV
-  local lease
-  if leased then
-    lease = {
-      key = KEYS[nkeys - 2], queue = KEYS[nkeys - 1], inbox = KEYS[nkeys],
-      cap = ARGV[last - 3] + 0, dur = ARGV[last - 2] + 0, held = ARGV[last - 1] == '1', id = ARGV[last],
-    }
-    nkeys, last = nkeys - 3, last - 4
-  end
-  local more
-  if also then
-    local len = ARGV[last] + 0
-    more = { base = ARGV[last - 1] + 0 }
-    last = last - len - 2
-    local i = last + 1
-    while i <= last + len do
-      local m = ARGV[i] + 0
-      local part = {}
-      for j = 1, 2 * m do part[j] = ARGV[i + j] + 0 end
-      more[#more + 1] = part
-      i = i + 1 + 2 * m
+  local last = #ARGV
+  local lease, more
+  if leased or also then
+    local nkeys = #KEYS
+    if leased then
+      lease = {
+        key = KEYS[nkeys - 2], queue = KEYS[nkeys - 1], inbox = KEYS[nkeys],
+        cap = ARGV[last - 3] + 0, dur = ARGV[last - 2] + 0, held = ARGV[last - 1] == '1', id = ARGV[last],
+      }
+      nkeys, last = nkeys - 3, last - 4
     end
-    for j, part in ipairs(more) do part.key = KEYS[nkeys - #more + j] end
+    if also then
+      local len = ARGV[last] + 0
+      more = { base = ARGV[last - 1] + 0 }
+      last = last - len - 2
+      local i = last + 1
+      while i <= last + len do
+        local m = ARGV[i] + 0
+        local part = {}
+        for j = 1, 2 * m do part[j] = ARGV[i + j] + 0 end
+        more[#more + 1] = part
+        i = i + 1 + 2 * m
+      end
+      for j, part in ipairs(more) do part.key = KEYS[nkeys - #more + j] end
+    end
   end
-  local first, head, pace = 5, nil, nil
-  if kind == 'log' or kind == 'usage' then first, head = 6, ARGV[5] end
-  if paced then
-    pace = { t = ARGV[6] + 0, burst = ARGV[7] + 0, index = ARGV[8] + 0, keep = ARGV[9] + 0 }
-    first = 10
-  end
+  local first, head = 5, nil
+  if kind ~= 'counting' then first, head = 6, ARGV[5] end
+  if paced then first = 10 end
+  -- One table: its hash sized by the constructor (8 fields: no rehash),
+  -- its list by the limits unpacked into it (past 1000, one by one: unpack
+  -- of a large table overflows the Lua stack).
+  local stop = last
+  if stop - first >= 1000 then stop = first + 999 end
   local req = {
     cost = ARGV[1] + 0, max_wait = ARGV[2] + 0, now = clock(ARGV[3]), server_wait = ARGV[4] + 0,
-    key = KEYS[1], fb = KEYS[2], pace_key = KEYS[3], pace = pace, also = more, lease = lease,
+    key = KEYS[1], fb = KEYS[2], pace_key = KEYS[3], allowance = head,
+    unpack(ARGV, first, stop),
   }
-  if kind == 'log' then req.allowance = head + 0 elseif kind == 'usage' then req.alg = head end
-  for i = first, last do req[i - first + 1] = ARGV[i] + 0 end
+  for i = stop + 1, last do req[i - first + 1] = ARGV[i] end
+  for i = 1, last - first + 1 do req[i] = req[i] + 0 end
+  if kind == 'log' then
+    req.allowance = head + 0
+  elseif kind == 'usage' then
+    req.allowance, req.alg = nil, head
+  end
+  -- Only in the scripts that have them (a field more: a rehash).
+  if paced then req.pace = { t = ARGV[6] + 0, burst = ARGV[7] + 0, index = ARGV[8] + 0, keep = ARGV[9] + 0 } end
+  if more then req.also = more end
+  if lease then req.lease = lease end
   return req
 end
 
@@ -112,5 +126,6 @@ local function reserve_reply(v)
   if v.allowed then allowed = 1 end
   -- Redis ends the reply at the first nil: entry, tat, spacing and moved
   -- are left out from the first absent.
+  if not v.tat then return { allowed, v.wait, v.slot or 0, v.limit or 0, v.cause, v.entry } end
   return { allowed, v.wait, v.slot or 0, v.limit or 0, v.cause, v.entry, v.tat, v.spacing, v.moved }
 end

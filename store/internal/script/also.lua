@@ -1,11 +1,12 @@
 -- also: more rate keys in the same reservation (store.Request.Also), each
 -- with its own window limits: the slot is the latest that the request's key
 -- and every other key allow, and the units are recorded in every log or in
--- none. The log's script with more keys passes also_slot and also_record to
--- log_reserve, which calls also_slot once its own slot is known and
--- also_record once it knows its entry; without more keys it passes neither.
+-- none. The log's script with more keys passes more (see request),
+-- also_slot and also_record to log_reserve, which calls also_slot once its
+-- own slot is known and also_record once it knows its entry; without more
+-- keys it passes none of them.
 --
--- req.also, parsed from (see request):
+-- more, parsed from (see request):
 -- KEYS[#KEYS-p+1..#KEYS]  the p other keys' logs (LISTs, as log's KEYS[1]),
 --           in the order of their parts below, under the same hash tag as
 --           KEYS[1] on a Cluster (the Go side checks it before the call).
@@ -39,14 +40,14 @@ local function also_last(key)
   return math.abs(e), nil, e < 0
 end
 
--- also_slot(req, s, limit, cause) returns the slot, limit and cause once
--- every part of req.also is counted, starting from the request's own, or a
--- fourth value, KEYSTATE, for an entry that is not a plausible time (as
--- log's). It notes on each part what also_record needs: its last entry,
--- whether it was marked, its largest N and W.
-local function also_slot(req, s, limit, cause)
-  local j = req.also.base
-  for _, part in ipairs(req.also) do
+-- also_slot(more, s, limit, cause, now, cost, max_wait, allowance) returns
+-- the slot, limit and cause once every part of more is counted, starting
+-- from the request's own, or a fourth value, KEYSTATE, for an entry that is
+-- not a plausible time (as log's). It notes on each part what also_record
+-- needs: its last entry, whether it was marked, its largest N and W.
+local function also_slot(more, s, limit, cause, now, cost, max_wait, allowance)
+  local j = more.base
+  for _, part in ipairs(more) do
     local last, bad, marked = also_last(part.key)
     if bad then return s, limit, cause, bad end
     part.last, part.marked, part.max_n, part.max_w = last, marked, 0, 0
@@ -57,33 +58,33 @@ local function also_slot(req, s, limit, cause)
       if n > part.max_n then part.max_n = n end
       if w > part.max_w then part.max_w = w end
       local e, entry
-      e, entry, bad = log_after(req, part.key, last, n, w)
+      e, entry, bad = log_after(part.key, last, n, w, cost)
       if bad then return s, limit, cause, bad end
       if entry and entry > latest then latest = entry end
       if e and e > s then s, limit, cause = e, j, LIMIT end
     end
-    if implausible(req, latest, part.max_w) then
+    if implausible(latest, now, max_wait, part.max_w) then
       return s, limit, cause, redis.error_reply('KEYSTATE an entry lies implausibly far in the future')
     end
-    if req.allowance == 0 and last and last > s then s, limit, cause = last, 0, ORDER end
+    if allowance == 0 and last and last > s then s, limit, cause = last, 0, ORDER end
   end
   return s, limit, cause
 end
 
--- also_record(req, rec) records cost units in every part's log at the
--- entry, the latest of rec (the request's own entry) and every part's last
--- entry, and returns it for the request's own log.
-local function also_record(req, rec)
-  for _, part in ipairs(req.also) do
+-- also_record(more, rec, now, cost) records cost units in every part's log
+-- at the entry, the latest of rec (the request's own entry) and every
+-- part's last entry, and returns it for the request's own log.
+local function also_record(more, rec, now, cost)
+  for _, part in ipairs(more) do
     if part.last and part.last > rec then rec = part.last end
   end
-  for _, part in ipairs(req.also) do
+  for _, part in ipairs(more) do
     -- A key that is another request's own may carry the feedback mark on
     -- its last entry (see log): it stays on the last entry.
     local entry = rec
     if part.marked then entry = -rec end
-    log_trim(req, part.key, log_push(part.key, entry, req.cost), part.max_n, part.max_w, part.last)
-    log_expire(req, part.key, rec, part.max_w, part.last)
+    log_trim(part.key, log_push(part.key, entry, cost), part.max_n, part.max_w, part.last, now, cost)
+    log_expire(part.key, rec, part.max_w, part.last, now)
   end
   return rec
 end

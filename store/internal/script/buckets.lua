@@ -2,15 +2,15 @@
 -- precision buckets (several [duration, limit, precision] limits, with
 -- reservations).
 --
--- req.key   a HASH of counters: field "<i>:<k>" holds the units admitted in
+-- key       a HASH of counters: field "<i>:<k>" holds the units admitted in
 --           bucket k = floor(t / P_i) of limit i (1-based), that is in
 --           [k*P_i, (k+1)*P_i) microseconds.
--- req.fb    optional: the key's feedback (see hold and feedback); a learned
+-- fb        optional: the key's feedback (see hold and feedback); a learned
 --           limit tightens N with the window P * B.
--- req[1..]  the limits, as triples: N (integer >= 1), P (bucket length in
+-- limits    the limits, as triples: N (integer >= 1), P (bucket length in
 --           microseconds >= 1), B (buckets per window: ceil(W / P), >= 1).
 --
--- Verdict: as request's reserve_reply, without entry.
+-- Returns the values of request's reserve_reply, without entry.
 --
 -- A limit counts, at a time in bucket q, the units of the B buckets q-B+1..q.
 -- The slot is the earliest t >= now such that, in every limit, a unit in t's
@@ -22,19 +22,20 @@
 -- bucket_field is the field of bucket k of limit i.
 local function bucket_field(i, k) return i .. ':' .. string.format('%.0f', k) end
 
--- buckets_reserve(req) reserves req's slot under its buckets and returns
--- its verdict.
-local function buckets_reserve(req)
-  local key, now, cost = req.key, req.now, req.cost
+-- buckets_reserve(now, cost, max_wait, server_wait, key, fb, limits)
+-- reserves the request's slot (the arguments as parse_request returns them)
+-- under its buckets.
+local function buckets_reserve(now, cost, max_wait, server_wait, key, fb, limits)
   local n, p, b, win = {}, {}, {}, {}
-  for i = 1, #req, 3 do
-    n[#n + 1] = req[i]
-    p[#p + 1] = req[i + 1]
-    b[#b + 1] = req[i + 2]
+  for i = 1, #limits, 3 do
+    n[#n + 1] = limits[i]
+    p[#p + 1] = limits[i + 1]
+    b[#b + 1] = limits[i + 2]
     win[#win + 1] = p[#p] * b[#b]
   end
-  local refusal, start, cause, budget, tightened = feedback(req, n, win)
-  if refusal then return refusal end
+  local bad, start, cause, budget, tightened = feedback(fb, now, cost, n, win)
+  if bad then return bad end
+  if start - now > server_wait then return false, start - now, nil, 0, UPSTREAM end
 
   -- Besides its buckets, each limit keeps three fields: "<i>:t" the total of
   -- its buckets present, "<i>:o" an index at or below its oldest bucket, and
@@ -106,9 +107,9 @@ local function buckets_reserve(req)
     return math.max(t, cand * pi), steps
   end
 
-  local refused, t, wait, limit
-  refused, t, wait, limit, cause = search(req, start, #n, from, cause, tightened, budget)
-  if refused then return refused end
+  local t, wait, limit, refused
+  t, wait, limit, cause, refused = search(now, cost, max_wait, fb, start, #n, from, cause, tightened, budget)
+  if refused then return false, wait, nil, limit, cause end
 
   -- Count the units, and keep the hash until the last span holding them
   -- ends.
@@ -124,5 +125,5 @@ local function buckets_reserve(req)
     till = math.max(till, (k + b[i]) * p[i])
   end
   expire(key, till, now)
-  return { allowed = true, wait = wait, slot = t, limit = limit, cause = cause }
+  return true, wait, t, limit, cause
 end

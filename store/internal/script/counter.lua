@@ -14,10 +14,9 @@
 -- counts (countsUntil).
 local counter = { lookback = 1, weigh = 2 }
 
--- counter.within(req, c, n, w, t, steps) is the earliest time >= t at which
+-- counter.within(c, n, w, t, steps, cost) is the earliest time >= t at which
 -- the estimate leaves room for cost (counterFrom), and the steps left.
-function counter.within(req, c, n, w, t, steps)
-  local cost = req.cost
+function counter.within(c, n, w, t, steps, cost)
   while steps > 0 do
     steps = steps - 1
     local j = idx(t, w)

@@ -27,44 +27,45 @@ local function earliest(t, count, from)
   end
 end
 
--- feedback(req, n, win) applies hold to limits that allow n[i] units per
--- window of win[i] µs. It returns a refusal verdict or nil; the time the
--- search starts at and its cause; the budget (see spend); and tightened[i],
+-- feedback(fb, now, cost, n, win) applies hold (the hash fb, nil for none)
+-- to a request of cost units at now under limits that allow n[i] units per
+-- window of win[i] µs. It returns the error KEYSTATE or nil; the time the
+-- search starts at (a reservation is refused, UPSTREAM, when it lies
+-- further than its max server wait) and its cause; the budget (see spend); and tightened[i],
 -- true where a learned limit of ln per lw lowered n[i] (in place) to the
 -- same rate, floor(ln * win[i] / lw), at least the cost: it has no
 -- counters of its own.
-local function feedback(req, n, win)
-  local now = req.now
+local function feedback(fb, now, cost, n, win)
   local start, cause, tightened = now, NONE, {}
-  if not req.fb then return nil, start, cause, nil, tightened end
-  local refusal, till, budget, ln, lw = hold(req)
-  if refusal then return refusal end
+  if not fb then return nil, start, cause, nil, tightened end
+  local bad, till, budget, ln, lw = hold(fb, now, cost)
+  if bad then return bad end
   if till > now then start, cause = till, UPSTREAM end
   local max_w = 0
   for i = 1, #win do max_w = math.max(max_w, win[i]) end
   if ln and lw <= max_w then
     for i = 1, #n do
-      local m = math.max(math.floor(ln * win[i] / lw), req.cost)
+      local m = math.max(math.floor(ln * win[i] / lw), cost)
       if m < n[i] then n[i], tightened[i] = m, true end
     end
   end
   return nil, start, cause, budget, tightened
 end
 
--- search(req, start, count, from, cause, tightened, budget) runs earliest
--- from start (see feedback for cause, tightened and budget) and returns a
--- refusal verdict (out of steps, or further than the max wait), or nil and
--- the slot with its wait, limit and cause, spending the budget for a slot
--- before its reset.
-local function search(req, start, count, from, cause, tightened, budget)
+-- search(now, cost, max_wait, fb, start, count, from, cause, tightened,
+-- budget) runs earliest from start (see feedback for cause, tightened and
+-- budget) and returns the slot with its wait, limit and cause, and whether
+-- it is refused (out of steps, or further than the max wait); it spends the
+-- budget in fb for a slot before its reset.
+local function search(now, cost, max_wait, fb, start, count, from, cause, tightened, budget)
   local t, limit, capped = earliest(start, count, from)
   if limit > 0 and tightened[limit] then
     limit, cause = 0, LEARNED
   elseif limit > 0 then
     cause = LIMIT
   end
-  local wait = t - req.now
-  if capped or wait > req.max_wait then return { allowed = false, wait = wait, limit = limit, cause = cause } end
-  spend(req, budget, t)
-  return nil, t, wait, limit, cause
+  local wait = t - now
+  if capped or wait > max_wait then return t, wait, limit, cause, true end
+  spend(fb, cost, budget, t)
+  return t, wait, limit, cause, false
 end

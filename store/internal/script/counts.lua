@@ -1,25 +1,26 @@
 -- counts: the body of FixedWindow and SlidingCounter, which differ only in
 -- their windows (fixed or counter, above).
 --
--- req.key   a HASH of counters: field "<i>:<k>" holds the units admitted in
+-- key       a HASH of counters: field "<i>:<k>" holds the units admitted in
 --           window k = floor(t / W_i) of limit i (1-based), that is in
 --           [k*W_i, (k+1)*W_i) microseconds.
--- req.fb    optional: the key's feedback (see hold and feedback).
--- req[1..]  the limits, as pairs: N (integer >= 1), W (window in microseconds >= 1).
+-- fb        optional: the key's feedback (see hold and feedback).
+-- limits    the limits, as pairs: N (integer >= 1), W (window in microseconds >= 1).
 --
--- Verdict: as request's reserve_reply, without entry.
+-- Returns the values of request's reserve_reply, without entry.
 
--- counts_reserve(req, windows) reserves req's slot under the windows of
--- fixed or counter and returns its verdict.
-local function counts_reserve(req, windows)
-  local key, now, cost = req.key, req.now, req.cost
+-- counts_reserve(now, cost, max_wait, server_wait, key, fb, limits, windows)
+-- reserves the request's slot (the arguments as parse_request returns them)
+-- under the windows of fixed or counter.
+local function counts_reserve(now, cost, max_wait, server_wait, key, fb, limits, windows)
   local n, w = {}, {}
-  for i = 1, #req, 2 do
-    n[#n + 1] = req[i]
-    w[#w + 1] = req[i + 1]
+  for i = 1, #limits, 2 do
+    n[#n + 1] = limits[i]
+    w[#w + 1] = limits[i + 1]
   end
-  local refusal, start, cause, budget, tightened = feedback(req, n, w)
-  if refusal then return refusal end
+  local bad, start, cause, budget, tightened = feedback(fb, now, cost, n, w)
+  if bad then return bad end
+  if start - now > server_wait then return false, start - now, nil, 0, UPSTREAM end
 
   -- Load the counters; windows older than the first a search from now reads
   -- (and limits this call does not have) are never read again, and go.
@@ -39,10 +40,10 @@ local function counts_reserve(req, windows)
     redis.call('HDEL', key, unpack(stale, j, math.min(j + 999, #stale)))
   end
 
-  local function from(i, at, steps) return windows.within(req, c[i], n[i], w[i], at, steps) end
-  local refused, t, wait, limit
-  refused, t, wait, limit, cause = search(req, start, #n, from, cause, tightened, budget)
-  if refused then return refused end
+  local function from(i, at, steps) return windows.within(c[i], n[i], w[i], at, steps, cost) end
+  local t, wait, limit, refused
+  t, wait, limit, cause, refused = search(now, cost, max_wait, fb, start, #n, from, cause, tightened, budget)
+  if refused then return false, wait, nil, limit, cause end
 
   -- Count the units, and keep the hash until the last window that weighs
   -- them ends.
@@ -53,5 +54,5 @@ local function counts_reserve(req, windows)
     till = math.max(till, (k + windows.weigh) * w[i])
   end
   expire(key, till, now)
-  return { allowed = true, wait = wait, slot = t, limit = limit, cause = cause }
+  return true, wait, t, limit, cause
 end

@@ -11,14 +11,14 @@
 -- counts (countsUntil).
 local fixed = { lookback = 0, weigh = 1 }
 
--- fixed.within(req, c, n, w, t, steps) is the earliest time >= t at which
+-- fixed.within(c, n, w, t, steps, cost) is the earliest time >= t at which
 -- the window of the time holds room for cost (fixedFrom), and the steps
 -- left.
-function fixed.within(req, c, n, w, t, steps)
+function fixed.within(c, n, w, t, steps, cost)
   while steps > 0 do
     steps = steps - 1
     local k = idx(t, w)
-    if (c[k] or 0) + req.cost <= n then return t, steps end
+    if (c[k] or 0) + cost <= n then return t, steps end
     t = (k + 1) * w
   end
   return t, steps

@@ -8,21 +8,21 @@
 --           of spacing pt µs and burst pb, valid until pe, to which the key
 --           last moved at pm (see feedback). Absent fields say nothing.
 
--- hold(req) reads the hash req.fb (one HMGET) and returns:
---   refusal  a verdict to return at once when a pause, or a budget too
---            short for the cost, ends further than the max server wait, or
---            the error KEYSTATE when a pause or reset lies past MaxFeedback
+-- hold(fb, now, cost) reads the hash fb (one HMGET) for a request of cost
+-- units at now, and returns:
+--   bad      the error KEYSTATE when a pause or reset lies past MaxFeedback
 --            from now; else nil;
---   till     the end of that pause or budget, which holds the slot back to
---            it (0: nothing holds it);
+--   till     the end of a pause, or of a budget too short for the cost,
+--            which holds the slot back to it (0: nothing holds it); a
+--            reservation is refused (UPSTREAM) when it ends further than
+--            its max server wait;
 --   budget   the reset of a budget that covers the cost (see spend), or nil;
 --   n, w     a learned limit of n per w µs still valid, or nil;
 --   active   whether anything in the hash is still live;
 --   pt, pb   a learned pace (spacing in µs, burst) still valid, or nil;
 --   pm       when the key last moved to it (µs), or nil.
-local function hold(req)
-  local now = req.now
-  local f = redis.call('HMGET', req.fb, 'p', 'n', 'w', 'le', 'b', 'r', 'pt', 'pb', 'pe', 'pm')
+local function hold(fb, now, cost)
+  local f = redis.call('HMGET', fb, 'p', 'n', 'w', 'le', 'b', 'r', 'pt', 'pb', 'pe', 'pm')
   local till, budget, active = tonumber(f[1]) or 0, nil, false
   local b, r = tonumber(f[5]), tonumber(f[6])
   -- Past MaxFeedback (366 days) from now no feedback is ever written: a
@@ -32,11 +32,10 @@ local function hold(req)
   end
   if b and r and r > now then
     active = true
-    if b < req.cost then till = math.max(till, r) else budget = r end
+    if b < cost then till = math.max(till, r) else budget = r end
   end
   if till > now then
     active = true
-    if till - now > req.server_wait then return { allowed = false, wait = till - now, cause = UPSTREAM } end
   else
     till = 0
   end
@@ -52,8 +51,9 @@ local function hold(req)
   return nil, till, budget, n, w, true, pt, pb, pm
 end
 
--- spend(req, budget, slot) takes the cost from the budget whose reset hold
--- returned, for a slot before it. (A Cancel gives nothing back to a budget.)
-local function spend(req, budget, slot)
-  if budget and slot < budget then redis.call('HINCRBY', req.fb, 'b', -req.cost) end
+-- spend(fb, cost, budget, slot) takes cost from the budget in fb whose
+-- reset hold returned, for a slot before it. (A Cancel gives nothing back
+-- to a budget.)
+local function spend(fb, cost, budget, slot)
+  if budget and slot < budget then redis.call('HINCRBY', fb, 'b', -cost) end
 end

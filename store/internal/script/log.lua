@@ -1,25 +1,25 @@
 -- log: the SlidingLog body: reserve the earliest send time in a sliding log
 -- (the reservation sliding log of DESIGN.md).
 --
--- req.key   the log: a LIST of send times in microseconds, oldest first.
+-- key       the log: a LIST of send times in microseconds, oldest first.
 --           Times at or after "now" are reservations not yet sent. A
 --           negative entry is the time -entry, marked: the key has (or had
 --           when it was written) upstream feedback to read; see below.
--- req.fb    optional: the key's feedback (see hold).
--- req.pace_key  the pace key (see pace), read only under a paced limit
---           (req.pace), the request's own or a learned one.
--- req.allowance  in microseconds (integer >= 0): how late after its slot
+-- fb        optional: the key's feedback (see hold).
+-- pace_key  the pace key (see pace), read only under a paced limit (pace),
+--           the request's own or a learned one.
+-- allowance in microseconds (integer >= 0): how late after its slot
 --           the caller may send. The entries are recorded at the latest time
 --           the request may be sent, not at its slot (see below).
--- req[1..]  the window limits, as pairs: N (integer >= 1), W (window in
+-- limits    the window limits, as pairs: N (integer >= 1), W (window in
 --           microseconds >= 1) (see request).
 --
--- Verdict (see request's reserve_reply): when allowed, entry: the value the
--- cost entries were recorded at; Cancel removes cost entries of this value;
--- then, under a paced limit, pace's TAT and spacing; then, when a learned
--- pace holds, the time the key last moved to a stricter one (see feedback),
--- so that a caller may tell which of its waiting reservations were made
--- before it.
+-- Returns the values request's reserve_reply takes: when allowed, entry:
+-- the value the cost entries were recorded at; Cancel removes cost entries
+-- of this value; then, under a paced limit, pace's TAT and spacing; then,
+-- when a learned pace holds, the time the key last moved to a stricter one
+-- (see feedback), so that a caller may tell which of its waiting
+-- reservations were made before it.
 -- Or the error KEYSTATE when an entry it reads is not a plausible time (the
 -- Go side then repairs the log with the repair script and retries once):
 -- not a number, or later than now + max wait + MaxAllowance (5 minutes) +
@@ -48,12 +48,15 @@
 -- of the last entry, LINDEX of the entry that decides, RPUSH. The TTL, the
 -- trim and the feedback are paid only when they can matter (see each).
 
--- log_reserve(req, also_slot, also_record) reserves req's slot in the log
--- and returns its verdict (or KEYSTATE). With more keys (req.also), also's
--- two functions count and record the other keys' logs; nil without.
-local function log_reserve(req, also_slot, also_record)
-  local key, now, cost, allowance, pace = req.key, req.now, req.cost, req.allowance, req.pace
-  local count = #req -- the window limits' numbers, two each
+-- log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key,
+-- allowance, limits, pace, more, also_slot, also_record) reserves the
+-- request's slot in the log (the arguments as parse_request returns them)
+-- and returns it as reserve_reply takes it (or KEYSTATE). With more keys
+-- (more), also's two functions count and record the other keys' logs; nil
+-- without.
+local function log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key, allowance, limits, pace,
+                           more, also_slot, also_record)
+  local count = #limits -- the window limits' numbers, two each
   -- Whether the request has window limits: a paced limit alone keeps no log.
   local windows = count > 0
 
@@ -74,7 +77,7 @@ local function log_reserve(req, also_slot, also_record)
   -- side repairs with the same horizon (store.Request.horizon).
   local max_w, max_n = 0, 0
   for i = 1, count, 2 do
-    local n, w = req[i], req[i + 1]
+    local n, w = limits[i], limits[i + 1]
     if w > max_w then max_w = w end
     if n > max_n then max_n = n end
   end
@@ -88,13 +91,13 @@ local function log_reserve(req, also_slot, also_record)
   local tat
   if pace then
     local e, bad
-    tat, e, bad = pace_slot(req, pace, span)
+    tat, e, bad = pace_slot(pace_key, pace, cost, now, max_wait, span)
     if bad then return bad end
     if e > s then s, limit, cause = e, pace.index, LIMIT end
   end
   local last_bad = 0 -- an older entry later than the last (the log is ordered)
   for i = 1, count, 2 do
-    local e, entry, bad = log_after(req, key, last, req[i], req[i + 1])
+    local e, entry, bad = log_after(key, last, limits[i], limits[i + 1], cost)
     if bad then return bad end
     if entry and entry > last then last_bad = entry end
     if e and e > s then
@@ -107,7 +110,7 @@ local function log_reserve(req, also_slot, also_record)
 
   -- An entry past the horizon (see the header) would hold the key back for
   -- as long as it lies ahead: a wrong state, not a limit.
-  if last and implausible(req, math.max(last, last_bad), span) then
+  if last and implausible(math.max(last, last_bad), now, max_wait, span) then
     return redis.error_reply('KEYSTATE an entry lies implausibly far in the future')
   end
 
@@ -121,14 +124,15 @@ local function log_reserve(req, also_slot, also_record)
   -- smaller burst when the request has one.
   local budget, active = nil, false
   local held, moved = 0, nil -- the end of a pause that holds the slot; when the pace last moved
-  if req.fb and marked then
-    local refusal, till, n, w, pt, pb
-    refusal, till, budget, n, w, active, pt, pb, moved = hold(req)
-    if refusal then return refusal end
+  if fb and marked then
+    local bad, till, n, w, pt, pb
+    bad, till, budget, n, w, active, pt, pb, moved = hold(fb, now, cost)
+    if bad then return bad end
+    if till - now > server_wait then return false, till - now, nil, 0, UPSTREAM end
     held = till
     if till >= s then s, limit, cause = till, 0, UPSTREAM end
     if n and w <= max_w then
-      local e, _, bad = log_after(req, key, last, n, w)
+      local e, _, bad = log_after(key, last, n, w, cost)
       if bad then return bad end
       if e and e > s then s, limit, cause = e, 0, LEARNED end
     end
@@ -142,7 +146,7 @@ local function log_reserve(req, also_slot, also_record)
         if tat then e = tat + (cost - 1 - pace.burst) * pace.t end
       else
         pace = { t = pt, burst = pb, index = 0, keep = 0 }
-        tat, e, bad = pace_slot(req, pace, span)
+        tat, e, bad = pace_slot(pace_key, pace, cost, now, max_wait, span)
         if bad then return bad end
       end
       if e and e > s then s, limit, cause = e, 0, LEARNED end
@@ -169,36 +173,31 @@ local function log_reserve(req, also_slot, also_record)
   -- More keys (see also): the slot is the latest any of them allows.
   if also_slot then
     local bad
-    s, limit, cause, bad = also_slot(req, s, limit, cause)
+    s, limit, cause, bad = also_slot(more, s, limit, cause, now, cost, max_wait, allowance)
     if bad then return bad end
   end
 
   local wait = s - now
-  if wait > req.max_wait then
-    return { allowed = false, wait = wait, limit = limit, cause = cause }
-  end
-  spend(req, budget, s)
+  if wait > max_wait then return false, wait, nil, limit, cause end
+  spend(fb, cost, budget, s)
 
   -- Lua numbers that hold integers reach Redis as integers (%.17g before
   -- Redis 7.2, an integer conversion since): times in microseconds stay
   -- below 2^53, so they are exact.
   local rec = s + allowance
   if last and last > rec then rec = last end
-  if also_record then rec = also_record(req, rec) end -- recorded in every key's log
-  local v -- sized for its fields (see request's parse_request)
+  if also_record then rec = also_record(more, rec, now, cost) end -- recorded in every key's log
+  local spacing
   if pace then
-    tat = pace_record(req, pace, tat, s + allowance)
-    v = { allowed = true, wait = wait, slot = s, limit = limit, cause = cause, entry = rec, tat = tat, spacing = pace.t, moved = moved }
-    if not windows then return v end -- a paced limit alone keeps no log
-  else
-    v = { allowed = true, wait = wait, slot = s, limit = limit, cause = cause, entry = rec }
+    tat, spacing = pace_record(pace_key, pace, tat, s + allowance, cost, now), pace.t
+    if not windows then return true, wait, s, limit, cause, rec, tat, spacing, moved end -- a paced limit alone keeps no log
   end
   local entry = rec
   if active then entry = -rec end
   local len = log_push(key, entry, cost)
 
   -- Trim lazily, and keep a TTL past the newest entry (see write).
-  log_trim(req, key, len, max_n, max_w, last)
-  log_expire(req, key, rec, max_w, last)
-  return v
+  log_trim(key, len, max_n, max_w, last, now, cost)
+  log_expire(key, rec, max_w, last, now)
+  return true, wait, s, limit, cause, rec, tat, spacing, moved
 end

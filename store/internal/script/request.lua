@@ -1,6 +1,7 @@
--- request: the arguments of a reserve or usage script, read once into one
--- table (req) that every part takes, and the reply of a reserve script,
--- built from one table of named fields (a verdict).
+-- request: the arguments of a reserve or usage script, read once
+-- (parse_request) into values the script's main passes on, by name, to the
+-- parts that take them; and the reply of a reserve script (reserve_reply),
+-- built from the values a reservation returns.
 --
 -- KEYS[1]   the key's state: the log (a LIST, see log) or the counters (a
 --           HASH, see counts and buckets).
@@ -33,6 +34,11 @@
 -- Reply of a reserve script: { allowed, wait, slot, limit, cause [, entry
 -- [, tat, spacing [, moved]]] } (see reserve_reply), or the error KEYSTATE
 -- when a part found the key in a wrong state (see repair).
+--
+-- Values rather than a table: a script runs for a few microseconds, and a
+-- table per call for the request, and another for its verdict, cost a
+-- sixth of that (store/internal/script's tests say which parts may read
+-- KEYS and ARGV).
 
 -- Causes, as store.Cause: NONE (free at once), ORDER (held back to the log's
 -- last entry), LIMIT, UPSTREAM (a pause or an exhausted budget), LEARNED (a
@@ -40,14 +46,20 @@
 local NONE, ORDER, LIMIT, UPSTREAM, LEARNED, INFLIGHT = 0, 1, 2, 3, 4, 5
 
 -- parse_request(kind, paced, also, leased) reads KEYS and ARGV, laid out
--- for kind ("log", "usage" or "counting") with or without a paced
--- limit, more keys and a cap, into the request. Its named fields: cost,
--- max_wait, now, server_wait, key, fb, pace_key, allowance (the log), alg
--- (usage), pace (a paced limit: t, burst, index, keep), also (more keys:
--- base, and one table per key: key, then its limits), lease (a cap: key,
--- queue, inbox, cap, dur, held, id). Its list, req[1..], holds the
--- request's own limits as numbers, in pairs (N, W) or, for buckets,
--- triples (N, P, B).
+-- for kind ("log", "usage" or "counting") with or without a paced limit,
+-- more keys and a cap, and returns the request:
+--   now, cost, max_wait, server_wait  ARGV[3], ARGV[1], ARGV[2], ARGV[4],
+--            as numbers (now from the server's clock for "");
+--   key, fb, pace_key  KEYS[1], KEYS[2], KEYS[3] (nil when absent);
+--   head     ARGV[5] for the log (its allowance) and usage (its algorithm,
+--            a string); nil for the counting algorithms;
+--   limits   the request's own limits as a list of numbers, in pairs (N, W)
+--            or, for buckets, triples (N, P, B);
+--   pace     a paced limit: { t, burst, index, keep }, or nil;
+--   more     more keys: { base, and one list per key: its limits, and key },
+--            or nil (see also);
+--   lease    a cap: { key, queue, inbox, cap, dur, held, id }, or nil (see
+--            leased).
 local function parse_request(kind, paced, also, leased)
   local last = #ARGV
   local lease, more
@@ -76,34 +88,32 @@ local function parse_request(kind, paced, also, leased)
     end
   end
   local first, head = 5, nil
-  if kind ~= 'counting' then first, head = 6, ARGV[5] end
-  if paced then first = 10 end
-  -- One table: its hash sized by the constructor (8 fields: no rehash),
-  -- its list by the limits unpacked into it (past 1000, one by one: unpack
+  if kind == 'log' then
+    first, head = 6, ARGV[5] + 0
+  elseif kind == 'usage' then
+    first, head = 6, ARGV[5]
+  end
+  local pace
+  if paced then
+    first = 10
+    pace = { t = ARGV[6] + 0, burst = ARGV[7] + 0, index = ARGV[8] + 0, keep = ARGV[9] + 0 }
+  end
+  -- The limits' list sized at once by unpack (past 1000, one by one: unpack
   -- of a large table overflows the Lua stack).
   local stop = last
   if stop - first >= 1000 then stop = first + 999 end
-  local req = {
-    cost = ARGV[1] + 0, max_wait = ARGV[2] + 0, now = clock(ARGV[3]), server_wait = ARGV[4] + 0,
-    key = KEYS[1], fb = KEYS[2], pace_key = KEYS[3], allowance = head,
-    unpack(ARGV, first, stop),
-  }
-  for i = stop + 1, last do req[i - first + 1] = ARGV[i] end
-  for i = 1, last - first + 1 do req[i] = req[i] + 0 end
-  if kind == 'log' then
-    req.allowance = head + 0
-  elseif kind == 'usage' then
-    req.allowance, req.alg = nil, head
-  end
-  -- Only in the scripts that have them (a field more: a rehash).
-  if paced then req.pace = { t = ARGV[6] + 0, burst = ARGV[7] + 0, index = ARGV[8] + 0, keep = ARGV[9] + 0 } end
-  if more then req.also = more end
-  if lease then req.lease = lease end
-  return req
+  local limits = { unpack(ARGV, first, stop) }
+  for i = stop + 1, last do limits[i - first + 1] = ARGV[i] end
+  for i = 1, last - first + 1 do limits[i] = limits[i] + 0 end
+  return clock(ARGV[3]), ARGV[1] + 0, ARGV[2] + 0, ARGV[4] + 0, KEYS[1], KEYS[2], KEYS[3],
+    head, limits, pace, more, lease
 end
 
--- reserve_reply(v) is the reply of a reserve script for the verdict v:
---   allowed  true when the units were recorded, false when nothing was;
+-- reserve_reply(allowed, wait, slot, limit, cause, entry, tat, spacing,
+-- moved) is the reply of a reserve script for the values a reservation
+-- returns:
+--   allowed  true when the units were recorded, false when nothing was; or
+--            an error reply (KEYSTATE), which goes back as it is;
 --   wait     microseconds from now until the slot (the delay when allowed,
 --            the time to retry when refused);
 --   slot     the reserved send time in microseconds (nil when refused);
@@ -112,20 +122,20 @@ end
 --   cause    what set the slot, or the refusal;
 --   entry    the log only, when allowed: the time the units were recorded
 --            at (see log); the counting algorithms record at the slot;
+--            INFLIGHT only: until when the caller waits in the queue (0: it
+--            did not join it; see leased);
 --   tat, spacing  when allowed under a paced limit: the TAT the reservation
 --            left, which Cancel compares, and the spacing it was reserved
 --            at (see pace);
---   moved    when a learned pace holds: when the key last moved to it;
---   deadline INFLIGHT only: until when the caller waits in the queue (0:
---            it did not join it; see leased), in place of entry.
--- An error reply (KEYSTATE) goes back as it is.
-local function reserve_reply(v)
-  if v.err then return v end
-  if v.cause == INFLIGHT then return { 0, v.wait, 0, 0, INFLIGHT, v.deadline } end
-  local allowed = 0
-  if v.allowed then allowed = 1 end
-  -- Redis ends the reply at the first nil: entry, tat, spacing and moved
-  -- are left out from the first absent.
-  if not v.tat then return { allowed, v.wait, v.slot or 0, v.limit or 0, v.cause, v.entry } end
-  return { allowed, v.wait, v.slot or 0, v.limit or 0, v.cause, v.entry, v.tat, v.spacing, v.moved }
+--   moved    when a learned pace holds: when the key last moved to it.
+local function reserve_reply(allowed, wait, slot, limit, cause, entry, tat, spacing, moved)
+  if allowed == true then
+    -- Redis ends the reply at the first nil: entry, tat, spacing and moved
+    -- are left out from the first absent.
+    if tat then return { 1, wait, slot, limit, cause, entry, tat, spacing, moved } end
+    return { 1, wait, slot, limit, cause, entry }
+  elseif allowed == false then
+    return { 0, wait, 0, limit or 0, cause, entry }
+  end
+  return allowed
 end

@@ -10,6 +10,7 @@ package script
 
 import (
 	"embed"
+	"fmt"
 	"strings"
 )
 
@@ -35,55 +36,75 @@ func with(base []string, more ...string) []string {
 	return append(append([]string(nil), base...), more...)
 }
 
+// parse is a main's first line: the request as parse_request reads it for
+// kind, with or without a paced limit, more keys and a cap, named for the
+// calls after it (head is the log's allowance, or usage's algorithm).
+func parse(kind, head string, paced, also, leased bool) string {
+	return fmt.Sprintf("local now, cost, max_wait, server_wait, key, fb, pace_key, %s, limits, pace, more, lease =\n"+
+		"  parse_request('%s', %t, %t, %t) -- kind, paced, more keys, leased\n", head, kind, paced, also, leased)
+}
+
+// The calls of the log's body, without and with more keys.
+const (
+	logCall  = "log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key, allowance, limits, pace)"
+	alsoCall = "log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key, allowance, limits, pace, more, also_slot, also_record)"
+)
+
+// logMain is the main of a reserve script of the log.
+func logMain(paced, also, leased bool) string {
+	call := logCall
+	if also {
+		call = alsoCall
+	}
+	if leased {
+		// leased calls log_reserve with the arguments after it.
+		call = "leased(lease, now, max_wait, " + strings.Replace(call, "(", ", ", 1)
+	}
+	return parse("log", "allowance", paced, also, leased) + "return reserve_reply(" + call + ")"
+}
+
+// countingMain is the main of a reserve script of a counting algorithm:
+// body is counts_reserve with fixed or counter, or buckets_reserve.
+func countingMain(leased bool, body, windows string) string {
+	args := "now, cost, max_wait, server_wait, key, fb, limits"
+	if windows != "" {
+		args += ", " + windows
+	}
+	call := body + "(" + args + ")"
+	if leased {
+		call = "leased(lease, now, max_wait, " + body + ", " + args + ")"
+	}
+	return parse("counting", "_", false, false, leased) + "return reserve_reply(" + call + ")"
+}
+
+// usageMain is the main of a usage script: state is usage_log or
+// usage_counts, windows fixed, counter or nil.
+func usageMain(paced bool, state, windows string) string {
+	return parse("usage", "alg", paced, false, false) +
+		"return usage(" + state + ", " + windows + ", now, cost, max_wait, key, fb, pace_key, alg, limits, pace)"
+}
+
 // recipes lists every script the store runs. Under a cap on requests in
 // flight (", leased"), the reservation runs inside leased (one call still
 // takes the lease and the reservation); with more keys (store.Request.Also,
 // "+also") the log counts and records them with also's functions, the cap
 // staying on the request's own key.
 var recipes = []recipe{
-	{"reserve log", with(logParts, "log"), `
-local req = parse_request('log', false, false, false) -- kind, paced, more keys, leased
-return reserve_reply(log_reserve(req))`},
-	{"reserve paced", with(logParts, "log"), `
-local req = parse_request('log', true, false, false) -- kind, paced, more keys, leased
-return reserve_reply(log_reserve(req))`},
-	{"reserve log+also", with(logParts, "also", "log"), `
-local req = parse_request('log', false, true, false) -- kind, paced, more keys, leased
-return reserve_reply(log_reserve(req, also_slot, also_record))`},
-	{"reserve paced+also", with(logParts, "also", "log"), `
-local req = parse_request('log', true, true, false) -- kind, paced, more keys, leased
-return reserve_reply(log_reserve(req, also_slot, also_record))`},
-	{"reserve fixed", with(countingParts, "fixed", "counts"), `
-local req = parse_request('counting', false, false, false) -- kind, paced, more keys, leased
-return reserve_reply(counts_reserve(req, fixed))`},
-	{"reserve counter", with(countingParts, "counter", "counts"), `
-local req = parse_request('counting', false, false, false) -- kind, paced, more keys, leased
-return reserve_reply(counts_reserve(req, counter))`},
-	{"reserve buckets", with(countingParts, "buckets"), `
-local req = parse_request('counting', false, false, false) -- kind, paced, more keys, leased
-return reserve_reply(buckets_reserve(req))`},
+	{"reserve log", with(logParts, "log"), logMain(false, false, false)},
+	{"reserve paced", with(logParts, "log"), logMain(true, false, false)},
+	{"reserve log+also", with(logParts, "also", "log"), logMain(false, true, false)},
+	{"reserve paced+also", with(logParts, "also", "log"), logMain(true, true, false)},
+	{"reserve fixed", with(countingParts, "fixed", "counts"), countingMain(false, "counts_reserve", "fixed")},
+	{"reserve counter", with(countingParts, "counter", "counts"), countingMain(false, "counts_reserve", "counter")},
+	{"reserve buckets", with(countingParts, "buckets"), countingMain(false, "buckets_reserve", "")},
 
-	{"reserve log, leased", with(logParts, "log", "lease", "leased"), `
-local req = parse_request('log', false, false, true) -- kind, paced, more keys, leased
-return reserve_reply(leased(req, log_reserve))`},
-	{"reserve paced, leased", with(logParts, "log", "lease", "leased"), `
-local req = parse_request('log', true, false, true) -- kind, paced, more keys, leased
-return reserve_reply(leased(req, log_reserve))`},
-	{"reserve log+also, leased", with(logParts, "also", "log", "lease", "leased"), `
-local req = parse_request('log', false, true, true) -- kind, paced, more keys, leased
-return reserve_reply(leased(req, log_reserve, also_slot, also_record))`},
-	{"reserve paced+also, leased", with(logParts, "also", "log", "lease", "leased"), `
-local req = parse_request('log', true, true, true) -- kind, paced, more keys, leased
-return reserve_reply(leased(req, log_reserve, also_slot, also_record))`},
-	{"reserve fixed, leased", with(countingParts, "fixed", "counts", "lease", "leased"), `
-local req = parse_request('counting', false, false, true) -- kind, paced, more keys, leased
-return reserve_reply(leased(req, counts_reserve, fixed))`},
-	{"reserve counter, leased", with(countingParts, "counter", "counts", "lease", "leased"), `
-local req = parse_request('counting', false, false, true) -- kind, paced, more keys, leased
-return reserve_reply(leased(req, counts_reserve, counter))`},
-	{"reserve buckets, leased", with(countingParts, "buckets", "lease", "leased"), `
-local req = parse_request('counting', false, false, true) -- kind, paced, more keys, leased
-return reserve_reply(leased(req, buckets_reserve))`},
+	{"reserve log, leased", with(logParts, "log", "lease", "leased"), logMain(false, false, true)},
+	{"reserve paced, leased", with(logParts, "log", "lease", "leased"), logMain(true, false, true)},
+	{"reserve log+also, leased", with(logParts, "also", "log", "lease", "leased"), logMain(false, true, true)},
+	{"reserve paced+also, leased", with(logParts, "also", "log", "lease", "leased"), logMain(true, true, true)},
+	{"reserve fixed, leased", with(countingParts, "fixed", "counts", "lease", "leased"), countingMain(true, "counts_reserve", "fixed")},
+	{"reserve counter, leased", with(countingParts, "counter", "counts", "lease", "leased"), countingMain(true, "counts_reserve", "counter")},
+	{"reserve buckets, leased", with(countingParts, "buckets", "lease", "leased"), countingMain(true, "buckets_reserve", "")},
 
 	{"cancel", []string{"cancel"}, `
 return cancel_entries(KEYS[1], ARGV[1], tonumber(ARGV[2]))`},
@@ -108,16 +129,11 @@ return repair(KEYS[1], KEYS[2], KEYS[3], ARGV[1], clock(ARGV[2]), tonumber(ARGV[
 return lease_op(ARGV[1], KEYS[1], KEYS[2], clock(ARGV[2]), ARGV[3] + 0, ARGV[4] + 0, ARGV[5], ARGV[6])`},
 
 	// The usage scripts read a key's state without writing (usage.lua).
-	{"usage log", []string{"time", "request", "prelude", "hold", "pace", "usage", "usage_log"}, `
-return usage(parse_request('usage', false, false, false), usage_log) -- kind, paced, more keys, leased`},
-	{"usage paced", []string{"time", "request", "prelude", "hold", "pace", "usage", "usage_log"}, `
-return usage(parse_request('usage', true, false, false), usage_log) -- kind, paced, more keys, leased`},
-	{"usage fixed", with(countingParts, "fixed", "usage", "usage_counts"), `
-return usage(parse_request('usage', false, false, false), usage_counts, fixed) -- kind, paced, more keys, leased`},
-	{"usage counter", with(countingParts, "counter", "usage", "usage_counts"), `
-return usage(parse_request('usage', false, false, false), usage_counts, counter) -- kind, paced, more keys, leased`},
-	{"usage buckets", with(countingParts, "usage", "usage_counts"), `
-return usage(parse_request('usage', false, false, false), usage_counts) -- kind, paced, more keys, leased`},
+	{"usage log", []string{"time", "request", "prelude", "hold", "pace", "usage", "usage_log"}, usageMain(false, "usage_log", "nil")},
+	{"usage paced", []string{"time", "request", "prelude", "hold", "pace", "usage", "usage_log"}, usageMain(true, "usage_log", "nil")},
+	{"usage fixed", with(countingParts, "fixed", "usage", "usage_counts"), usageMain(false, "usage_counts", "fixed")},
+	{"usage counter", with(countingParts, "counter", "usage", "usage_counts"), usageMain(false, "usage_counts", "counter")},
+	{"usage buckets", with(countingParts, "usage", "usage_counts"), usageMain(false, "usage_counts", "nil")},
 }
 
 // scripts is every recipe assembled, by name.

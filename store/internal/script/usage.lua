@@ -43,22 +43,22 @@
 --   a TAT (its burst for a limit that starts slowly: not earned yet):
 --   used = min(k, burst + 1), reserved = k - used, previous 0.
 
--- usage_limits(req) returns the request's limits as lists: n, w (the
--- window: for buckets P * B), p (the bucket length: for the others W) and
--- b (buckets per window: for the others 1).
-local function usage_limits(req)
+-- usage_limits(alg, limits) returns the request's limits as lists: n, w
+-- (the window: for buckets P * B), p (the bucket length: for the others W)
+-- and b (buckets per window: for the others 1).
+local function usage_limits(alg, limits)
   local n, w, p, b = {}, {}, {}, {}
-  if req.alg == 'buckets' then
-    for i = 1, #req, 3 do
-      n[#n + 1] = req[i]
-      p[#p + 1] = req[i + 1]
-      b[#b + 1] = req[i + 2]
+  if alg == 'buckets' then
+    for i = 1, #limits, 3 do
+      n[#n + 1] = limits[i]
+      p[#p + 1] = limits[i + 1]
+      b[#b + 1] = limits[i + 2]
       w[#w + 1] = p[#p] * b[#b]
     end
   else
-    for i = 1, #req, 2 do
-      n[#n + 1] = req[i]
-      w[#w + 1] = req[i + 1]
+    for i = 1, #limits, 2 do
+      n[#n + 1] = limits[i]
+      w[#w + 1] = limits[i + 1]
       p[#p + 1] = w[#w]
       b[#b + 1] = 1
     end
@@ -66,12 +66,11 @@ local function usage_limits(req)
   return n, w, p, b
 end
 
--- usage_feedback(req) starts the usage with the feedback as it stands,
--- fields read raw (0s: none): pause; ln, lw, lrem; budget, brem; lpt, lpb,
--- lprem (see the reply).
-local function usage_feedback(req)
-  local now = req.now
-  local f = redis.call('HMGET', req.fb, 'p', 'n', 'w', 'le', 'b', 'r', 'pt', 'pb', 'pe')
+-- usage_feedback(fb, now) starts the usage with the feedback in fb as it
+-- stands at now, fields read raw (0s: none): pause; ln, lw, lrem; budget,
+-- brem; lpt, lpb, lprem (see the reply).
+local function usage_feedback(fb, now)
+  local f = redis.call('HMGET', fb, 'p', 'n', 'w', 'le', 'b', 'r', 'pt', 'pb', 'pe')
   local fp, fn, fw, fle = tonumber(f[1]) or 0, tonumber(f[2]), tonumber(f[3]), tonumber(f[4])
   local fbud, fr = tonumber(f[5]), tonumber(f[6])
   local fpt, fpb, fpe = tonumber(f[7]), tonumber(f[8]), tonumber(f[9])
@@ -83,10 +82,10 @@ local function usage_feedback(req)
   return v
 end
 
--- usage_reply(req, v) is the reply for the usage v: its named fields in
+-- usage_reply(v, pace) is the reply for the usage v: its named fields in
 -- the order of the header, then its rows (v.rows, three numbers per window
 -- limit), the paced limit's (v.paced_row) at its index among them.
-local function usage_reply(req, v)
+local function usage_reply(v, pace)
   local reply = {
     v.wait, v.cause, v.limit, v.capped, v.pause, v.ln, v.lw, v.lrem, v.budget, v.brem,
     v.len, v.last, v.lpt, v.lpb, v.lprem,
@@ -94,7 +93,7 @@ local function usage_reply(req, v)
   local rows, prow = v.rows, v.paced_row
   for i = 1, #rows, 3 do
     -- The paced limit's row at its index.
-    if prow and (i - 1) / 3 + 1 == req.pace.index then
+    if prow and (i - 1) / 3 + 1 == pace.index then
       for _, x in ipairs(prow) do reply[#reply + 1] = x end
       prow = nil
     end
@@ -106,12 +105,14 @@ local function usage_reply(req, v)
   return reply
 end
 
--- usage(req, state, windows) reads the feedback, then the key's state with
--- state (usage_log or usage_counts, given windows), and returns the reply,
--- or an error (KEYSTATE) as it is.
-local function usage(req, state, windows)
-  local v = usage_feedback(req)
-  local bad = state(req, v, windows, usage_limits(req))
+-- usage(state, windows, now, cost, max_wait, key, fb, pace_key, alg,
+-- limits, pace) reads the feedback, then the key's state with state
+-- (usage_log or usage_counts, given windows), for the request as
+-- parse_request returns it, and returns the reply, or an error (KEYSTATE)
+-- as it is.
+local function usage(state, windows, now, cost, max_wait, key, fb, pace_key, alg, limits, pace)
+  local v = usage_feedback(fb, now)
+  local bad = state(v, windows, now, cost, max_wait, key, fb, pace_key, alg, pace, usage_limits(alg, limits))
   if bad then return bad end
-  return usage_reply(req, v)
+  return usage_reply(v, pace)
 end

@@ -2,11 +2,11 @@
 -- search from now reads, and the search of counts (or buckets), without
 -- recording.
 
--- bucket_from(req, ci, ni, pi, bi, t, steps) is store/counters.go's
+-- bucket_from(ci, ni, pi, bi, t, steps, cost) is store/counters.go's
 -- bucketsFrom: the earliest time >= t at which a unit in t's bucket keeps
 -- every span of B buckets holding it within N (buckets' search, over the
 -- counters ci read at once), and the steps left.
-local function bucket_from(req, ci, ni, pi, bi, t, steps)
+local function bucket_from(ci, ni, pi, bi, t, steps, cost)
   local start = idx(t, pi)
   local hi, sum = start, 0
   for k, v in pairs(ci) do
@@ -16,7 +16,7 @@ local function bucket_from(req, ci, ni, pi, bi, t, steps)
   local cand, q = start, start
   while steps > 0 do
     steps = steps - 1
-    if sum + req.cost > ni then
+    if sum + cost > ni then
       cand = q + 1
     elseif q >= math.min(cand + bi - 1, math.max(cand, hi)) then
       break
@@ -27,14 +27,13 @@ local function bucket_from(req, ci, ni, pi, bi, t, steps)
   return math.max(t, cand * pi), steps
 end
 
--- usage_counts(req, v, windows, n, w, p, b) reads the counters at req.key
--- into v: rows, wait, limit, cause, capped, len and last (0); windows is
--- fixed or counter, nil for buckets. It returns an error (KEYSTATE) or a
--- refusal as a reply.
-local function usage_counts(req, v, windows, n, w, p, b)
-  local now = req.now
-  local bad, start, fcause, _, tightened = feedback(req, n, w)
-  if bad then return reserve_reply(bad) end
+-- usage_counts(v, windows, now, cost, _, key, fb, _, alg, _, n, w, p, b)
+-- reads the counters at key into v (see usage for the arguments): rows,
+-- wait, limit, cause, capped, len and last (0); windows is fixed or
+-- counter, nil for buckets. It returns an error (KEYSTATE).
+local function usage_counts(v, windows, now, cost, _, key, fb, _, alg, _, n, w, p, b)
+  local bad, start, fcause, _, tightened = feedback(fb, now, cost, n, w)
+  if bad then return bad end
   local c = {}
   for i = 1, #n do c[i] = {} end
   -- Each limit's indexes from the first a search from now reads: the
@@ -43,7 +42,7 @@ local function usage_counts(req, v, windows, n, w, p, b)
   for i = 1, #n do
     if not windows then back[i] = b[i] - 1 else back[i] = windows.lookback end
   end
-  local flat = redis.call('HGETALL', req.key)
+  local flat = redis.call('HGETALL', key)
   for j = 1, #flat, 2 do
     local i, k = string.match(flat[j], '^(%d+):(%d+)$')
     i, k = tonumber(i), tonumber(k)
@@ -51,9 +50,9 @@ local function usage_counts(req, v, windows, n, w, p, b)
   end
   local from
   if not windows then
-    from = function(i, at, steps) return bucket_from(req, c[i], n[i], p[i], b[i], at, steps) end
+    from = function(i, at, steps) return bucket_from(c[i], n[i], p[i], b[i], at, steps, cost) end
   else
-    from = function(i, at, steps) return windows.within(req, c[i], n[i], w[i], at, steps) end
+    from = function(i, at, steps) return windows.within(c[i], n[i], w[i], at, steps, cost) end
   end
   local t, lim, out = earliest(start, #n, from)
   local limit, cause, capped = 0, fcause, 0
@@ -75,7 +74,7 @@ local function usage_counts(req, v, windows, n, w, p, b)
       end
     end
     local prev = 0
-    if req.alg == 'counter' then prev = c[i][k - 1] or 0 end
+    if alg == 'counter' then prev = c[i][k - 1] or 0 end
     rows[#rows + 1] = used
     rows[#rows + 1] = later
     rows[#rows + 1] = prev

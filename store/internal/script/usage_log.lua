@@ -3,11 +3,11 @@
 -- limits (the log's slot rule, prelude), the feedback, the slow start; the
 -- order of the log left out.
 
--- usage_log(req, v, _, n, w) reads the log at req.key into v: len, last,
+-- usage_log(v, _, now, cost, max_wait, key, fb, pace_key, _, pace, n, w)
+-- reads the log at key into v (see usage for the arguments): len, last,
 -- rows, paced_row, wait, limit, cause, capped; or returns an error
--- (KEYSTATE) or a refusal as a reply.
-local function usage_log(req, v, _, n, w)
-  local key, now, cost, pace = req.key, req.now, req.cost, req.pace
+-- (KEYSTATE).
+local function usage_log(v, _, now, cost, max_wait, key, fb, pace_key, _, pace, n, w)
   local max_w = 0
   for i = 1, #w do max_w = math.max(max_w, w[i]) end
   local rows, len, last = {}, 0, 0
@@ -43,7 +43,7 @@ local function usage_log(req, v, _, n, w)
   local tat, prow
   if pace then
     local e, bad
-    tat, e, bad = pace_slot(req, pace, max_w)
+    tat, e, bad = pace_slot(pace_key, pace, cost, now, max_wait, max_w)
     if bad then return bad end
     if e > s then s, limit, cause = e, pace.index, LIMIT end
     local k = 0
@@ -56,7 +56,7 @@ local function usage_log(req, v, _, n, w)
     prow[2] = k - prow[1]
   end
   for i = 1, #n do
-    local e, _, bad = log_after(req, key, newest, n[i], w[i])
+    local e, _, bad = log_after(key, newest, n[i], w[i], cost)
     if bad then return bad end
     if e and e > s then
       local j = i -- the limit's index in the request: the paced one sits among them
@@ -64,13 +64,12 @@ local function usage_log(req, v, _, n, w)
       s, limit, cause = e, j, LIMIT
     end
   end
-  local refusal, till, _, hn, hw, _, pt, pb = hold(req)
-  -- A KEYSTATE error: nothing else refuses within usageServerWait.
-  if refusal then return reserve_reply(refusal) end
+  local bad, till, _, hn, hw, _, pt, pb = hold(fb, now, cost)
+  if bad then return bad end
   local held = till
   if till >= s then s, limit, cause = till, 0, UPSTREAM end
   if hn and hw <= max_w then
-    local e, _, bad = log_after(req, key, newest, hn, hw)
+    local e, _, bad = log_after(key, newest, hn, hw, cost)
     if bad then return bad end
     if e and e > s then s, limit, cause = e, 0, LEARNED end
   end
@@ -83,7 +82,7 @@ local function usage_log(req, v, _, n, w)
     else
       pace = { t = pt, burst = pb, index = 0, keep = 0 }
       local bad
-      tat, e, bad = pace_slot(req, pace, max_w)
+      tat, e, bad = pace_slot(pace_key, pace, cost, now, max_wait, max_w)
       if bad then return bad end
     end
     if e and e > s then s, limit, cause = e, 0, LEARNED end

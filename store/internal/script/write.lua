@@ -19,9 +19,9 @@ local function log_push(key, entry, cost)
   return len
 end
 
--- log_trim(req, key, len, max_n, max_w, last) trims key, a log of length
--- len just written with req's cost entries, whose last entry before the
--- write was last (nil: the log was new), under limits of at most max_n
+-- log_trim(key, len, max_n, max_w, last, now, cost) trims key, a log of
+-- length len just written with cost entries at now, whose last entry before
+-- the write was last (nil: the log was new), under limits of at most max_n
 -- units over at most max_w microseconds.
 --
 -- Trim, lazily: entries at or before min(now, last) - max_w lie outside
@@ -36,11 +36,11 @@ end
 -- log grows past another multiple of `slack`: most calls pay nothing, and
 -- the log holds at most max_n + slack entries plus those still inside the
 -- window (reservations waiting, entries kept for a Cancel).
-local function log_trim(req, key, len, max_n, max_w, last)
+local function log_trim(key, len, max_n, max_w, last, now, cost)
   local slack = 8
   if max_n > 64 then slack = math.ceil(max_n / 8) end
-  if last and len > max_n + 1 and len % slack < req.cost then
-    local horizon = math.min(req.now, last) - max_w
+  if last and len > max_n + 1 and len % slack < cost then
+    local horizon = math.min(now, last) - max_w
     local function at(i)
       -- A malformed entry reads as 0, older than any horizon: trimmed.
       return math.abs(tonumber(redis.call('LINDEX', key, i)) or 0)
@@ -61,8 +61,8 @@ local function log_trim(req, key, len, max_n, max_w, last)
   end
 end
 
--- log_expire(req, key, rec, max_w, last) keeps key, a log whose newest
--- entry is now rec and was last before the write, alive until that entry
+-- log_expire(key, rec, max_w, last, now) keeps key, a log whose newest
+-- entry is rec and was last before the write, alive until that entry
 -- has left the longest window.
 --
 -- Idle keys vanish once their newest entry has left the largest window. Each
@@ -70,13 +70,13 @@ end
 -- so only the first entry of each period pays for a PEXPIRE (an idle log
 -- lives at most 1.5 windows); a TTL is never shortened (GT): another
 -- caller's longer window may need it.
-local function log_expire(req, key, rec, max_w, last)
+local function log_expire(key, rec, max_w, last, now)
   local period = max_w / 2
   if period < 1000 then period = 1000 end
   period = period - period % 1
   local start = rec - rec % period -- the period's start
   if not last or last - last % period < start then
-    local ttl = start + period + max_w - req.now
+    local ttl = start + period + max_w - now
     ttl = (ttl - ttl % 1000) / 1000 + 1
     if not last then
       -- The log did not exist: no TTL to keep.

@@ -46,6 +46,7 @@ end
 -- not a plausible time (as log's). It notes on each part what also_record
 -- needs: its last entry, whether it was marked, its largest N and W.
 local function also_slot(more, s, limit, cause, now, cost, max_wait, allowance)
+  local ORDER, LIMIT = 1, 2 -- the causes (see request), as log's
   local j = more.base
   for _, part in ipairs(more) do
     local last, bad, marked = also_last(part.key)
@@ -83,8 +84,7 @@ local function also_record(more, rec, now, cost)
     -- its last entry (see log): it stays on the last entry.
     local entry = rec
     if part.marked then entry = -rec end
-    log_trim(part.key, log_push(part.key, entry, cost), part.max_n, part.max_w, part.last, now, cost)
-    log_expire(part.key, rec, part.max_w, part.last, now)
+    log_write(part.key, entry, rec, cost, part.max_n, part.max_w, part.last, now)
   end
   return rec
 end

@@ -56,6 +56,9 @@
 -- without.
 local function log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key, allowance, limits, pace,
                            more, also_slot, also_record)
+  -- The causes (see request), as locals: an upvalue is paid for on every
+  -- call, and this function runs on every reservation of the log.
+  local NONE, ORDER, LIMIT, UPSTREAM, LEARNED = 0, 1, 2, 3, 4
   local count = #limits -- the window limits' numbers, two each
   -- Whether the request has window limits: a paced limit alone keeps no log.
   local windows = count > 0
@@ -192,12 +195,10 @@ local function log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key, 
     tat, spacing = pace_record(pace_key, pace, tat, s + allowance, cost, now), pace.t
     if not windows then return true, wait, s, limit, cause, rec, tat, spacing, moved end -- a paced limit alone keeps no log
   end
+  -- Record (marked while feedback lasts), trim lazily, and keep a TTL past
+  -- the newest entry (see write).
   local entry = rec
   if active then entry = -rec end
-  local len = log_push(key, entry, cost)
-
-  -- Trim lazily, and keep a TTL past the newest entry (see write).
-  log_trim(key, len, max_n, max_w, last, now, cost)
-  log_expire(key, rec, max_w, last, now)
+  log_write(key, entry, rec, cost, max_n, max_w, last, now)
   return true, wait, s, limit, cause, rec, tat, spacing, moved
 end

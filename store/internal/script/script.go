@@ -25,10 +25,12 @@ type recipe struct {
 	main  string
 }
 
-// The parts each family of scripts starts with.
+// The parts each family of scripts starts with, and those of the cap on
+// requests in flight (leaseParts: the log's keys have no TTL of expire's).
 var (
 	logParts      = []string{"time", "request", "prelude", "hold", "pace", "write"}
-	countingParts = []string{"time", "request", "hold", "floor", "counting"}
+	countingParts = []string{"time", "expire", "request", "hold", "floor", "counting"}
+	leaseParts    = []string{"expire", "lease", "leased"}
 )
 
 // with returns base followed by more, in a new slice.
@@ -98,10 +100,10 @@ var recipes = []recipe{
 	{"reserve counter", with(countingParts, "counter", "counts"), countingMain(false, "counts_reserve", "counter")},
 	{"reserve buckets", with(countingParts, "buckets"), countingMain(false, "buckets_reserve", "")},
 
-	{"reserve log, leased", with(logParts, "log", "lease", "leased"), logMain(false, false, true)},
-	{"reserve paced, leased", with(logParts, "log", "lease", "leased"), logMain(true, false, true)},
-	{"reserve log+also, leased", with(logParts, "also", "log", "lease", "leased"), logMain(false, true, true)},
-	{"reserve paced+also, leased", with(logParts, "also", "log", "lease", "leased"), logMain(true, true, true)},
+	{"reserve log, leased", with(logParts, append([]string{"log"}, leaseParts...)...), logMain(false, false, true)},
+	{"reserve paced, leased", with(logParts, append([]string{"log"}, leaseParts...)...), logMain(true, false, true)},
+	{"reserve log+also, leased", with(logParts, append([]string{"also", "log"}, leaseParts...)...), logMain(false, true, true)},
+	{"reserve paced+also, leased", with(logParts, append([]string{"also", "log"}, leaseParts...)...), logMain(true, true, true)},
 	{"reserve fixed, leased", with(countingParts, "fixed", "counts", "lease", "leased"), countingMain(true, "counts_reserve", "fixed")},
 	{"reserve counter, leased", with(countingParts, "counter", "counts", "lease", "leased"), countingMain(true, "counts_reserve", "counter")},
 	{"reserve buckets, leased", with(countingParts, "buckets", "lease", "leased"), countingMain(true, "buckets_reserve", "")},
@@ -121,11 +123,11 @@ return cancel_entries(KEYS[1], ARGV[1], tonumber(ARGV[2]))`},
 	{"cancel counts", []string{"floor", "cancel_counts"}, `
 return cancel_counts(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1', ARGV, 4)`},
 
-	{"feedback", []string{"time", "feedback"}, `
+	{"feedback", []string{"time", "expire", "feedback"}, `
 return record_feedback(KEYS[1], KEYS[2], parse_feedback())`},
 	{"repair", []string{"time", "repair"}, `
 return repair(KEYS[1], KEYS[2], KEYS[3], ARGV[1], clock(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]))`},
-	{"lease ops", []string{"time", "lease", "lease_ops"}, `
+	{"lease ops", []string{"time", "expire", "lease", "lease_ops"}, `
 return lease_op(ARGV[1], KEYS[1], KEYS[2], clock(ARGV[2]), ARGV[3] + 0, ARGV[4] + 0, ARGV[5], ARGV[6])`},
 
 	// The usage scripts read a key's state without writing (usage.lua).

@@ -35,7 +35,7 @@ local function buckets_reserve(now, cost, max_wait, server_wait, key, fb, limits
   end
   local bad, start, cause, budget, tightened = feedback(fb, now, cost, n, win)
   if bad then return bad end
-  if start - now > server_wait then return false, start - now, nil, 0, UPSTREAM end
+  if start - now > server_wait then return false, start - now, nil, 0, cause end -- UPSTREAM
 
   -- Besides its buckets, each limit keeps three fields: "<i>:t" the total of
   -- its buckets present, "<i>:o" an index at or below its oldest bucket, and

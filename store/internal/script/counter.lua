@@ -8,15 +8,10 @@
 -- start of window j+1, where it is highest) stays within N. A window counts
 -- its units whatever their time inside it, so reservations in any order keep
 -- every estimate made at an admission within N.
---
--- counter.lookback: windows before now's that a search still reads
--- (oldestNeeded); counter.weigh: windows from its own on in which a unit
--- counts (countsUntil).
-local counter = { lookback = 1, weigh = 2 }
 
--- counter.within(c, n, w, t, steps, cost) is the earliest time >= t at which
+-- counter_within(c, n, w, t, steps, cost) is the earliest time >= t at which
 -- the estimate leaves room for cost (counterFrom), and the steps left.
-function counter.within(c, n, w, t, steps, cost)
+local function counter_within(c, n, w, t, steps, cost)
   while steps > 0 do
     steps = steps - 1
     local j = idx(t, w)
@@ -32,3 +27,9 @@ function counter.within(c, n, w, t, steps, cost)
   end
   return t, steps
 end
+
+-- The windows of counter, as counts and usage_counts take them beside
+-- counter_within: COUNTER_LOOKBACK, how many windows before now's a search still
+-- reads (oldestNeeded); COUNTER_WEIGH, in how many windows from its own on a
+-- unit counts (countsUntil).
+local COUNTER_LOOKBACK, COUNTER_WEIGH = 1, 2

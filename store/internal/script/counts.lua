@@ -9,10 +9,11 @@
 --
 -- Returns the values of request's reserve_reply, without entry.
 
--- counts_reserve(now, cost, max_wait, server_wait, key, fb, limits, windows)
--- reserves the request's slot (the arguments as parse_request returns them)
--- under the windows of fixed or counter.
-local function counts_reserve(now, cost, max_wait, server_wait, key, fb, limits, windows)
+-- counts_reserve(now, cost, max_wait, server_wait, key, fb, limits, within,
+-- lookback, weigh) reserves the request's slot (the arguments as
+-- parse_request returns them) under the windows of fixed or counter (their
+-- within, LOOKBACK and WEIGH).
+local function counts_reserve(now, cost, max_wait, server_wait, key, fb, limits, within, lookback, weigh)
   local n, w = {}, {}
   for i = 1, #limits, 2 do
     n[#n + 1] = limits[i]
@@ -20,7 +21,7 @@ local function counts_reserve(now, cost, max_wait, server_wait, key, fb, limits,
   end
   local bad, start, cause, budget, tightened = feedback(fb, now, cost, n, w)
   if bad then return bad end
-  if start - now > server_wait then return false, start - now, nil, 0, UPSTREAM end
+  if start - now > server_wait then return false, start - now, nil, 0, cause end -- UPSTREAM
 
   -- Load the counters; windows older than the first a search from now reads
   -- (and limits this call does not have) are never read again, and go.
@@ -30,7 +31,7 @@ local function counts_reserve(now, cost, max_wait, server_wait, key, fb, limits,
   for j = 1, #flat, 2 do
     local i, k = string.match(flat[j], '^(%d+):(%d+)$')
     i, k = tonumber(i), tonumber(k)
-    if i and c[i] and k >= idx(now, w[i]) - windows.lookback then
+    if i and c[i] and k >= idx(now, w[i]) - lookback then
       c[i][k] = tonumber(flat[j + 1])
     else
       stale[#stale + 1] = flat[j]
@@ -40,7 +41,7 @@ local function counts_reserve(now, cost, max_wait, server_wait, key, fb, limits,
     redis.call('HDEL', key, unpack(stale, j, math.min(j + 999, #stale)))
   end
 
-  local function from(i, at, steps) return windows.within(c[i], n[i], w[i], at, steps, cost) end
+  local function from(i, at, steps) return within(c[i], n[i], w[i], at, steps, cost) end
   local t, wait, limit, refused
   t, wait, limit, cause, refused = search(now, cost, max_wait, fb, start, #n, from, cause, tightened, budget)
   if refused then return false, wait, nil, limit, cause end
@@ -51,7 +52,7 @@ local function counts_reserve(now, cost, max_wait, server_wait, key, fb, limits,
   for i = 1, #n do
     local k = idx(t, w[i])
     redis.call('HINCRBY', key, i .. ':' .. string.format('%.0f', k), cost)
-    till = math.max(till, (k + windows.weigh) * w[i])
+    till = math.max(till, (k + weigh) * w[i])
   end
   expire(key, till, now)
   return true, wait, t, limit, cause

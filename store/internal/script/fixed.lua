@@ -5,16 +5,11 @@
 -- most N - cost units. A window counts the units reserved in it whatever
 -- their time inside it, so reservations in any order keep at most N in every
 -- window.
---
--- fixed.lookback: windows before now's that a search still reads
--- (oldestNeeded); fixed.weigh: windows from its own on in which a unit
--- counts (countsUntil).
-local fixed = { lookback = 0, weigh = 1 }
 
--- fixed.within(c, n, w, t, steps, cost) is the earliest time >= t at which
+-- fixed_within(c, n, w, t, steps, cost) is the earliest time >= t at which
 -- the window of the time holds room for cost (fixedFrom), and the steps
 -- left.
-function fixed.within(c, n, w, t, steps, cost)
+local function fixed_within(c, n, w, t, steps, cost)
   while steps > 0 do
     steps = steps - 1
     local k = idx(t, w)
@@ -23,3 +18,9 @@ function fixed.within(c, n, w, t, steps, cost)
   end
   return t, steps
 end
+
+-- The windows of fixed, as counts and usage_counts take them beside
+-- fixed_within: FIXED_LOOKBACK, how many windows before now's a search still
+-- reads (oldestNeeded); FIXED_WEIGH, in how many windows from its own on a
+-- unit counts (countsUntil).
+local FIXED_LOOKBACK, FIXED_WEIGH = 0, 1

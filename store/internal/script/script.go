@@ -65,12 +65,19 @@ func logMain(paced, also, leased bool) string {
 	return parse("log", "allowance", paced, also, leased) + "return reserve_reply(" + call + ")"
 }
 
+// windows is the arguments that give counts_reserve and usage_counts the
+// windows win, fixed or counter: its within and LOOKBACK.
+func windows(win string) string {
+	return win + "_within, " + strings.ToUpper(win) + "_LOOKBACK"
+}
+
 // countingMain is the main of a reserve script of a counting algorithm:
-// body is counts_reserve with fixed or counter, or buckets_reserve.
-func countingMain(leased bool, body, windows string) string {
+// body is counts_reserve with the windows win, fixed or counter, or
+// buckets_reserve.
+func countingMain(leased bool, body, win string) string {
 	args := "now, cost, max_wait, server_wait, key, fb, limits"
-	if windows != "" {
-		args += ", " + windows
+	if win != "" {
+		args += ", " + windows(win) + ", " + strings.ToUpper(win) + "_WEIGH"
 	}
 	call := body + "(" + args + ")"
 	if leased {
@@ -80,10 +87,13 @@ func countingMain(leased bool, body, windows string) string {
 }
 
 // usageMain is the main of a usage script: state is usage_log or
-// usage_counts, windows fixed, counter or nil.
-func usageMain(paced bool, state, windows string) string {
-	return parse("usage", "alg", paced, false, false) +
-		"return usage(" + state + ", " + windows + ", now, cost, max_wait, key, fb, pace_key, alg, limits, pace)"
+// usage_counts, with the windows win, fixed or counter, or "".
+func usageMain(paced bool, state, win string) string {
+	call := "usage(" + state + ", now, cost, max_wait, key, fb, pace_key, alg, limits, pace"
+	if win != "" {
+		call += ", " + windows(win)
+	}
+	return parse("usage", "alg", paced, false, false) + "return " + call + ")"
 }
 
 // recipes lists every script the store runs. Under a cap on requests in
@@ -131,11 +141,11 @@ return repair(KEYS[1], KEYS[2], KEYS[3], ARGV[1], clock(ARGV[2]), tonumber(ARGV[
 return lease_op(ARGV[1], KEYS[1], KEYS[2], clock(ARGV[2]), ARGV[3] + 0, ARGV[4] + 0, ARGV[5], ARGV[6])`},
 
 	// The usage scripts read a key's state without writing (usage.lua).
-	{"usage log", []string{"time", "request", "prelude", "hold", "pace", "usage", "usage_log"}, usageMain(false, "usage_log", "nil")},
-	{"usage paced", []string{"time", "request", "prelude", "hold", "pace", "usage", "usage_log"}, usageMain(true, "usage_log", "nil")},
+	{"usage log", []string{"time", "request", "prelude", "hold", "pace", "usage", "usage_log"}, usageMain(false, "usage_log", "")},
+	{"usage paced", []string{"time", "request", "prelude", "hold", "pace", "usage", "usage_log"}, usageMain(true, "usage_log", "")},
 	{"usage fixed", with(countingParts, "fixed", "usage", "usage_counts"), usageMain(false, "usage_counts", "fixed")},
 	{"usage counter", with(countingParts, "counter", "usage", "usage_counts"), usageMain(false, "usage_counts", "counter")},
-	{"usage buckets", with(countingParts, "usage", "usage_counts"), usageMain(false, "usage_counts", "nil")},
+	{"usage buckets", with(countingParts, "usage", "usage_counts"), usageMain(false, "usage_counts", "")},
 }
 
 // scripts is every recipe assembled, by name.

@@ -105,14 +105,15 @@ local function usage_reply(v, pace)
   return reply
 end
 
--- usage(state, windows, now, cost, max_wait, key, fb, pace_key, alg,
--- limits, pace) reads the feedback, then the key's state with state
--- (usage_log or usage_counts, given windows), for the request as
--- parse_request returns it, and returns the reply, or an error (KEYSTATE)
--- as it is.
-local function usage(state, windows, now, cost, max_wait, key, fb, pace_key, alg, limits, pace)
+-- usage(state, now, cost, max_wait, key, fb, pace_key, alg, limits, pace,
+-- within, lookback) reads the feedback, then the key's state with state
+-- (usage_log, or usage_counts with the windows of fixed or counter: their
+-- within and LOOKBACK), for the request as parse_request returns it, and
+-- returns the reply, or an error (KEYSTATE) as it is.
+local function usage(state, now, cost, max_wait, key, fb, pace_key, alg, limits, pace, within, lookback)
   local v = usage_feedback(fb, now)
-  local bad = state(v, windows, now, cost, max_wait, key, fb, pace_key, alg, pace, usage_limits(alg, limits))
+  local n, w, p, b = usage_limits(alg, limits)
+  local bad = state(v, now, cost, max_wait, key, fb, pace_key, alg, pace, n, w, p, b, within, lookback)
   if bad then return bad end
   return usage_reply(v, pace)
 end

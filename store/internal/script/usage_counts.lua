@@ -27,11 +27,12 @@ local function bucket_from(ci, ni, pi, bi, t, steps, cost)
   return math.max(t, cand * pi), steps
 end
 
--- usage_counts(v, windows, now, cost, _, key, fb, _, alg, _, n, w, p, b)
--- reads the counters at key into v (see usage for the arguments): rows,
--- wait, limit, cause, capped, len and last (0); windows is fixed or
--- counter, nil for buckets. It returns an error (KEYSTATE).
-local function usage_counts(v, windows, now, cost, _, key, fb, _, alg, _, n, w, p, b)
+-- usage_counts(v, now, cost, _, key, fb, _, alg, _, n, w, p, b, within,
+-- lookback) reads the counters at key into v (see usage for the
+-- arguments): rows, wait, limit, cause, capped, len and last (0); within
+-- and lookback are fixed's or counter's, nil for buckets. It returns an
+-- error (KEYSTATE).
+local function usage_counts(v, now, cost, _, key, fb, _, alg, _, n, w, p, b, within, lookback)
   local bad, start, fcause, _, tightened = feedback(fb, now, cost, n, w)
   if bad then return bad end
   local c = {}
@@ -40,7 +41,7 @@ local function usage_counts(v, windows, now, cost, _, key, fb, _, alg, _, n, w, 
   -- window before now's for counter, the B-1 buckets before for buckets.
   local back = {}
   for i = 1, #n do
-    if not windows then back[i] = b[i] - 1 else back[i] = windows.lookback end
+    if not within then back[i] = b[i] - 1 else back[i] = lookback end
   end
   local flat = redis.call('HGETALL', key)
   for j = 1, #flat, 2 do
@@ -49,10 +50,10 @@ local function usage_counts(v, windows, now, cost, _, key, fb, _, alg, _, n, w, 
     if i and c[i] and k >= idx(now, p[i]) - back[i] then c[i][k] = tonumber(flat[j + 1]) end
   end
   local from
-  if not windows then
+  if not within then
     from = function(i, at, steps) return bucket_from(c[i], n[i], p[i], b[i], at, steps, cost) end
   else
-    from = function(i, at, steps) return windows.within(c[i], n[i], w[i], at, steps, cost) end
+    from = function(i, at, steps) return within(c[i], n[i], w[i], at, steps, cost) end
   end
   local t, lim, out = earliest(start, #n, from)
   local limit, cause, capped = 0, fcause, 0

@@ -3,11 +3,11 @@
 -- limits (the log's slot rule, prelude), the feedback, the slow start; the
 -- order of the log left out.
 
--- usage_log(v, _, now, cost, max_wait, key, fb, pace_key, _, pace, n, w)
+-- usage_log(v, now, cost, max_wait, key, fb, pace_key, _, pace, n, w)
 -- reads the log at key into v (see usage for the arguments): len, last,
 -- rows, paced_row, wait, limit, cause, capped; or returns an error
 -- (KEYSTATE).
-local function usage_log(v, _, now, cost, max_wait, key, fb, pace_key, _, pace, n, w)
+local function usage_log(v, now, cost, max_wait, key, fb, pace_key, _, pace, n, w)
   local max_w = 0
   for i = 1, #w do max_w = math.max(max_w, w[i]) end
   local rows, len, last = {}, 0, 0

@@ -61,6 +61,7 @@ local NONE, ORDER, LIMIT, UPSTREAM, LEARNED, INFLIGHT = 0, 1, 2, 3, 4, 5
 --   lease    a cap: { key, queue, inbox, cap, dur, held, id }, or nil (see
 --            leased).
 local function parse_request(kind, paced, also, leased)
+  local KEYS, ARGV = KEYS, ARGV -- locals: a global is looked up at each use
   local last = #ARGV
   local lease, more
   if leased or also then
@@ -98,13 +99,19 @@ local function parse_request(kind, paced, also, leased)
     first = 10
     pace = { t = ARGV[6] + 0, burst = ARGV[7] + 0, index = ARGV[8] + 0, keep = ARGV[9] + 0 }
   end
-  -- The limits' list sized at once by unpack (past 1000, one by one: unpack
-  -- of a large table overflows the Lua stack).
-  local stop = last
-  if stop - first >= 1000 then stop = first + 999 end
-  local limits = { unpack(ARGV, first, stop) }
-  for i = stop + 1, last do limits[i - first + 1] = ARGV[i] end
-  for i = 1, last - first + 1 do limits[i] = limits[i] + 0 end
+  -- The limits as numbers: one limit (the common case) in one constructor;
+  -- more through unpack, which sizes the list at once (past 1000, one by
+  -- one: unpack of a large table overflows the Lua stack).
+  local limits
+  if last - first == 1 then
+    limits = { ARGV[first] + 0, ARGV[last] + 0 }
+  else
+    local stop = last
+    if stop - first >= 1000 then stop = first + 999 end
+    limits = { unpack(ARGV, first, stop) }
+    for i = stop + 1, last do limits[i - first + 1] = ARGV[i] end
+    for i = 1, last - first + 1 do limits[i] = limits[i] + 0 end
+  end
   return clock(ARGV[3]), ARGV[1] + 0, ARGV[2] + 0, ARGV[4] + 0, KEYS[1], KEYS[2], KEYS[3],
     head, limits, pace, more, lease
 end

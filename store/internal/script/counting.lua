@@ -31,22 +31,26 @@ end
 -- to a request of cost units at now under limits that allow n[i] units per
 -- window of win[i] µs. It returns the error KEYSTATE or nil; the time the
 -- search starts at (a reservation is refused, UPSTREAM, when it lies
--- further than its max server wait) and its cause; the budget (see spend); and tightened[i],
--- true where a learned limit of ln per lw lowered n[i] (in place) to the
--- same rate, floor(ln * win[i] / lw), at least the cost: it has no
--- counters of its own.
+-- further than its max server wait) and its cause; the budget (see
+-- spend); and tightened[i], true where a learned limit of ln per lw lowered
+-- n[i] (in place) to the same rate, floor(ln * win[i] / lw), at least the
+-- cost: it has no counters of its own (tightened is nil when no learned
+-- limit holds: a table less on the common path).
 local function feedback(fb, now, cost, n, win)
-  local start, cause, tightened = now, NONE, {}
-  if not fb then return nil, start, cause, nil, tightened end
+  local start, cause, tightened = now, NONE, nil
+  if not fb then return nil, start, cause, nil, nil end
   local bad, till, budget, ln, lw = hold(fb, now, cost)
   if bad then return bad end
   if till > now then start, cause = till, UPSTREAM end
-  local max_w = 0
-  for i = 1, #win do max_w = math.max(max_w, win[i]) end
-  if ln and lw <= max_w then
-    for i = 1, #n do
-      local m = math.max(math.floor(ln * win[i] / lw), cost)
-      if m < n[i] then n[i], tightened[i] = m, true end
+  if ln then
+    local max_w = 0
+    for i = 1, #win do max_w = math.max(max_w, win[i]) end
+    if lw <= max_w then
+      tightened = {}
+      for i = 1, #n do
+        local m = math.max(math.floor(ln * win[i] / lw), cost)
+        if m < n[i] then n[i], tightened[i] = m, true end
+      end
     end
   end
   return nil, start, cause, budget, tightened
@@ -59,7 +63,7 @@ end
 -- budget in fb for a slot before its reset.
 local function search(now, cost, max_wait, fb, start, count, from, cause, tightened, budget)
   local t, limit, capped = earliest(start, count, from)
-  if limit > 0 and tightened[limit] then
+  if limit > 0 and tightened and tightened[limit] then
     limit, cause = 0, LEARNED
   elseif limit > 0 then
     cause = LIMIT

@@ -24,8 +24,9 @@ local function counts_reserve(now, cost, max_wait, server_wait, key, fb, limits,
   if start - now > server_wait then return false, start - now, nil, 0, cause end -- UPSTREAM
 
   -- Load the counters; windows older than the first a search from now reads
-  -- (and limits this call does not have) are never read again, and go.
-  local c, stale = {}, {}
+  -- (and limits this call does not have) are never read again, and go
+  -- (stale: their fields, a table made only when there are some).
+  local c, stale = {}, nil
   for i = 1, #n do c[i] = {} end
   local flat = redis.call('HGETALL', key)
   for j = 1, #flat, 2 do
@@ -34,11 +35,14 @@ local function counts_reserve(now, cost, max_wait, server_wait, key, fb, limits,
     if i and c[i] and k >= idx(now, w[i]) - lookback then
       c[i][k] = tonumber(flat[j + 1])
     else
+      if not stale then stale = {} end
       stale[#stale + 1] = flat[j]
     end
   end
-  for j = 1, #stale, 1000 do
-    redis.call('HDEL', key, unpack(stale, j, math.min(j + 999, #stale)))
+  if stale then
+    for j = 1, #stale, 1000 do
+      redis.call('HDEL', key, unpack(stale, j, math.min(j + 999, #stale)))
+    end
   end
 
   local function from(i, at, steps) return within(c[i], n[i], w[i], at, steps, cost) end

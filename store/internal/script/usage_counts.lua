@@ -57,7 +57,7 @@ local function usage_counts(v, now, cost, _, key, fb, _, alg, _, n, w, p, b, wit
   end
   local t, lim, out = earliest(start, #n, from)
   local limit, cause, capped = 0, fcause, 0
-  if lim > 0 and tightened[lim] then
+  if lim > 0 and tightened and tightened[lim] then
     cause = LEARNED
   elseif lim > 0 then
     limit, cause = lim, LIMIT

@@ -15,7 +15,7 @@ func (r *Request) Horizon(maxPer int64) int64 {
 }
 
 // PaceSpan is how far a paced time of spacing t and burst b may run ahead
-// of the slot of a request of cost c: (b + c + 1) spacings (tat.lua).
+// of the slot of a request of cost c: (b + c + 1) spacings (pace.lua).
 func PaceSpan(t, b, c int64) int64 { return (b + c + 1) * t }
 
 // PartHorizon is horizon for a part of req (Request.Also): its own windows.

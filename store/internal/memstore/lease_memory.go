@@ -100,7 +100,7 @@ func leaseRetry(ls *memLeases, l contract.Lease, now int64) int64 {
 	return max(min(since*int64(len(ls.queue)+1), earliest-now), 0)
 }
 
-// leaseBefore is lease_open for Reserve: the lease the request holds or may
+// leaseBefore is leased.lua's first half for Reserve: the lease the request holds or may
 // take, and, when none is free, the refusal (ok false; the request joined
 // the queue if it may wait); m.mu is held.
 func (m *Memory) leaseBefore(key string, req *contract.Request, now int64) (l contract.Lease, refusal contract.Reservation, ok bool) {
@@ -127,7 +127,7 @@ func (m *Memory) leaseBefore(key string, req *contract.Request, now int64) (l co
 	return l, contract.InFlightRefusal(l, *req, retry, deadline), false
 }
 
-// leaseAfter is lease_close: a granted reservation records its lease (a held
+// leaseAfter is leased.lua's second half: a granted reservation records its lease (a held
 // one renewed) and carries it; m.mu is held (Reserve defers it under its
 // lock).
 func (m *Memory) leaseAfter(res *contract.Reservation, l contract.Lease, now int64) {

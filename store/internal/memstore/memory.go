@@ -261,7 +261,7 @@ type logCall struct {
 	windows   bool // the request has window limits: it keeps a log
 	lg        *memLog
 	s         slot
-	// The paced state (pace.lua, tat.lua): the key's, ps, with its TAT
+	// The paced state (pace.lua): the key's, ps, with its TAT
 	// (0: none) and the pace reserved on it, of spacing t (0: none), burst,
 	// keep and index in the request's limits.
 	ps                       *memPace
@@ -312,7 +312,7 @@ func (c *logCall) ownPace() {
 			c.ps, c.tat = c.paceState()
 			c.t, c.burst, c.keep, c.pidx = l.Interval(), int64(l.Burst), l.Keep(), i
 			if c.keep > 0 && c.tat+c.keep <= c.now {
-				c.tat = 0 // as tat.lua: a limit that starts slowly counts it as none
+				c.tat = 0 // as pace.lua: a limit that starts slowly counts it as none
 			}
 			c.paceSlot(i, contract.CauseLimit)
 		}

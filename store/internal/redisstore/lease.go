@@ -50,7 +50,7 @@ func leaseScripts(out map[string]string) {
 }
 
 // withLease makes call the leased variant of itself: its script, and the
-// lease's keys and arguments at the ends (lease_open.lua takes them off).
+// lease's keys and arguments at the ends (request.lua's parser takes them off).
 func (r *Redis) withLease(call *scriptCall, key string, req contract.Request) contract.Lease {
 	l := req.LeaseAt(key, contract.NewLeaseID)
 	switch call.script.Hash() {

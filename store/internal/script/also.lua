@@ -1,10 +1,12 @@
 -- also: more rate keys in the same reservation (store.Request.Also), each
 -- with its own window limits: the slot is the latest that the request's key
 -- and every other key allow, and the units are recorded in every log or in
--- none. noalso is the layout without them. Placed after nopace or pace, before
--- log, which calls also_slot once its own slot is known and also_record once
--- it knows its entry.
+-- none. The log's script with more keys passes more (see request),
+-- also_slot and also_record to log_reserve, which calls also_slot once its
+-- own slot is known and also_record once it knows its entry; without more
+-- keys it passes none of them.
 --
+-- more, parsed from (see request):
 -- KEYS[#KEYS-p+1..#KEYS]  the p other keys' logs (LISTs, as log's KEYS[1]),
 --           in the order of their parts below, under the same hash tag as
 --           KEYS[1] on a Cluster (the Go side checks it before the call).
@@ -27,20 +29,6 @@
 -- Cost: per part, LINDEX of its last entry and of the entry that decides
 -- each limit, one RPUSH, and the trim and TTL as log's, paid as rarely.
 
-local also_len = ARGV[#ARGV] + 0
-local argc = #ARGV - also_len - 2
-local also = { base = ARGV[#ARGV - 1] + 0, parts = {} }
-do
-  local i = argc + 1
-  while i <= argc + also_len do
-    local m = ARGV[i] + 0
-    also.parts[#also.parts + 1] = { first = i + 1, stop = i + 2 * m }
-    i = i + 1 + 2 * m
-  end
-  local k0 = #KEYS - #also.parts
-  for j, part in ipairs(also.parts) do part.key = KEYS[k0 + j] end
-end
-
 -- also_last reads the newest entry of a part's log as a time (its mark
 -- stripped), or returns nil, KEYSTATE when it is not a number; third,
 -- whether it was marked.
@@ -52,28 +40,31 @@ local function also_last(key)
   return math.abs(e), nil, e < 0
 end
 
--- also_slot returns the slot, limit and cause once every part is counted,
--- starting from the request's own, or a fourth value, KEYSTATE, for an
--- entry that is not a plausible time (as log's).
-local function also_slot(s, limit, cause, allowance)
-  local j = also.base
-  for _, part in ipairs(also.parts) do
+-- also_slot(more, s, limit, cause, now, cost, max_wait, allowance) returns
+-- the slot, limit and cause once every part of more is counted, starting
+-- from the request's own, or a fourth value, KEYSTATE, for an entry that is
+-- not a plausible time (as log's). It notes on each part what also_record
+-- needs: its last entry, whether it was marked, its largest N and W.
+local function also_slot(more, s, limit, cause, now, cost, max_wait, allowance)
+  local ORDER, LIMIT = 1, 2 -- the causes (see request), as log's
+  local j = more.base
+  for _, part in ipairs(more) do
     local last, bad, marked = also_last(part.key)
     if bad then return s, limit, cause, bad end
     part.last, part.marked, part.max_n, part.max_w = last, marked, 0, 0
     local latest = last or 0
-    for i = part.first, part.stop, 2 do
-      local n, w = ARGV[i] + 0, ARGV[i + 1] + 0
+    for i = 1, #part, 2 do
+      local n, w = part[i], part[i + 1]
       j = j + 1
       if n > part.max_n then part.max_n = n end
       if w > part.max_w then part.max_w = w end
       local e, entry
-      e, entry, bad = log_after(part.key, last, n, w)
+      e, entry, bad = log_after(part.key, last, n, w, cost)
       if bad then return s, limit, cause, bad end
       if entry and entry > latest then latest = entry end
       if e and e > s then s, limit, cause = e, j, LIMIT end
     end
-    if implausible(latest, part.max_w) then
+    if implausible(latest, now, max_wait, part.max_w) then
       return s, limit, cause, redis.error_reply('KEYSTATE an entry lies implausibly far in the future')
     end
     if allowance == 0 and last and last > s then s, limit, cause = last, 0, ORDER end
@@ -81,20 +72,19 @@ local function also_slot(s, limit, cause, allowance)
   return s, limit, cause
 end
 
--- also_record records cost units in every part's log at the entry, the
--- latest of rec (the request's own entry) and every part's last entry, and
--- returns it for the request's own log.
-local function also_record(rec)
-  for _, part in ipairs(also.parts) do
+-- also_record(more, rec, now, cost) records cost units in every part's log
+-- at the entry, the latest of rec (the request's own entry) and every
+-- part's last entry, and returns it for the request's own log.
+local function also_record(more, rec, now, cost)
+  for _, part in ipairs(more) do
     if part.last and part.last > rec then rec = part.last end
   end
-  for _, part in ipairs(also.parts) do
+  for _, part in ipairs(more) do
     -- A key that is another request's own may carry the feedback mark on
     -- its last entry (see log): it stays on the last entry.
     local entry = rec
     if part.marked then entry = -rec end
-    log_trim(part.key, log_push(part.key, entry), part.max_n, part.max_w, part.last)
-    log_expire(part.key, rec, part.max_w, part.last)
+    log_write(part.key, entry, rec, cost, part.max_n, part.max_w, part.last, now)
   end
   return rec
 end

@@ -11,14 +11,19 @@
 -- marked entries are removed too, and if one went, the new last entry takes
 -- the mark, which must stay on the last entry while the feedback lasts.
 
-local key, slot, cost = KEYS[1], ARGV[1], tonumber(ARGV[2])
-local n = redis.call('LREM', key, -cost, slot)
-if n < cost then
-  local m = redis.call('LREM', key, -(cost - n), '-' .. slot)
-  if m > 0 then
-    n = n + m
-    local e = redis.call('LINDEX', key, -1)
-    if e and (tonumber(e) or 0) > 0 then redis.call('LSET', key, -1, -tonumber(e)) end
+-- cancel_entries(key, entry, cost) removes cost entries of value entry
+-- (marked or not) from the newest end of the log at key, passes the mark on
+-- to the new last entry if a marked one went, and returns how many it
+-- removed.
+local function cancel_entries(key, entry, cost)
+  local n = redis.call('LREM', key, -cost, entry)
+  if n < cost then
+    local m = redis.call('LREM', key, -(cost - n), '-' .. entry)
+    if m > 0 then
+      n = n + m
+      local e = redis.call('LINDEX', key, -1)
+      if e and (tonumber(e) or 0) > 0 then redis.call('LSET', key, -1, -tonumber(e)) end
+    end
   end
+  return n
 end
-return n

@@ -1,5 +1,6 @@
 -- cancel_also: remove a reservation's entries from the logs of its other
--- keys (store.Request.Also), then, below, from its own key's (see cancel).
+-- keys (store.Request.Also), before its own key's (see cancel), whose
+-- cancel_entries it runs on each.
 --
 -- KEYS[#KEYS-p+1..#KEYS]  the p other keys' logs, after cancel's (and
 --           cancel_pace's) own keys.
@@ -11,13 +12,8 @@
 -- own): as in cancel, marked entries are removed too, and the new last entry
 -- takes the mark.
 
-do
-  local p, want = tonumber(ARGV[#ARGV]), tonumber(ARGV[2])
-  for i = #KEYS - p + 1, #KEYS do
-    local n = redis.call('LREM', KEYS[i], -want, ARGV[1])
-    if n < want and redis.call('LREM', KEYS[i], -(want - n), '-' .. ARGV[1]) > 0 then
-      local e = redis.call('LINDEX', KEYS[i], -1)
-      if e and (tonumber(e) or 0) > 0 then redis.call('LSET', KEYS[i], -1, -tonumber(e)) end
-    end
-  end
+-- cancel_also(keys, from, entry, cost) removes the reservation's entries
+-- from the logs keys[from..#keys] (see cancel_entries).
+local function cancel_also(keys, from, entry, cost)
+  for i = from, #keys do cancel_entries(keys[i], entry, cost) end
 end

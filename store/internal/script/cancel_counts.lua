@@ -12,23 +12,24 @@
 -- Reply: 1. Counters that have expired or fell below cost meanwhile are
 -- removed, never made negative.
 
-local key = KEYS[1]
-local slot = tonumber(ARGV[1])
-local cost = tonumber(ARGV[2])
-local totals = ARGV[3] == '1'
-for i = 4, #ARGV do
-  local l = tonumber(ARGV[i])
-  local k = idx(slot, l)
-  local f = (i - 3) .. ':' .. string.format('%.0f', k)
-  local v = tonumber(redis.call('HGET', key, f))
-  if v then
-    local back = math.min(v, cost)
-    if v <= cost then
-      redis.call('HDEL', key, f)
-    else
-      redis.call('HINCRBY', key, f, -cost)
+-- cancel_counts(key, slot, cost, totals, lengths, from) gives back cost
+-- units at slot from the counter of each limit i, whose window or bucket
+-- length is lengths[from + i - 1], and from its total when totals is set.
+local function cancel_counts(key, slot, cost, totals, lengths, from)
+  for i = from, #lengths do
+    local l = tonumber(lengths[i])
+    local k = idx(slot, l)
+    local f = (i - from + 1) .. ':' .. string.format('%.0f', k)
+    local v = tonumber(redis.call('HGET', key, f))
+    if v then
+      local back = math.min(v, cost)
+      if v <= cost then
+        redis.call('HDEL', key, f)
+      else
+        redis.call('HINCRBY', key, f, -cost)
+      end
+      if totals then redis.call('HINCRBY', key, (i - from + 1) .. ':t', -back) end
     end
-    if totals then redis.call('HINCRBY', key, (i - 3) .. ':t', -back) end
   end
+  return 1
 end
-return 1

@@ -12,6 +12,10 @@
 -- the later slots were placed after it, and handing it back could put more
 -- units in an interval than the limit allows.
 
-if redis.call('GET', KEYS[2]) == ARGV[3] then
-  redis.call('SET', KEYS[2], string.format('%.0f', ARGV[3] - ARGV[4]), 'KEEPTTL')
+-- cancel_pace(pace_key, tat, back) moves the TAT at pace_key back by back
+-- microseconds while it is still tat (both as the arguments give them).
+local function cancel_pace(pace_key, tat, back)
+  if redis.call('GET', pace_key) == tat then
+    redis.call('SET', pace_key, string.format('%.0f', tat - back), 'KEEPTTL')
+  end
 end

@@ -31,56 +31,69 @@
 -- replaced by the latest (the caller never learns one looser than its own
 -- limits).
 
-local fb = KEYS[1]
-local now = clock(ARGV[1])
-local pause, n, w, ttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local remaining, reset, slack = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local pt, pb, pttl = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
-local f = redis.call('HMGET', fb, 'p', 'le', 'b', 'r', 'pe', 'pt', 'pb')
-local p, le, b, r = tonumber(f[1]) or 0, tonumber(f[2]) or 0, tonumber(f[3]), tonumber(f[4]) or 0
-local pe = tonumber(f[5]) or 0
+-- parse_feedback() reads ARGV into what the upstream said: now and its
+-- named fields (nil for an absent argument).
+local function parse_feedback()
+  return clock(ARGV[1]), {
+    pause = tonumber(ARGV[2]), n = tonumber(ARGV[3]), w = tonumber(ARGV[4]), ttl = tonumber(ARGV[5]),
+    remaining = tonumber(ARGV[6]), reset = tonumber(ARGV[7]), slack = tonumber(ARGV[8]),
+    pt = tonumber(ARGV[9]), pb = tonumber(ARGV[10]), pttl = tonumber(ARGV[11]),
+  }
+end
 
-if pause > 0 and now + pause > p then
-  p = now + pause
-  redis.call('HSET', fb, 'p', string.format('%.0f', p))
-end
-if n > 0 then
-  le = now + ttl
-  redis.call('HSET', fb, 'n', n, 'w', string.format('%.0f', w), 'le', string.format('%.0f', le))
-end
-if pt > 0 then
-  local moved = pe <= now
-  if not moved then
-    -- A pace that holds is slowed, never hurried.
-    local held_pb = tonumber(f[7]) or pb
-    pt, pb = math.max(pt, tonumber(f[6]) or 0), math.min(pb, held_pb)
-    moved = pb < held_pb
+-- record_feedback(fb, log, now, said) merges what the upstream said into
+-- the hash fb, marks the log's last entry (log may be nil), and returns the
+-- reply.
+local function record_feedback(fb, log, now, said)
+  local pause, n, w, ttl = said.pause, said.n, said.w, said.ttl
+  local remaining, reset, slack = said.remaining, said.reset, said.slack
+  local pt, pb, pttl = said.pt, said.pb, said.pttl
+  local f = redis.call('HMGET', fb, 'p', 'le', 'b', 'r', 'pe', 'pt', 'pb')
+  local p, le, b, r = tonumber(f[1]) or 0, tonumber(f[2]) or 0, tonumber(f[3]), tonumber(f[4]) or 0
+  local pe = tonumber(f[5]) or 0
+
+  if pause > 0 and now + pause > p then
+    p = now + pause
+    redis.call('HSET', fb, 'p', string.format('%.0f', p))
   end
-  pe = now + pttl
-  redis.call('HSET', fb, 'pt', string.format('%.0f', pt), 'pb', pb, 'pe', string.format('%.0f', pe))
-  if moved then redis.call('HSET', fb, 'pm', string.format('%.0f', now)) end
-end
-if reset > 0 then
-  local at = now + reset
-  if r > now and b and math.abs(at - r) <= slack then
-    -- The same window: keep the smaller remaining and the later reset.
-    if remaining < b then redis.call('HSET', fb, 'b', remaining) end
-    if at > r then
-      r = at
-      redis.call('HSET', fb, 'r', string.format('%.0f', r))
+  if n > 0 then
+    le = now + ttl
+    redis.call('HSET', fb, 'n', n, 'w', string.format('%.0f', w), 'le', string.format('%.0f', le))
+  end
+  if pt > 0 then
+    local moved = pe <= now
+    if not moved then
+      -- A pace that holds is slowed, never hurried.
+      local held_pb = tonumber(f[7]) or pb
+      pt, pb = math.max(pt, tonumber(f[6]) or 0), math.min(pb, held_pb)
+      moved = pb < held_pb
     end
-  elseif at > r then
-    r = at
-    redis.call('HSET', fb, 'b', remaining, 'r', string.format('%.0f', r))
+    pe = now + pttl
+    redis.call('HSET', fb, 'pt', string.format('%.0f', pt), 'pb', pb, 'pe', string.format('%.0f', pe))
+    if moved then redis.call('HSET', fb, 'pm', string.format('%.0f', now)) end
   end
-end
+  if reset > 0 then
+    local at = now + reset
+    if r > now and b and math.abs(at - r) <= slack then
+      -- The same window: keep the smaller remaining and the later reset.
+      if remaining < b then redis.call('HSET', fb, 'b', remaining) end
+      if at > r then
+        r = at
+        redis.call('HSET', fb, 'r', string.format('%.0f', r))
+      end
+    elseif at > r then
+      r = at
+      redis.call('HSET', fb, 'b', remaining, 'r', string.format('%.0f', r))
+    end
+  end
 
--- The hash lives as long as its longest-lived field, never shortened.
-local last = math.max(p, le, r, pe)
-if last > now then expire(fb, last, now) end
-if last > now and KEYS[2] then
-  local e = redis.call('LINDEX', KEYS[2], -1)
-  if e and (tonumber(e) or 0) > 0 then redis.call('LSET', KEYS[2], -1, -tonumber(e)) end
+  -- The hash lives as long as its longest-lived field, never shortened.
+  local last = math.max(p, le, r, pe)
+  if last > now then expire(fb, last, now) end
+  if last > now and log then
+    local e = redis.call('LINDEX', log, -1)
+    if e and (tonumber(e) or 0) > 0 then redis.call('LSET', log, -1, -tonumber(e)) end
+  end
+  if p > now then return p - now end
+  return 0
 end
-if p > now then return p - now end
-return 0

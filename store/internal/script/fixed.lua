@@ -6,18 +6,21 @@
 -- their time inside it, so reservations in any order keep at most N in every
 -- window.
 
--- lookback: windows before now's that a search still reads (oldestNeeded);
--- weigh: windows from its own on in which a unit counts (countsUntil).
-local lookback, weigh = 0, 1
-
--- within(c, n, w, t) is the earliest time >= t at which the window of the
--- time holds room for cost (fixedFrom).
-local function within(c, n, w, t)
+-- fixed_within(c, n, w, t, steps, cost) is the earliest time >= t at which
+-- the window of the time holds room for cost (fixedFrom), and the steps
+-- left.
+local function fixed_within(c, n, w, t, steps, cost)
   while steps > 0 do
     steps = steps - 1
     local k = idx(t, w)
-    if (c[k] or 0) + cost <= n then return t end
+    if (c[k] or 0) + cost <= n then return t, steps end
     t = (k + 1) * w
   end
-  return t
+  return t, steps
 end
+
+-- The windows of fixed, as counts and usage_counts take them beside
+-- fixed_within: FIXED_LOOKBACK, how many windows before now's a search still
+-- reads (oldestNeeded); FIXED_WEIGH, in how many windows from its own on a
+-- unit counts (countsUntil).
+local FIXED_LOOKBACK, FIXED_WEIGH = 0, 1

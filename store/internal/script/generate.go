@@ -17,7 +17,7 @@ const Dir = "assembled"
 // Command regenerates Dir from the repository's root.
 const Command = "go generate ./store/internal/script"
 
-// FileName is the name in Dir of the script that store.Scripts names name:
+// FileName is the name in Dir of the script named name (see All):
 // lower case, every run of spaces and punctuation one '_'.
 func FileName(name string) string {
 	return strings.Trim(notWord.ReplaceAllString(strings.ToLower(name), "_"), "_") + ".lua"
@@ -26,7 +26,7 @@ func FileName(name string) string {
 var notWord = regexp.MustCompile(`[^a-z0-9]+`)
 
 // Files returns the content of each file of Dir, by file name, for scripts
-// as store.Scripts gives them (name to source): two comment lines saying
+// as All gives them (name to source): two comment lines saying
 // the file is generated, from which parts and by which command, and the
 // script's SHA1, then the script byte for byte.
 func Files(scripts map[string]string) (map[string]string, error) {

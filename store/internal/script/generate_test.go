@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	store "github.com/throttle-go/throttle/store/internal/redisstore"
 	"github.com/throttle-go/throttle/store/internal/script"
 )
 
@@ -20,7 +19,7 @@ import (
 // left over from a script that no longer exists.
 func TestAssembledUpToDate(t *testing.T) {
 	t.Parallel()
-	files, err := script.Files(store.Scripts())
+	files, err := script.Files(script.All())
 	require.NoError(t, err)
 	for _, p := range stale(t, script.Dir, files) {
 		t.Error(p)
@@ -77,7 +76,7 @@ func TestAssembledStale(t *testing.T) {
 // that its SHA1 is the one EVALSHA sends.
 func TestAssembledIsWhatRedisRuns(t *testing.T) {
 	t.Parallel()
-	scripts := store.Scripts()
+	scripts := script.All()
 	files, err := script.Files(scripts)
 	require.NoError(t, err)
 	require.Len(t, files, len(scripts))

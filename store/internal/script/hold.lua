@@ -8,19 +8,20 @@
 --           of spacing pt µs and burst pb, valid until pe, to which the key
 --           last moved at pm (see feedback). Absent fields say nothing.
 
--- hold(fb) reads the hash (one HMGET) and returns:
---   refusal  a reply to return at once when a pause, or a budget too short
---            for the cost, ends further than the max server wait, or the
---            error KEYSTATE when a pause or reset lies past MaxFeedback
+-- hold(fb, now, cost) reads the hash fb (one HMGET) for a request of cost
+-- units at now, and returns:
+--   bad      the error KEYSTATE when a pause or reset lies past MaxFeedback
 --            from now; else nil;
---   till     the end of that pause or budget, which holds the slot back to
---            it (0: nothing holds it);
+--   till     the end of a pause, or of a budget too short for the cost,
+--            which holds the slot back to it (0: nothing holds it); a
+--            reservation is refused (UPSTREAM) when it ends further than
+--            its max server wait;
 --   budget   the reset of a budget that covers the cost (see spend), or nil;
 --   n, w     a learned limit of n per w µs still valid, or nil;
 --   active   whether anything in the hash is still live;
 --   pt, pb   a learned pace (spacing in µs, burst) still valid, or nil;
 --   pm       when the key last moved to it (µs), or nil.
-local function hold(fb)
+local function hold(fb, now, cost)
   local f = redis.call('HMGET', fb, 'p', 'n', 'w', 'le', 'b', 'r', 'pt', 'pb', 'pe', 'pm')
   local till, budget, active = tonumber(f[1]) or 0, nil, false
   local b, r = tonumber(f[5]), tonumber(f[6])
@@ -35,7 +36,6 @@ local function hold(fb)
   end
   if till > now then
     active = true
-    if till - now > server_wait then return { 0, till - now, 0, 0, UPSTREAM } end
   else
     till = 0
   end
@@ -51,8 +51,9 @@ local function hold(fb)
   return nil, till, budget, n, w, true, pt, pb, pm
 end
 
--- spend takes the cost from the budget whose reset hold returned, for a slot
--- before it. (A Cancel gives nothing back to a budget.)
-local function spend(fb, budget, slot)
+-- spend(fb, cost, budget, slot) takes cost from the budget in fb whose
+-- reset hold returned, for a slot before it. (A Cancel gives nothing back
+-- to a budget.)
+local function spend(fb, cost, budget, slot)
   if budget and slot < budget then redis.call('HINCRBY', fb, 'b', -cost) end
 end

@@ -17,31 +17,32 @@
 --   leave    held 1 if the caller had been handed the lease (given back)
 -- Every operation but renew reclaims expired leases and serves the queue.
 
-local lk, qk = KEYS[1], KEYS[2]
-local op, now, cap, dur, id = ARGV[1], clock(ARGV[2]), ARGV[3] + 0, ARGV[4] + 0, ARGV[5]
-
-if op == 'renew' then
-  local s = redis.call('ZSCORE', lk, id)
-  if s and tonumber(s) > now then
-    redis.call('ZADD', lk, now + dur, id)
-    expire(lk, now + dur, now)
-    return { 1, 0 }
+-- lease_op(op, lk, qk, now, cap, dur, id, entry) runs op on lease id under
+-- the cap of the leases lk and the queue qk, and returns the reply.
+local function lease_op(op, lk, qk, now, cap, dur, id, entry)
+  if op == 'renew' then
+    local s = redis.call('ZSCORE', lk, id)
+    if s and tonumber(s) > now then
+      redis.call('ZADD', lk, now + dur, id)
+      expire(lk, now + dur, now)
+      return { 1, 0 }
+    end
+    return { 0, 0 }
   end
-  return { 0, 0 }
+  local held = 0
+  if op == 'leave' then
+    redis.call('LREM', qk, 1, entry)
+  end
+  if op == 'release' or op == 'leave' then
+    local s = redis.call('ZSCORE', lk, id)
+    if s and tonumber(s) > now then held = 1 end
+    redis.call('ZREM', lk, id)
+  end
+  lease_free(lk, qk, cap, dur, now)
+  if op == 'check' then
+    local s = redis.call('ZSCORE', lk, id)
+    if s and tonumber(s) > now then return { 1, 0 } end
+    return { 0, lease_earliest(lk, now) }
+  end
+  return { held, 0 }
 end
-local held = 0
-if op == 'leave' then
-  redis.call('LREM', qk, 1, ARGV[6])
-end
-if op == 'release' or op == 'leave' then
-  local s = redis.call('ZSCORE', lk, id)
-  if s and tonumber(s) > now then held = 1 end
-  redis.call('ZREM', lk, id)
-end
-lease_free(lk, qk, cap, dur, now)
-if op == 'check' then
-  local s = redis.call('ZSCORE', lk, id)
-  if s and tonumber(s) > now then return { 1, 0 } end
-  return { 0, lease_earliest(lk, now) }
-end
-return { held, 0 }

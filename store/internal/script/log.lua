@@ -1,24 +1,22 @@
 -- log: the SlidingLog body: reserve the earliest send time in a sliding log
 -- (the reservation sliding log of DESIGN.md).
 --
--- KEYS[1]   the log: a LIST of send times in microseconds, oldest first.
+-- key       the log: a LIST of send times in microseconds, oldest first.
 --           Times at or after "now" are reservations not yet sent. A
 --           negative entry is the time -entry, marked: the key has (or had
 --           when it was written) upstream feedback to read; see below.
--- KEYS[2]   optional: the key's feedback (see hold).
--- KEYS[3]   the pace key (see pace and tat), read only under a paced limit,
+-- fb        optional: the key's feedback (see hold).
+-- pace_key  the pace key (see pace), read only under a paced limit (pace),
 --           the request's own or a learned one.
--- ARGV[5]   allowance in microseconds (integer >= 0): how late after its slot
+-- allowance in microseconds (integer >= 0): how late after its slot
 --           the caller may send. The entries are recorded at the latest time
 --           the request may be sent, not at its slot (see below).
--- ARGV[first..argc] the window limits, as pairs: N (integer >= 1), W (window
---           in microseconds >= 1); first is 6, or 10 after a paced limit's
---           arguments (see nopace and pace); argc is #ARGV, or less when
---           more keys follow (see noalso and also).
+-- limits    the window limits, as pairs: N (integer >= 1), W (window in
+--           microseconds >= 1) (see request).
 --
--- Reply: the prelude's, with entry: the value the cost entries were
--- recorded at (0 when refused); Cancel removes cost entries of this value;
--- then, when allowed under a paced limit, pace's TAT and spacing; then,
+-- Returns the values request's reserve_reply takes: when allowed, entry:
+-- the value the cost entries were recorded at; Cancel removes cost entries
+-- of this value; then, under a paced limit, pace's TAT and spacing; then,
 -- when a learned pace holds, the time the key last moved to a stricter one
 -- (see feedback), so that a caller may tell which of its waiting
 -- reservations were made before it.
@@ -50,149 +48,157 @@
 -- of the last entry, LINDEX of the entry that decides, RPUSH. The TTL, the
 -- trim and the feedback are paid only when they can matter (see each).
 
-local key = KEYS[1]
-local allowance = ARGV[5] + 0
--- Whether the request has window limits: a paced limit alone keeps no log.
-local windows = argc >= first
+-- log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key,
+-- allowance, limits, pace, more, also_slot, also_record) reserves the
+-- request's slot in the log (the arguments as parse_request returns them)
+-- and returns it as reserve_reply takes it (or KEYSTATE). With more keys
+-- (more), also's two functions count and record the other keys' logs; nil
+-- without.
+local function log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key, allowance, limits, pace,
+                           more, also_slot, also_record)
+  -- The causes (see request), as locals: an upvalue is paid for on every
+  -- call, and this function runs on every reservation of the log.
+  local NONE, ORDER, LIMIT, UPSTREAM, LEARNED = 0, 1, 2, 3, 4
+  local count = #limits -- the window limits' numbers, two each
+  -- Whether the request has window limits: a paced limit alone keeps no log.
+  local windows = count > 0
 
--- The newest entry: a new entry never goes before it (nor, without an
--- allowance, the slot), and nil says the log is empty (Redis deletes an empty
--- LIST). A mark on it says there is feedback.
-local last = windows and redis.call('LINDEX', key, -1)
-local marked = true
-if last then
-  last = tonumber(last)
-  if not last then return redis.error_reply('KEYSTATE an entry is not a number') end
-  if last < 0 then last = -last else marked = false end
-end
-
--- The largest N and W (for the trim and the TTL), and the span of the
--- horizon (see prelude's implausible): the longest window, or the spacings
--- the paced time may run ahead of its slot when they are longer. The Go side
--- repairs with the same horizon (store.Request.horizon).
-local max_w, max_n = 0, 0
-for i = first, argc, 2 do
-  local n, w = ARGV[i] + 0, ARGV[i + 1] + 0
-  if w > max_w then max_w = w end
-  if n > max_n then max_n = n end
-end
-local span = max_w
-if pace then span = math.max(span, (pace.burst + cost + 1) * pace.t) end
-
--- One pass over the limits: the slot they allow. Entries too old to matter
--- may still be in the log (trimming is lazy, below): they are at least max_w
--- before now, so they never set a slot.
-local s, limit, cause = now, 0, NONE
-local tat
-if pace then
-  local e, bad
-  tat, e, bad = pace_slot(span)
-  if bad then return bad end
-  if e > s then s, limit, cause = e, pace.index, LIMIT end
-end
-local last_bad = 0 -- an older entry later than the last (the log is ordered)
-for i = first, argc, 2 do
-  local e, entry, bad = log_after(key, last, ARGV[i] + 0, ARGV[i + 1] + 0)
-  if bad then return bad end
-  if entry and entry > last then last_bad = entry end
-  if e and e > s then
-    -- The limit's index in the request: the paced one sits among them.
-    local j = (i - first) / 2 + 1
-    if pace and j >= pace.index then j = j + 1 end
-    s, limit, cause = e, j, LIMIT
+  -- The newest entry: a new entry never goes before it (nor, without an
+  -- allowance, the slot), and nil says the log is empty (Redis deletes an
+  -- empty LIST). A mark on it says there is feedback.
+  local last = windows and redis.call('LINDEX', key, -1)
+  local marked = true
+  if last then
+    last = tonumber(last)
+    if not last then return redis.error_reply('KEYSTATE an entry is not a number') end
+    if last < 0 then last = -last else marked = false end
   end
-end
 
--- An entry past the horizon (see the header) would hold the key back for as
--- long as it lies ahead: a wrong state, not a limit.
-if last and implausible(math.max(last, last_bad), span) then
-  return redis.error_reply('KEYSTATE an entry lies implausibly far in the future')
-end
-
--- What the upstream said (one HMGET), read when the log is new or its last
--- entry is marked: the feedback script marks it when it writes, and each call marks
--- its own entry while the feedback lasts. A pause and an exhausted budget
--- hold the slot back to their end, refused at once past the max server
--- wait; a learned limit counts like one more limit of the request; a
--- learned pace is reserved on the key's paced state, as the request's own
--- paced limit would be, with the larger spacing and the smaller burst when
--- the request has one.
-local fb, budget, active = KEYS[2], nil, false
-local held, moved = 0, nil -- the end of a pause that holds the slot; when the pace last moved
-if fb and marked then
-  local refusal, till, n, w, pt, pb
-  refusal, till, budget, n, w, active, pt, pb, moved = hold(fb)
-  if refusal then return refusal end
-  held = till
-  if till >= s then s, limit, cause = till, 0, UPSTREAM end
-  if n and w <= max_w then
-    local e, _, bad = log_after(key, last, n, w)
-    if bad then return bad end
-    if e and e > s then s, limit, cause = e, 0, LEARNED end
+  -- The largest N and W (for the trim and the TTL), and the span of the
+  -- horizon (see prelude's implausible): the longest window, or the spacings
+  -- the paced time may run ahead of its slot when they are longer. The Go
+  -- side repairs with the same horizon (store.Request.horizon).
+  local max_w, max_n = 0, 0
+  for i = 1, count, 2 do
+    local n, w = limits[i], limits[i + 1]
+    if w > max_w then max_w = w end
+    if n > max_n then max_n = n end
   end
-  if pt and (not pace or pt > pace.t or pb < pace.burst) then
-    -- A cost above the burst + 1 goes as one send: its units are not
-    -- spaced from each other (and an expired TAT stays as good as none).
-    pb = math.max(pb, cost - 1)
+  local span = max_w
+  if pace then span = math.max(span, (pace.burst + cost + 1) * pace.t) end
+
+  -- One pass over the limits: the slot they allow. Entries too old to matter
+  -- may still be in the log (trimming is lazy, below): they are at least
+  -- max_w before now, so they never set a slot.
+  local s, limit, cause = now, 0, NONE
+  local tat
+  if pace then
     local e, bad
-    if pace then
-      pace = { t = math.max(pace.t, pt), burst = math.min(pace.burst, pb), index = pace.index, keep = pace.keep }
-      if tat then e = tat + (cost - 1 - pace.burst) * pace.t end
-    else
-      pace = { t = pt, burst = pb, index = 0, keep = 0 }
-      tat, e, bad = pace_slot(span)
-      if bad then return bad end
-    end
-    if e and e > s then s, limit, cause = e, 0, LEARNED end
-  end
-end
--- A pace that starts slowly (see pace: keep) has earned no burst when it has
--- no TAT yet, nor at the end of a pause that holds its requests back: its
--- TAT is then at least burst spacings past now or the pause's end, so that
--- its requests go evenly spaced from the first, and its burst builds up
--- only while the key sends slower than its pace.
-if pace and pace.keep > 0 then
-  local from = held
-  if not tat then from = math.max(from, now) end
-  if from > 0 and (not tat or from + pace.burst * pace.t > tat) then
-    tat = from + pace.burst * pace.t
-    local e = tat + (cost - 1 - pace.burst) * pace.t
+    tat, e, bad = pace_slot(pace_key, pace, cost, now, max_wait, span)
+    if bad then return bad end
     if e > s then s, limit, cause = e, pace.index, LIMIT end
   end
-end
--- Without an allowance, never before the last entry: the log stays ordered
--- (FIFO across the fleet) even if clocks step back. With one, the entry is
--- kept in order below instead.
-if allowance == 0 and last and last > s then s, limit, cause = last, 0, ORDER end
--- More keys (see also): the slot is the latest any of them allows.
-if also then
-  local bad
-  s, limit, cause, bad = also_slot(s, limit, cause, allowance)
-  if bad then return bad end
-end
+  local last_bad = 0 -- an older entry later than the last (the log is ordered)
+  for i = 1, count, 2 do
+    local e, entry, bad = log_after(key, last, limits[i], limits[i + 1], cost)
+    if bad then return bad end
+    if entry and entry > last then last_bad = entry end
+    if e and e > s then
+      -- The limit's index in the request: the paced one sits among them.
+      local j = (i + 1) / 2
+      if pace and j >= pace.index then j = j + 1 end
+      s, limit, cause = e, j, LIMIT
+    end
+  end
 
-local wait = s - now
-if wait > max_wait then
-  return { 0, wait, 0, limit, cause }
-end
-spend(fb, budget, s)
+  -- An entry past the horizon (see the header) would hold the key back for
+  -- as long as it lies ahead: a wrong state, not a limit.
+  if last and implausible(math.max(last, last_bad), now, max_wait, span) then
+    return redis.error_reply('KEYSTATE an entry lies implausibly far in the future')
+  end
 
--- Lua numbers that hold integers reach Redis as integers (%.17g before
--- Redis 7.2, an integer conversion since): times in microseconds stay below
--- 2^53, so they are exact.
-local rec = s + allowance
-if last and last > rec then rec = last end
-if also then rec = also_record(rec) end -- recorded in every key's log
-if pace then
-  tat = pace_record(tat, s + allowance)
-  if not windows then return { 1, wait, s, limit, cause, rec, tat, pace.t, moved } end
-end
-local entry = rec
-if active then entry = -rec end
-local len = log_push(key, entry)
+  -- What the upstream said (one HMGET), read when the log is new or its
+  -- last entry is marked: the feedback script marks it when it writes, and
+  -- each call marks its own entry while the feedback lasts. A pause and an
+  -- exhausted budget hold the slot back to their end, refused at once past
+  -- the max server wait; a learned limit counts like one more limit of the
+  -- request; a learned pace is reserved on the key's paced state, as the
+  -- request's own paced limit would be, with the larger spacing and the
+  -- smaller burst when the request has one.
+  local budget, active = nil, false
+  local held, moved = 0, nil -- the end of a pause that holds the slot; when the pace last moved
+  if fb and marked then
+    local bad, till, n, w, pt, pb
+    bad, till, budget, n, w, active, pt, pb, moved = hold(fb, now, cost)
+    if bad then return bad end
+    if till - now > server_wait then return false, till - now, nil, 0, UPSTREAM end
+    held = till
+    if till >= s then s, limit, cause = till, 0, UPSTREAM end
+    if n and w <= max_w then
+      local e, _, bad = log_after(key, last, n, w, cost)
+      if bad then return bad end
+      if e and e > s then s, limit, cause = e, 0, LEARNED end
+    end
+    if pt and (not pace or pt > pace.t or pb < pace.burst) then
+      -- A cost above the burst + 1 goes as one send: its units are not
+      -- spaced from each other (and an expired TAT stays as good as none).
+      pb = math.max(pb, cost - 1)
+      local e, bad
+      if pace then
+        pace = { t = math.max(pace.t, pt), burst = math.min(pace.burst, pb), index = pace.index, keep = pace.keep }
+        if tat then e = tat + (cost - 1 - pace.burst) * pace.t end
+      else
+        pace = { t = pt, burst = pb, index = 0, keep = 0 }
+        tat, e, bad = pace_slot(pace_key, pace, cost, now, max_wait, span)
+        if bad then return bad end
+      end
+      if e and e > s then s, limit, cause = e, 0, LEARNED end
+    end
+  end
+  -- A pace that starts slowly (see pace: keep) has earned no burst when it
+  -- has no TAT yet, nor at the end of a pause that holds its requests back:
+  -- its TAT is then at least burst spacings past now or the pause's end, so
+  -- that its requests go evenly spaced from the first, and its burst builds
+  -- up only while the key sends slower than its pace.
+  if pace and pace.keep > 0 then
+    local from = held
+    if not tat then from = math.max(from, now) end
+    if from > 0 and (not tat or from + pace.burst * pace.t > tat) then
+      tat = from + pace.burst * pace.t
+      local e = tat + (cost - 1 - pace.burst) * pace.t
+      if e > s then s, limit, cause = e, pace.index, LIMIT end
+    end
+  end
+  -- Without an allowance, never before the last entry: the log stays
+  -- ordered (FIFO across the fleet) even if clocks step back. With one, the
+  -- entry is kept in order below instead.
+  if allowance == 0 and last and last > s then s, limit, cause = last, 0, ORDER end
+  -- More keys (see also): the slot is the latest any of them allows.
+  if also_slot then
+    local bad
+    s, limit, cause, bad = also_slot(more, s, limit, cause, now, cost, max_wait, allowance)
+    if bad then return bad end
+  end
 
--- Trim lazily, and keep a TTL past the newest entry (see write).
-log_trim(key, len, max_n, max_w, last)
-log_expire(key, rec, max_w, last)
-if pace then return { 1, wait, s, limit, cause, rec, tat, pace.t, moved } end
-return { 1, wait, s, limit, cause, rec }
+  local wait = s - now
+  if wait > max_wait then return false, wait, nil, limit, cause end
+  spend(fb, cost, budget, s)
+
+  -- Lua numbers that hold integers reach Redis as integers (%.17g before
+  -- Redis 7.2, an integer conversion since): times in microseconds stay
+  -- below 2^53, so they are exact.
+  local rec = s + allowance
+  if last and last > rec then rec = last end
+  if also_record then rec = also_record(more, rec, now, cost) end -- recorded in every key's log
+  local spacing
+  if pace then
+    tat, spacing = pace_record(pace_key, pace, tat, s + allowance, cost, now), pace.t
+    if not windows then return true, wait, s, limit, cause, rec, tat, spacing, moved end -- a paced limit alone keeps no log
+  end
+  -- Record (marked while feedback lasts), trim lazily, and keep a TTL past
+  -- the newest entry (see write).
+  local entry = rec
+  if active then entry = -rec end
+  log_write(key, entry, rec, cost, max_n, max_w, last, now)
+  return true, wait, s, limit, cause, rec, tat, spacing, moved
+end

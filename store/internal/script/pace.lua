@@ -2,10 +2,14 @@
 -- the same call: the slot is the latest of what the window limits and the
 -- paced limit allow, and the units are recorded in both or in neither.
 -- store.Memory is its Go twin; docs/pacing.md has the proof at length.
+-- A learned pace (see hold) is reserved on the same state, in every log
+-- script: the log then reserves under a pace table of its own making.
 --
--- KEYS[3]   the pace key: a STRING beside the log, under the same hash tag,
---           holding the limit's theoretical arrival time TAT (microseconds),
---           with a TTL past it (an expired TAT allows as much as none).
+-- KEYS[3]   the pace key (pace_key): a STRING beside the log, under the
+--           same hash tag, holding the limit's theoretical arrival time TAT
+--           (microseconds), with a TTL past it (an expired TAT allows as
+--           much as none).
+-- The paced limit (pace, see request), from ARGV:
 -- ARGV[6]   the spacing T in microseconds: the limit's Per over N, rounded
 --           up (the transport's Per already holds the Margin: N units take
 --           Per + Margin, so the margin is paid once per window).
@@ -71,5 +75,32 @@
 -- Cost: GET of the TAT, and SET with PX (the TTL in the same command) when
 -- allowed: two commands beside the log's.
 
-local first = 10
-local pace = { t = ARGV[6] + 0, burst = ARGV[7] + 0, index = ARGV[8] + 0, keep = ARGV[9] + 0 }
+-- pace_slot(pace_key, pace, cost, now, max_wait, span) returns the TAT (nil when none: a limit that
+-- starts slowly counts one older than its keep as none, whether or not
+-- Redis has expired it yet) and the earliest slot the paced limit pace
+-- allows (0 when none), or, third, the error KEYSTATE when the TAT is not a
+-- plausible time: not a number, or implausible (see prelude) with the
+-- larger of span and (burst + cost + 1) spacings, past what any reservation
+-- of a caller with this max wait could have left (as for the log's
+-- entries; see log).
+local function pace_slot(pace_key, pace, cost, now, max_wait, span)
+  local tat = redis.call('GET', pace_key)
+  if not tat then return nil, 0 end
+  tat = tonumber(tat)
+  if not tat or implausible(tat, now, max_wait, math.max(span, (pace.burst + cost + 1) * pace.t)) then
+    return nil, 0, redis.error_reply('KEYSTATE the pace time is not a plausible time')
+  end
+  if pace.keep > 0 and tat + pace.keep <= now then return nil, 0 end
+  return tat, tat + (cost - 1 - pace.burst) * pace.t
+end
+
+-- pace_record(pace_key, pace, tat, r, cost, now) records cost units from
+-- send time r on the TAT at pace_key and returns it, with a TTL just past it, or keep past it for a
+-- limit that starts slowly: until then, its earned burst stays.
+local function pace_record(pace_key, pace, tat, r, cost, now)
+  local t = math.max(tat or 0, r) + cost * pace.t
+  local ttl = t - now + (pace.keep or 0)
+  ttl = (ttl - ttl % 1000) / 1000 + 1
+  redis.call('SET', pace_key, string.format('%.0f', t), 'PX', string.format('%.0f', ttl))
+  return t
+end

@@ -77,13 +77,17 @@ local function expiring(key, us)
   end
 end
 
-local now = clock(ARGV[2])
--- The state's hash holds counters, not times: no horizon.
-local horizon = nil
-if ARGV[1] == 'list' then horizon = now + tonumber(ARGV[3]) end
-local done = { fix(KEYS[1], ARGV[1], horizon), fix(KEYS[2], 'hash', now + tonumber(ARGV[4])) }
-if KEYS[3] then done[3] = fix_pace(KEYS[3], now + tonumber(ARGV[3])) end
-if horizon then expiring(KEYS[1], 2 * tonumber(ARGV[3])) end
-expiring(KEYS[2], tonumber(ARGV[4]))
-if KEYS[3] then expiring(KEYS[3], 2 * tonumber(ARGV[3])) end
-return done
+-- repair(state, fb, pace_key, want, now, span, max_feedback) repairs the
+-- state (of type want), the feedback and the pace key (nil: none), with the
+-- log's horizon span and MaxFeedback in microseconds, and returns the reply.
+local function repair(state, fb, pace_key, want, now, span, max_feedback)
+  -- The state's hash holds counters, not times: no horizon.
+  local horizon = nil
+  if want == 'list' then horizon = now + span end
+  local done = { fix(state, want, horizon), fix(fb, 'hash', now + max_feedback) }
+  if pace_key then done[3] = fix_pace(pace_key, now + span) end
+  if horizon then expiring(state, 2 * span) end
+  expiring(fb, max_feedback)
+  if pace_key then expiring(pace_key, 2 * span) end
+  return done
+end

@@ -1,41 +1,41 @@
 -- write: what every log does when it records: push the entries, trim those
 -- no later call can count, and keep a TTL past the newest. The log body
--- (log) calls them for the request's own key, and also for each of its
--- other keys.
+-- (log) calls log_write for the request's own key, and also for each of
+-- its other keys. (One function, not three: each function a script's hot
+-- path calls is an upvalue of its caller, paid for on every call.)
 
--- log_push appends cost entries of value entry to key and returns its new
--- length. It pushes in chunks: unpack of a large table overflows the Lua
--- stack.
-local function log_push(key, entry)
-  if cost == 1 then return redis.call('RPUSH', key, entry) end
+-- log_write(key, entry, rec, cost, max_n, max_w, last, now) records cost
+-- entries of value entry (rec, or -rec when marked) at now in key, the log
+-- of limits of at most max_n units over at most max_w microseconds, whose
+-- last entry before the write was last (nil: the log was new).
+local function log_write(key, entry, rec, cost, max_n, max_w, last, now)
+  -- Push, in chunks: unpack of a large table overflows the Lua stack.
   local len
-  local left = cost
-  while left > 0 do
-    local chunk = {}
-    for j = 1, math.min(left, 1000) do chunk[j] = entry end
-    len = redis.call('RPUSH', key, unpack(chunk))
-    left = left - #chunk
+  if cost == 1 then
+    len = redis.call('RPUSH', key, entry)
+  else
+    local left = cost
+    while left > 0 do
+      local chunk = {}
+      for j = 1, math.min(left, 1000) do chunk[j] = entry end
+      len = redis.call('RPUSH', key, unpack(chunk))
+      left = left - #chunk
+    end
   end
-  return len
-end
 
--- log_trim trims key, a log of length len just written, whose last entry
--- before the write was last (nil: the log was new), under limits of at
--- most max_n units over at most max_w microseconds.
---
--- Trim, lazily: entries at or before min(now, last) - max_w lie outside
--- every window a later call will check, because its slot is at or after its
--- own now, and (without an allowance) after the last entry. (Against now
--- alone, a caller with an older now could come next; against last alone, a
--- Cancel could take the last entry away. A caller with an allowance and an
--- older now, a clock that stepped back, may find an entry it would have
--- counted trimmed: its clock was behind when that entry was sent, so the
--- entry was sent earlier than it reads.) Only the newest max_n entries can set a slot, so the
--- older ones go once they have left the window, in one LTRIM, each time the
--- log grows past another multiple of `slack`: most calls pay nothing, and
--- the log holds at most max_n + slack entries plus those still inside the
--- window (reservations waiting, entries kept for a Cancel).
-local function log_trim(key, len, max_n, max_w, last)
+  -- Trim, lazily: entries at or before min(now, last) - max_w lie outside
+  -- every window a later call will check, because its slot is at or after
+  -- its own now, and (without an allowance) after the last entry. (Against
+  -- now alone, a caller with an older now could come next; against last
+  -- alone, a Cancel could take the last entry away. A caller with an
+  -- allowance and an older now, a clock that stepped back, may find an
+  -- entry it would have counted trimmed: its clock was behind when that
+  -- entry was sent, so the entry was sent earlier than it reads.) Only the
+  -- newest max_n entries can set a slot, so the older ones go once they
+  -- have left the window, in one LTRIM, each time the log grows past
+  -- another multiple of `slack`: most calls pay nothing, and the log holds
+  -- at most max_n + slack entries plus those still inside the window
+  -- (reservations waiting, entries kept for a Cancel).
   local slack = 8
   if max_n > 64 then slack = math.ceil(max_n / 8) end
   if last and len > max_n + 1 and len % slack < cost then
@@ -58,17 +58,12 @@ local function log_trim(key, len, max_n, max_w, last)
       redis.call('LTRIM', key, lo + 1, -1)
     end
   end
-end
 
--- log_expire keeps key, a log whose newest entry is now rec and was last
--- before the write, alive until that entry has left the longest window.
---
--- Idle keys vanish once their newest entry has left the largest window. Each
--- TTL covers every slot of the half window ("period") the new entry is in,
--- so only the first entry of each period pays for a PEXPIRE (an idle log
--- lives at most 1.5 windows); a TTL is never shortened (GT): another
--- caller's longer window may need it.
-local function log_expire(key, rec, max_w, last)
+  -- Keep a TTL: idle keys vanish once their newest entry, rec, has left
+  -- the largest window. Each TTL covers every slot of the half window
+  -- ("period") the new entry is in, so only the first entry of each period
+  -- pays for a PEXPIRE (an idle log lives at most 1.5 windows); a TTL is
+  -- never shortened (GT): another caller's longer window may need it.
   local period = max_w / 2
   if period < 1000 then period = 1000 end
   period = period - period % 1

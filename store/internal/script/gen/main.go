@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 
-	store "github.com/throttle-go/throttle/store/internal/redisstore"
 	"github.com/throttle-go/throttle/store/internal/script"
 )
 
@@ -25,7 +24,7 @@ func main() {
 // run writes the files into dir, relative to store/internal/script (where
 // go generate runs this command), leaving unchanged files untouched.
 func run(dir string) error {
-	files, err := script.Files(store.Scripts())
+	files, err := script.Files(script.All())
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	store "github.com/throttle-go/throttle/store/internal/redisstore"
 	"github.com/throttle-go/throttle/store/internal/script"
 )
 
@@ -22,7 +21,7 @@ func TestRun(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "cancel.lua"), []byte("return 2\n"), 0o644))
 	require.NoError(t, run(dir))
 
-	want, err := script.Files(store.Scripts())
+	want, err := script.Files(script.All())
 	require.NoError(t, err)
 	got, err := filepath.Glob(filepath.Join(dir, "*"))
 	require.NoError(t, err)

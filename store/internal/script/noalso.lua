@@ -1,4 +1,0 @@
--- noalso: the layout without more keys (see also): the request's own window
--- limits run to the last argument.
-
-local argc, also, also_slot, also_record = #ARGV, nil, nil, nil

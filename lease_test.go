@@ -164,14 +164,14 @@ func TestInFlightUnclosedBody(t *testing.T) {
 		var up concurrent
 		var logs logRecorder
 		tr := newTransport(t, up.base(), newMemory(t), inFlightRule(1, throttle.FailFast, 0), logs.option())
-		st := func() throttle.InFlightStats { return tr.Stats().Rules[0].InFlight }
+		st := func() throttle.RuleStats { return tr.Stats().Rules[0] }
 		req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
 		leaked, err := tr.RoundTrip(req)
 		require.NoError(t, err)
 
 		time.Sleep(9900 * time.Millisecond)
 		synctest.Wait()
-		require.Equal(t, int64(1), st().Held, "held (renewed) for up to ten LeaseFor")
+		require.Equal(t, int64(1), st().InFlight.Held, "held (renewed) for up to ten LeaseFor")
 		req, _ = newRequest(t, context.Background(), http.MethodGet, testURL)
 		_, err = tr.RoundTrip(req)
 		require.ErrorIs(t, err, throttle.ErrLimited)
@@ -179,9 +179,9 @@ func TestInFlightUnclosedBody(t *testing.T) {
 
 		time.Sleep(200 * time.Millisecond)
 		synctest.Wait()
-		assert.Equal(t, int64(0), st().Held)
-		assert.Equal(t, uint64(1), st().Reclaimed)
-		assert.Zero(t, st().Lost)
+		assert.Equal(t, int64(0), st().InFlight.Held)
+		assert.Equal(t, uint64(1), st().InFlight.Reclaimed)
+		assert.Zero(t, st().InFlight.Lost)
 		lines := logs.take()
 		require.Len(t, lines, 1)
 		assert.Contains(t, lines[0], "WARN")
@@ -192,9 +192,9 @@ func TestInFlightUnclosedBody(t *testing.T) {
 		resp, err := tr.RoundTrip(req)
 		require.NoError(t, err, "the lease came back")
 		require.NoError(t, leaked.Body.Close())
-		assert.Equal(t, int64(1), st().Held, "the late Close gives back nothing more")
+		assert.Equal(t, int64(1), st().InFlight.Held, "the late Close gives back nothing more")
 		require.NoError(t, resp.Body.Close())
-		assert.Equal(t, int64(0), st().Held)
+		assert.Equal(t, int64(0), st().InFlight.Held)
 	})
 }
 

@@ -97,7 +97,7 @@ type Rule struct {
 	// MaxWait. Zero: 30 seconds.
 	MaxServerWait time.Duration
 	// IgnoreUpstream turns off the feedback: the rule's responses are
-	// counted (FeedbackStats, WithOnFeedback) but 429s, Retry-After and
+	// counted (RuleStats.Upstream, WithOnFeedback) but 429s, Retry-After and
 	// rate-limit headers change nothing.
 	IgnoreUpstream bool
 	// Retries, if positive, retries a throttled response (429, or 503 with

@@ -399,7 +399,7 @@ func TestCloseIdleConnections(t *testing.T) {
 }
 
 // TestUnmatchedResponsesAreCounted: a 429 to a request that no rule matches
-// is still counted in FeedbackStats.
+// is still counted in RuleStats.Upstream.
 func TestUnmatchedResponsesAreCounted(t *testing.T) {
 	t.Parallel()
 	base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {

@@ -169,7 +169,7 @@ throttle_upstream_responses_total{rule="ff",status="503",transport="main"} 0
 		for _, b := range h.GetBucket() {
 			cum[b.GetUpperBound()] = b.GetCumulativeCount()
 		}
-		assert.Equal(t, len(throttle.WaitBuckets()), len(h.GetBucket()))
+		assert.Equal(t, len(tr.Stats().Rules[0].Wait.Bounds), len(h.GetBucket()))
 		assert.Equal(t, uint64(1), cum[0])
 		assert.Equal(t, uint64(1), cum[0.512])
 		assert.Equal(t, uint64(2), cum[1.024])

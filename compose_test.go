@@ -131,7 +131,6 @@ func TestComposeTokenTransport(t *testing.T) {
 		require.Error(t, err)
 		var ue *url.Error
 		require.ErrorAs(t, err, &ue)
-		assert.ErrorIs(t, err, throttle.ErrNoKey)
 		var ke *throttle.KeyError
 		require.ErrorAs(t, err, &ke)
 		assert.Equal(t, "github", ke.Rule)

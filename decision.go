@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -124,7 +125,7 @@ func (r *rule) failed(k keyed, err error) Decision {
 // *StoreError of r.
 func (r *rule) storeErr(err error) error {
 	if d, ok := err.(*engine.Down); ok {
-		return &StoreError{Rule: r.Name, Err: d.Err, NotTried: d.NotTried, detail: d.Detail}
+		return &StoreError{Rule: r.Name, Err: d.Err, NotTried: d.NotTried, Timeout: errors.Is(d.Err, engine.ErrTimeout), detail: d.Detail}
 	}
 	return err
 }

@@ -215,12 +215,12 @@ func ExampleWithUnmatched() {
 	}
 	client := &http.Client{Transport: tr}
 	_, err = client.Get("https://graph.facebook.com/me?access_token=abc")
-	fmt.Println(errors.Is(err, throttle.ErrUnmatched))
 	var ue *throttle.UnmatchedError
 	if errors.As(err, &ue) {
+		fmt.Println(ue.Host)
 		fmt.Println(ue)
 	}
 	// Output:
-	// true
+	// graph.facebook.com
 	// throttle: no rule matches host "graph.facebook.com", so the request was not sent: add a Rule for it (WithRule), a default rule (WithDefault), or send unmatched requests without a limit (WithUnmatched(SendUnmatched))
 }

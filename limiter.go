@@ -220,7 +220,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, cost int) (*Reservati
 // Pause tells every process that shares the store that the upstream refused
 // key's uses and asked to wait d: their next uses of key wait until d from
 // now (a pause never shortens an earlier one; d is capped at an
-// hour), or fail at once with a *LimitError (ErrUpstreamLimited)
+// hour), or fail at once with a *LimitError whose Upstream is set
 // if that is beyond the rule's MaxServerWait. A d of zero or less pauses
 // for the rule's shortest window plus its Margin, as a 429 without
 // Retry-After does. Call it when a gRPC call ends with RESOURCE_EXHAUSTED,

@@ -270,10 +270,11 @@ func TestLimiterStoreFailure(t *testing.T) {
 		// allowed: what Allow says (the store is down, for 2 per second).
 		allowed []bool
 		err     error // of Wait and Allow, but for FailLocal's refusal
+		timeout bool  // the store gave no answer in time (StoreError.Timeout)
 	}{
 		{name: "FailClosed", allowed: []bool{false}, err: throttle.ErrStoreUnavailable},
 		{name: "FailClosed after the store timeout", opts: []throttle.Option{throttle.WithStoreTimeout(50 * time.Millisecond)},
-			dial: time.Hour, allowed: []bool{false}, err: throttle.ErrStoreTimeout},
+			dial: time.Hour, allowed: []bool{false}, err: throttle.ErrStoreUnavailable, timeout: true},
 		{name: "FailOpen", opts: []throttle.Option{throttle.WithStoreFailure(throttle.FailOpen)}, allowed: []bool{true, true, true}},
 		{name: "FailLocal", opts: []throttle.Option{throttle.WithStoreFailure(throttle.FailLocal), throttle.WithLocalShare(0.5)},
 			allowed: []bool{true, false}},
@@ -290,6 +291,9 @@ func TestLimiterStoreFailure(t *testing.T) {
 					ok, err := l.Allow(ctx, "k", 1)
 					if tc.err != nil {
 						require.ErrorIs(t, err, tc.err)
+						var se *throttle.StoreError
+						require.ErrorAs(t, err, &se)
+						assert.Equal(t, tc.timeout, se.Timeout)
 					} else {
 						require.NoError(t, err)
 					}
@@ -419,7 +423,7 @@ func TestLimiterPause(t *testing.T) {
 		err := peer.Wait(ctx, "long", 1)
 		var le *throttle.LimitError
 		require.ErrorAs(t, err, &le, "beyond MaxServerWait")
-		assert.ErrorIs(t, err, throttle.ErrUpstreamLimited)
+		assert.True(t, le.Upstream)
 		assert.Equal(t, time.Minute, le.RetryAfter)
 
 		assert.Equal(t, uint64(3), l.Stats().Rules[0].Upstream.Pauses)
@@ -428,7 +432,7 @@ func TestLimiterPause(t *testing.T) {
 		require.Len(t, heard, 3)
 		assert.Equal(t, throttle.Feedback{Rule: "api", Key: "k0", Throttled: true, Pause: slot}, heard[1])
 
-		require.ErrorIs(t, l.Pause(ctx, "", time.Second), throttle.ErrNoKey)
+		require.True(t, isA[*throttle.KeyError](l.Pause(ctx, "", time.Second)))
 	})
 }
 
@@ -459,17 +463,18 @@ func TestLimiterBadCalls(t *testing.T) {
 	for _, tc := range []struct {
 		key  string
 		cost int
-		want error
+		want func(error) bool
 	}{
-		{"", 1, throttle.ErrNoKey},
-		{"k", 0, throttle.ErrInvalidCost},
-		{"k", 6, throttle.ErrInvalidCost},
+		{"", 1, isA[*throttle.KeyError]},
+		{"k", 0, is(throttle.ErrInvalidCost)},
+		{"k", 6, is(throttle.ErrInvalidCost)},
 	} {
-		require.ErrorIs(t, l.Wait(ctx, tc.key, tc.cost), tc.want)
-		_, err := l.Allow(ctx, tc.key, tc.cost)
-		require.ErrorIs(t, err, tc.want)
+		err := l.Wait(ctx, tc.key, tc.cost)
+		require.True(t, tc.want(err), "%v", err)
+		_, err = l.Allow(ctx, tc.key, tc.cost)
+		require.True(t, tc.want(err), "%v", err)
 		r, err := l.Reserve(ctx, tc.key, tc.cost)
-		require.ErrorIs(t, err, tc.want)
+		require.True(t, tc.want(err), "%v", err)
 		assert.Nil(t, r)
 		assert.Equal(t, throttle.Failed, decisions.last(t).Outcome)
 	}
@@ -524,7 +529,6 @@ func TestNewLimiterConfig(t *testing.T) {
 			assert.Nil(t, l)
 			var ce *throttle.ConfigError
 			require.ErrorAs(t, err, &ce)
-			assert.ErrorIs(t, err, throttle.ErrInvalidConfig)
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}

@@ -194,7 +194,7 @@ func WithLocalShare(share float64) Option {
 
 // WithStoreTimeout bounds each Reserve call to the shared store (default: one
 // second). A call that takes longer, while the request's own
-// context is still live, is a store failure (errors.Is ErrStoreTimeout) and
+// context is still live, is a store failure (a *StoreError whose Timeout is set) and
 // marks the store down like any other. Without the bound, a client that
 // retries its dials would make the request's own deadline pass first.
 func WithStoreTimeout(d time.Duration) Option {

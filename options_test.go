@@ -148,7 +148,6 @@ func TestConfigValidation(t *testing.T) {
 			}
 			require.Error(t, err)
 			assert.Nil(t, tr)
-			assert.ErrorIs(t, err, throttle.ErrInvalidConfig)
 			var ce *throttle.ConfigError
 			require.ErrorAs(t, err, &ce)
 			assert.Contains(t, err.Error(), tc.want)

@@ -202,12 +202,12 @@ func TestRefusedRedisIsNotATimeout(t *testing.T) {
 	n := dials.Load()
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, context.DeadlineExceeded)
-	assert.NotErrorIs(t, err, throttle.ErrStoreTimeout)
 	assert.ErrorIs(t, err, throttle.ErrStoreUnavailable)
 	assert.ErrorIs(t, err, syscall.ECONNREFUSED)
 	var se *throttle.StoreError
 	require.ErrorAs(t, err, &se)
 	assert.False(t, se.NotTried)
+	assert.False(t, se.Timeout)
 	var op *net.OpError
 	assert.ErrorAs(t, err, &op)
 	assert.Contains(t, err.Error(), "connection refused")
@@ -261,7 +261,9 @@ func TestSlowRedisIsATimeout(t *testing.T) {
 	req, err := http.NewRequest(http.MethodGet, "https://api.example.com/x", nil)
 	require.NoError(t, err)
 	_, err = tr.RoundTrip(req)
-	require.ErrorIs(t, err, throttle.ErrStoreTimeout)
+	var se *throttle.StoreError
+	require.ErrorAs(t, err, &se)
+	assert.True(t, se.Timeout)
 	assert.ErrorIs(t, err, throttle.ErrStoreUnavailable)
 	assert.NotErrorIs(t, err, syscall.ECONNREFUSED)
 	assert.Contains(t, err.Error(), "no answer within 50ms (WithStoreTimeout)")

@@ -95,11 +95,11 @@ func TestDownStoreIsNotCalled(t *testing.T) {
 		d, err := g.do(t)
 		assert.Equal(t, engine.DefaultStoreTimeout, time.Since(start))
 		require.ErrorIs(t, err, ErrStoreUnavailable)
-		require.ErrorIs(t, err, ErrStoreTimeout)
-		assert.NotErrorIs(t, err, context.DeadlineExceeded, "the caller would take it for its own deadline")
-		assert.Contains(t, err.Error(), "no answer within 1s (WithStoreTimeout)")
 		var se *StoreError
 		require.ErrorAs(t, err, &se)
+		assert.True(t, se.Timeout, "the store gave no answer in time")
+		assert.NotErrorIs(t, err, context.DeadlineExceeded, "the caller would take it for its own deadline")
+		assert.Contains(t, err.Error(), "no answer within 1s (WithStoreTimeout)")
 		assert.False(t, se.NotTried)
 		assert.Equal(t, Failed, d.Outcome)
 
@@ -227,7 +227,9 @@ func TestStoreErrorIsNotATimeout(t *testing.T) {
 		_, err := g.do(t)
 		require.ErrorIs(t, err, ErrStoreUnavailable)
 		require.ErrorIs(t, err, errDown)
-		assert.NotErrorIs(t, err, ErrStoreTimeout)
+		var se *StoreError
+		require.ErrorAs(t, err, &se)
+		assert.False(t, se.Timeout, "the store answered, with an error")
 		assert.NotContains(t, err.Error(), "no answer within")
 	})
 }
@@ -272,7 +274,9 @@ func TestFailLocalHoldsPauses(t *testing.T) {
 		assert.Equal(t, uint64(1), g.tr.Stats().Total().Upstream.Pauses)
 
 		d, err = g.do(t)
-		require.ErrorIs(t, err, ErrUpstreamLimited, "paused for 5s, more than MaxServerWait")
+		var le *LimitError
+		require.ErrorAs(t, err, &le)
+		assert.True(t, le.Upstream, "paused for 5s, more than MaxServerWait")
 		assert.True(t, d.Local)
 		assert.Equal(t, Limited, d.Outcome)
 	})
@@ -362,16 +366,18 @@ func TestStoreTimeoutOption(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, 50*time.Millisecond, time.Since(start))
 		assert.Equal(t, FailedOpen, d.Outcome)
-		assert.ErrorIs(t, d.Err, ErrStoreTimeout)
+		var se *StoreError
+		require.ErrorAs(t, d.Err, &se)
+		assert.True(t, se.Timeout)
 		assert.NotErrorIs(t, d.Err, context.DeadlineExceeded)
 		assert.Contains(t, d.Err.Error(), "no answer within 50ms (WithStoreTimeout)")
 		start = time.Now()
 		d, err = g.do(t)
 		require.NoError(t, err)
 		assert.Zero(t, time.Since(start), "marked down: not tried")
-		var se *StoreError
 		require.ErrorAs(t, d.Err, &se)
 		assert.True(t, se.NotTried)
+		assert.True(t, se.Timeout, "the failure that marked it down was a timeout")
 	})
 }
 

@@ -17,9 +17,9 @@ import (
 // for concurrent use. Create one with New; the zero Transport is not usable.
 //
 // A request that cannot be sent is refused with an error and its body closed:
-// a *LimitError (errors.Is ErrLimited), a *KeyError (ErrNoKey), an
-// ErrInvalidCost, the context's error, a *StoreError, or an *UnmatchedError
-// (ErrUnmatched) when no rule matches it (see WithUnmatched).
+// a *LimitError (errors.Is ErrLimited), a *KeyError, an ErrInvalidCost, the
+// context's error, a *StoreError (errors.Is ErrStoreUnavailable), or an
+// *UnmatchedError when no rule matches it (see WithUnmatched).
 type Transport struct {
 	// The store, its failure policy, the lateness, the hooks, the logs
 	// and the time seam, which every rule shares: a rule's admission is a

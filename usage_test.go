@@ -42,10 +42,10 @@ func TestCredentialKeyMatchesKeyFuncs(t *testing.T) {
 		assert.NotContains(t, got, tok)
 	}
 	_, err := throttle.CredentialKey("cookie:x", tok)
-	require.ErrorIs(t, err, throttle.ErrNoKey)
+	require.True(t, isA[*throttle.KeyError](err), "%v", err)
 	assert.NotContains(t, err.Error(), tok)
 	_, err = throttle.CredentialKey("bearer", " ")
-	require.ErrorIs(t, err, throttle.ErrNoKey)
+	require.True(t, isA[*throttle.KeyError](err), "%v", err)
 }
 
 // Transport.Usage reads the key a request used: the same scope, HMAC and
@@ -93,7 +93,7 @@ func TestTransportUsage(t *testing.T) {
 	_, err = tr.Usage(context.Background(), "nope", rk)
 	assert.True(t, errors.Is(err, throttle.ErrUnknownRule))
 	_, err = tr.Usage(context.Background(), "api", "")
-	assert.True(t, errors.Is(err, throttle.ErrNoKey))
+	assert.True(t, isA[*throttle.KeyError](err), "%v", err)
 }
 
 // TestTransportUsageDefaultPace: under the default shape (a SlidingLog rule

@@ -6,9 +6,9 @@
 // derives a rate key with the rule's KeyFunc (a hashed access token, a
 // payment gateway's name, the host), and reserves the next free send slot in
 // that key's sliding log, kept in a store.Store shared by every process:
-// store.NewRedis for a fleet, store.NewMemory for one process. In WaitForSlot mode the
-// request then sleeps until its slot, bounded by MaxWait and its context;
-// in FailFast mode, or when the slot is too far away, it fails at once with a
+// store.NewRedis for a fleet, store.NewMemory for one process. The request
+// then sleeps until its slot, bounded by MaxWait and its context; with
+// Rule.FailFast, or when the slot is too far away, it fails at once with a
 // *LimitError that errors.Is(err, ErrLimited) finds. A request that no rule
 // matches is refused with an *UnmatchedError (ErrUnmatched), unless
 // WithDefault gives a rule for the rest or WithUnmatched says to send it.

@@ -15,8 +15,8 @@ var ErrLimited = errors.New("throttle: rate limited")
 var ErrInvalidCost = errors.New("throttle: invalid cost")
 
 // LimitError says that a request was not sent because its rule's limits had no
-// free slot within the time it could wait: at once in FailFast mode, within
-// MaxWait and the context's deadline in WaitForSlot mode.
+// free slot within the time it could wait: at once with Rule.FailFast, else
+// within MaxWait and the context's deadline.
 type LimitError struct {
 	Rule string // the rule's name
 	Key  string // the rate key (an Also key's, when its limit refused); keys derived from secrets are hashed
@@ -32,12 +32,12 @@ type LimitError struct {
 	// reschedules the work after RetryAfter.
 	Upstream bool
 	// BeyondDeadline is set when the request could have waited for its slot
-	// (WaitForSlot mode, RetryAfter within MaxWait, and within MaxServerWait for a
+	// (not FailFast, RetryAfter within MaxWait, and within MaxServerWait for a
 	// wait the upstream imposed) but the slot lay beyond its context's
 	// deadline: the deadline refused it, at once, rather than the limit.
 	BeyondDeadline bool
-	// BeyondMaxWait is set when the slot lay beyond the rule's MaxWait (Wait
-	// mode): MaxWait refused the request, whatever the context's deadline.
+	// BeyondMaxWait is set when the slot lay beyond the rule's MaxWait (not
+	// FailFast): MaxWait refused the request, whatever the context's deadline.
 	// It is not set when the upstream's wait also exceeded a shorter
 	// MaxServerWait (see Upstream).
 	BeyondMaxWait bool

@@ -24,11 +24,11 @@ func ExampleNew() {
 		panic(err)
 	}
 	tr, err := throttle.New(fakeGateway, st, throttle.WithRule(throttle.Rule{
-		Name:   "acme-pay",
-		Host:   "pay.acme.example",
-		Limits: []throttle.Limit{throttle.PerSecond(2)},
-		Key:    throttle.Fixed("gateway:acme"),
-		Mode:   throttle.FailFast,
+		Name:     "acme-pay",
+		Host:     "pay.acme.example",
+		Limits:   []throttle.Limit{throttle.PerSecond(2)},
+		Key:      throttle.Fixed("gateway:acme"),
+		FailFast: true,
 	}))
 	if err != nil {
 		panic(err)
@@ -61,10 +61,10 @@ func ExampleLimitError() {
 		panic(err)
 	}
 	tr, err := throttle.New(fakeGateway, st, throttle.WithRule(throttle.Rule{
-		Name:   "reports",
-		Host:   "api.example.com",
-		Limits: []throttle.Limit{throttle.PerSecond(10), throttle.PerHour(1)},
-		Mode:   throttle.FailFast,
+		Name:     "reports",
+		Host:     "api.example.com",
+		Limits:   []throttle.Limit{throttle.PerSecond(10), throttle.PerHour(1)},
+		FailFast: true,
 	}))
 	if err != nil {
 		panic(err)
@@ -176,7 +176,7 @@ func ExampleRule_buckets() {
 		Limits:    []throttle.Limit{{N: 1_000_000, Per: 24 * time.Hour, Precision: time.Hour}},
 		Key:       throttle.ByBearerToken(),
 		Algorithm: throttle.Buckets,
-		Mode:      throttle.FailFast,
+		FailFast:  true,
 	}))
 	if err != nil {
 		panic(err)

@@ -393,7 +393,7 @@ func TestMaxServerWaitValidation(t *testing.T) {
 	assert.True(t, isA[*throttle.ConfigError](err), "%v", err)
 	_, err = throttle.New(nil, newMemory(t), rule(func(r *throttle.Rule) { r.Retries = throttle.MaxRetries + 1 }))
 	assert.True(t, isA[*throttle.ConfigError](err), "%v", err)
-	_, err = throttle.New(nil, newMemory(t), rule(func(r *throttle.Rule) { r.Retries, r.Mode = 1, throttle.FailFast }))
+	_, err = throttle.New(nil, newMemory(t), rule(func(r *throttle.Rule) { r.Retries, r.FailFast = 1, true }))
 	assert.True(t, isA[*throttle.ConfigError](err), "%v", err)
 	_, err = throttle.New(nil, newMemory(t), throttle.WithOnFeedback(nil), rule(nil))
 	assert.True(t, isA[*throttle.ConfigError](err), "%v", err)

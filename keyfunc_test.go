@@ -265,7 +265,7 @@ func TestLongKeysShareALog(t *testing.T) {
 	long := strings.Repeat("tenant-", 100)
 	var sent sendLog
 	tr := newTransport(t, sent.base(), nil, throttle.WithRule(throttle.Rule{
-		Host: "api.example.com", Limits: []throttle.Limit{throttle.PerHour(1)}, Mode: throttle.FailFast,
+		Host: "api.example.com", Limits: []throttle.Limit{throttle.PerHour(1)}, FailFast: true,
 		Key: func(r *http.Request) (string, error) { return long + r.Header.Get("X-Tenant"), nil },
 	}))
 	do := func(tenant string) error {

@@ -136,7 +136,7 @@ func TestFirstCallIsNotLockedOut(t *testing.T) {
 	t.Parallel()
 	st, err := store.NewMemory()
 	require.NoError(t, err)
-	rule := Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerHour(100)}, Mode: FailFast, NoDefaultPace: true}
+	rule := Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerHour(100)}, FailFast: true, NoDefaultPace: true}
 	var decisions []Decision
 	tr, err := New(roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
@@ -247,7 +247,7 @@ func TestRetakeOnTheWireRefused(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		base := &wireBase{dial: []time.Duration{50 * time.Millisecond}}
-		tr, err := New(base, newMemoryStore(t), WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerSecond(1)}, Mode: FailFast}))
+		tr, err := New(base, newMemoryStore(t), WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerSecond(1)}, FailFast: true}))
 		require.NoError(t, err)
 		sendPG(t, tr, 1)
 		require.Len(t, base.sent, 1)

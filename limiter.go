@@ -77,7 +77,7 @@ func (c *core) admit(ctx context.Context, r *rule, k keyed, maxWait time.Duratio
 }
 
 // NewLimiter returns a Limiter that keeps its state in st, under r: its
-// Name (required: it names the limiter's logs in the store), Limits, Mode,
+// Name (required: it names the limiter's logs in the store), Limits, FailFast,
 // MaxWait, MaxServerWait, Margin and Algorithm. The fields that read an
 // HTTP request (Host, PathPrefix, Method, Key, Also, Cost, IgnoreUpstream,
 // Retries) are a *ConfigError, and so are the options for a Transport's

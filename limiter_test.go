@@ -59,7 +59,7 @@ func TestLimiterWait(t *testing.T) {
 		{name: "within the deadline", timeout: slot + time.Millisecond, wait: slot},
 		{name: "beyond MaxWait", rule: throttle.Rule{MaxWait: slot - time.Microsecond}, overMax: true},
 		{name: "beyond the deadline", timeout: slot - time.Millisecond, beyond: true},
-		{name: "FailFast", rule: throttle.Rule{Mode: throttle.FailFast}},
+		{name: "FailFast", rule: throttle.Rule{FailFast: true}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -365,7 +365,7 @@ func TestLimiterSharesLogsWithTransport(t *testing.T) {
 				m := newMemory(t)
 				var sent sendLog
 				tr := newTransport(t, sent.base(), m, append([]throttle.Option{throttle.WithRule(throttle.Rule{
-					Name: "api", Host: "api.example.com", Limits: per(3), Key: tc.key, Mode: throttle.FailFast,
+					Name: "api", Host: "api.example.com", Limits: per(3), Key: tc.key, FailFast: true,
 				})}, tc.opts...)...)
 				var decisions decisionLog
 				l := newLimiter(t, m, throttle.Rule{Limits: per(3)}, append(tc.opts, decisions.option())...)
@@ -510,7 +510,7 @@ func TestNewLimiterConfig(t *testing.T) {
 		{name: "IgnoreUpstream", rule: with(func(r *throttle.Rule) { r.IgnoreUpstream = true }), want: "IgnoreUpstream"},
 		{name: "no limits", rule: with(func(r *throttle.Rule) { r.Limits = nil }), want: "no Limits"},
 		{name: "bad limit", rule: with(func(r *throttle.Rule) { r.Limits = []throttle.Limit{throttle.Per(0, w)} }), want: "N must be at least 1"},
-		{name: "FailFast with MaxWait", rule: with(func(r *throttle.Rule) { r.Mode, r.MaxWait = throttle.FailFast, w }), want: "FailFast"},
+		{name: "FailFast with MaxWait", rule: with(func(r *throttle.Rule) { r.FailFast, r.MaxWait = true, w }), want: "FailFast"},
 		{name: "nil store", st: (*fakestore.Store)(nil), rule: ok, want: "nil store"},
 		{name: "WithRule", rule: ok, opts: []throttle.Option{throttle.WithRule(throttle.Rule{Host: "a.example", Limits: per(1)})}, want: "WithRule"},
 		{name: "WithDefault", rule: ok, opts: []throttle.Option{throttle.WithDefault(throttle.Rule{Limits: per(1)})}, want: "WithDefault"},

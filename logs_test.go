@@ -52,7 +52,7 @@ func TestRepeatedRefusalsAreSummed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var logs logRecorder
 		tr := newTransport(t, statusBase, nil, logs.option(),
-			throttle.WithRule(throttle.Rule{Name: "x", Host: "x.example", Limits: []throttle.Limit{throttle.PerHour(1)}, Mode: throttle.FailFast}))
+			throttle.WithRule(throttle.Rule{Name: "x", Host: "x.example", Limits: []throttle.Limit{throttle.PerHour(1)}, FailFast: true}))
 		refuse := func() {
 			t.Helper()
 			assert.ErrorIs(t, get(t, tr, context.Background(), "https://x.example/a"), throttle.ErrLimited)

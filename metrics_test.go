@@ -80,7 +80,7 @@ func TestStats(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := newTransport(t, statusBase, nil,
 			throttle.WithRule(throttle.Rule{Name: "api", Host: "api.example", Limits: []throttle.Limit{throttle.PerSecond(1)}}),
-			throttle.WithRule(throttle.Rule{Name: "ff", Host: "ff.example", Limits: []throttle.Limit{throttle.PerHour(1)}, Mode: throttle.FailFast}),
+			throttle.WithRule(throttle.Rule{Name: "ff", Host: "ff.example", Limits: []throttle.Limit{throttle.PerHour(1)}, FailFast: true}),
 			throttle.WithRule(throttle.Rule{Name: "up", Host: "up.example", Limits: []throttle.Limit{throttle.PerSecond(100)}, Margin: throttle.NoMargin}),
 			throttle.WithUnmatched(throttle.SendUnmatched),
 			throttle.WithRule(throttle.Rule{Name: "cost", Host: "cost.example", Limits: []throttle.Limit{throttle.PerSecond(1)},
@@ -153,7 +153,7 @@ func TestStatsStoreFailures(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				opts := append([]throttle.Option{throttle.WithStoreFailure(tc.policy),
 					throttle.WithRule(throttle.Rule{Name: "api", Host: "api.example", Limits: []throttle.Limit{throttle.PerHour(1)},
-						Mode: throttle.FailFast})}, tc.opts...)
+						FailFast: true})}, tc.opts...)
 				tr := newTransport(t, statusBase, failingStore(down), opts...)
 				for range 2 { // the first calls the store; the second finds it marked down
 					_ = get(t, tr, context.Background(), "https://api.example/a")

@@ -39,7 +39,7 @@ func TestConfigValidation(t *testing.T) {
 		{name: "valid", opts: []throttle.Option{throttle.WithRule(ok)}},
 		{name: "valid default only", opts: []throttle.Option{throttle.WithDefault(throttle.Rule{Limits: lim})}},
 		{name: "valid NoMargin", opts: []throttle.Option{with(func(r *throttle.Rule) { r.Margin = throttle.NoMargin })}},
-		{name: "valid FailFast", opts: []throttle.Option{with(func(r *throttle.Rule) { r.Mode = throttle.FailFast })}},
+		{name: "valid FailFast", opts: []throttle.Option{with(func(r *throttle.Rule) { r.FailFast = true })}},
 		{name: "valid Per 1ms", opts: []throttle.Option{with(func(r *throttle.Rule) { r.Limits = []throttle.Limit{throttle.Per(1, time.Millisecond)} })}},
 		{name: "nil store", nilStore: true, opts: []throttle.Option{throttle.WithRule(ok)}, want: "nil store"},
 		{name: "no rules", want: "no rules"},
@@ -91,11 +91,10 @@ func TestConfigValidation(t *testing.T) {
 		}, want: "must have the same Limits, Margin and Algorithm"},
 		{name: "negative MaxWait", opts: []throttle.Option{with(func(r *throttle.Rule) { r.MaxWait = -time.Second })}, want: "negative MaxWait"},
 		{name: "MaxWait with FailFast", opts: []throttle.Option{with(func(r *throttle.Rule) {
-			r.Mode, r.MaxWait = throttle.FailFast, time.Second
-		})}, want: "MaxWait is set but Mode is FailFast"},
+			r.FailFast, r.MaxWait = true, time.Second
+		})}, want: "MaxWait is set but so is FailFast"},
 		{name: "negative Margin", opts: []throttle.Option{with(func(r *throttle.Rule) { r.Margin = -2 })}, want: "negative Margin"},
 		{name: "very negative Margin", opts: []throttle.Option{with(func(r *throttle.Rule) { r.Margin = -time.Second })}, want: "negative Margin"},
-		{name: "unknown Mode", opts: []throttle.Option{with(func(r *throttle.Rule) { r.Mode = throttle.Mode(7) })}, want: "unknown Mode 7"},
 		{name: "nil option", opts: []throttle.Option{throttle.WithRule(ok), nil}, want: "nil option"},
 		{name: "nil hook", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithOnDecision(nil)}, want: "WithOnDecision: nil function"},
 		{name: "nil logger", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithLogger(nil)}, want: "WithLogger: nil logger"},

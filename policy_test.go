@@ -306,7 +306,7 @@ func TestFailLocal(t *testing.T) {
 		}
 
 		// FailFast locally: a LimitError, with Local set.
-		ff := newOutageRig(t, Rule{Name: "ff", Host: "api.example.com", Key: Fixed("k"), Limits: []Limit{PerSecond(4)}, Mode: FailFast, Margin: NoMargin},
+		ff := newOutageRig(t, Rule{Name: "ff", Host: "api.example.com", Key: Fixed("k"), Limits: []Limit{PerSecond(4)}, FailFast: true, Margin: NoMargin},
 			WithStoreFailure(FailLocal), WithLocalShare(0.5))
 		ff.st.Fail(errDown, 0)
 		for range 2 {

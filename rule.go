@@ -12,19 +12,6 @@ import (
 	"github.com/throttle-go/throttle/store"
 )
 
-// Mode says what a request does when its slot is not free at once.
-type Mode int
-
-const (
-	// WaitForSlot blocks until the reserved slot, if it comes within MaxWait and
-	// before the request's context deadline; otherwise the request fails with
-	// a *LimitError at once. It is the default.
-	WaitForSlot Mode = iota
-	// FailFast never waits: a request without a free slot now fails at once
-	// with a *LimitError.
-	FailFast
-)
-
 // defaultMaxWait is a rule's MaxWait when it sets none.
 const defaultMaxWait = time.Minute
 
@@ -78,9 +65,13 @@ type Rule struct {
 	// only): e.g. per token and per app. See KeyLimit and docs/keys.md.
 	Also []KeyLimit
 
-	// Mode is WaitForSlot (the default) or FailFast.
-	Mode Mode
-	// MaxWait bounds the wait of a request in WaitForSlot mode. Zero: a minute.
+	// FailFast makes a request that finds no free slot now fail at once
+	// with a *LimitError, rather than wait. Unset, a request waits for its
+	// slot if it comes within MaxWait and before its context's deadline,
+	// and fails at once otherwise.
+	FailFast bool
+	// MaxWait bounds the wait of a request for its slot (not with
+	// FailFast). Zero: a minute.
 	MaxWait time.Duration
 	// Margin is added to every window, so that the upstream, which sees a
 	// request a little after it was sent, still never sees more than N in
@@ -104,7 +95,7 @@ type Rule struct {
 	// Retry-After) up to that many times, for idempotent requests only
 	// (GET, HEAD, OPTIONS, PUT, DELETE, or any request with an
 	// Idempotency-Key header) whose body, if any, can be replayed through
-	// GetBody. At most 10; WaitForSlot mode only. Zero: no retry.
+	// GetBody. At most 10; not with FailFast. Zero: no retry.
 	Retries int
 	// NoDefaultPace turns the default pace off: the window limits alone
 	// send each window's N as soon as they allow, in bursts, for an
@@ -146,7 +137,7 @@ type rule struct {
 	port          string        // empty: any port
 	eff           []Limit       // Limits with Margin added to every window
 	scope         string        // prefix of the store keys: the rule's own logs
-	maxWait       time.Duration // 0 in FailFast mode
+	maxWait       time.Duration // 0 with FailFast
 	maxServerWait time.Duration
 	minN          int // the largest cost: the least N, or a paced burst + 1
 	auto          int // the index in eff of the default pace (shape.go), -1 if none
@@ -186,7 +177,7 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 		c.compileLimits,    // Limits and Margin
 		c.compileShape,     // the default pace and the retake
 		c.compileAlgorithm, // what the store would refuse on every request
-		c.compileWaits,     // Mode, MaxWait, MaxServerWait, Retries
+		c.compileWaits,     // FailFast, MaxWait, MaxServerWait, Retries
 		c.compileKey,       // Key and the scope of the rule's keys
 		c.compileAlso,      // Also (multikey.go)
 		c.compileInFlight,  // InFlight and LeaseFor
@@ -303,25 +294,19 @@ func (c *rule) compileAlgorithm() error {
 	return nil
 }
 
-// compileWaits checks Mode, MaxWait, MaxServerWait and Retries, and sets
-// maxWait (0 in FailFast mode) and maxServerWait.
+// compileWaits checks FailFast, MaxWait, MaxServerWait and Retries, and
+// sets maxWait (0 with FailFast) and maxServerWait.
 func (c *rule) compileWaits() error {
-	switch c.Mode {
-	case WaitForSlot:
-		switch {
-		case c.MaxWait == 0:
-			c.maxWait = defaultMaxWait
-		case c.MaxWait < 0:
-			return c.fail("negative MaxWait %s", c.MaxWait)
-		default:
-			c.maxWait = c.MaxWait
-		}
-	case FailFast:
-		if c.MaxWait != 0 {
-			return c.fail("MaxWait is set but Mode is FailFast, which never waits")
-		}
+	switch {
+	case c.FailFast && c.MaxWait != 0:
+		return c.fail("MaxWait is set but so is FailFast, which never waits")
+	case c.FailFast:
+	case c.MaxWait == 0:
+		c.maxWait = defaultMaxWait
+	case c.MaxWait < 0:
+		return c.fail("negative MaxWait %s", c.MaxWait)
 	default:
-		return c.fail("unknown Mode %d", c.Mode)
+		c.maxWait = c.MaxWait
 	}
 	switch {
 	case c.MaxServerWait == 0:
@@ -334,8 +319,8 @@ func (c *rule) compileWaits() error {
 	if c.Retries < 0 || c.Retries > maxRetries {
 		return c.fail("Retries %d outside 0..%d", c.Retries, maxRetries)
 	}
-	if c.Retries > 0 && c.Mode == FailFast {
-		return c.fail("Retries is set but Mode is FailFast, which never waits for a retry")
+	if c.Retries > 0 && c.FailFast {
+		return c.fail("Retries is set but so is FailFast, which never waits for a retry")
 	}
 	return nil
 }

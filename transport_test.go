@@ -58,7 +58,7 @@ func TestRoundTripPaths(t *testing.T) {
 		},
 		{
 			name:        "limited: fail fast",
-			rule:        throttle.Rule{Host: "api.example.com", Limits: perTick, Key: throttle.Fixed("k"), Mode: throttle.FailFast},
+			rule:        throttle.Rule{Host: "api.example.com", Limits: perTick, Key: throttle.Fixed("k"), FailFast: true},
 			prime:       1,
 			wantErr:     throttle.ErrLimited,
 			wantOutcome: throttle.Limited,
@@ -247,7 +247,7 @@ func TestErrorsThroughClient(t *testing.T) {
 	t.Run("limited", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			c, sent := newClient(t, throttle.Rule{Name: "gw", Host: "api.example.com", Limits: []throttle.Limit{limit},
-				Key: throttle.ByBearerToken(), Mode: throttle.FailFast})
+				Key: throttle.ByBearerToken(), FailFast: true})
 			for range 2 {
 				req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
 				resp, err := c.Do(req)

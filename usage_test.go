@@ -57,7 +57,7 @@ func TestTransportUsage(t *testing.T) {
 	require.NoError(t, err)
 	secret := []byte(strings.Repeat("k", throttle.MinKeySecretLen))
 	rule := throttle.Rule{Name: "api", Host: "127.0.0.1", Limits: []throttle.Limit{throttle.PerMinute(5), throttle.PerHour(100)},
-		Key: throttle.ByAuthorization(), Mode: throttle.FailFast, NoDefaultPace: true} // the windows alone: Usage reads them
+		Key: throttle.ByAuthorization(), FailFast: true, NoDefaultPace: true} // the windows alone: Usage reads them
 	tr, err := throttle.New(nil, st, throttle.WithRule(rule), throttle.WithKeySecret(secret))
 	require.NoError(t, err)
 	client := &http.Client{Transport: tr}

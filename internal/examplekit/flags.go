@@ -80,14 +80,14 @@ func (f *Flags) RedisAddrs() []string {
 	return strings.Fields(strings.ReplaceAll(f.Redis, ",", " "))
 }
 
-// Apply sets the Mode, MaxWait and Margin of r from the flags.
+// Apply sets the FailFast, MaxWait and Margin of r from the flags.
 func (f *Flags) Apply(r *throttle.Rule) {
 	r.Margin = f.Margin
 	if f.Margin == 0 {
 		r.Margin = throttle.NoMargin // Margin 0 in a Rule means the default
 	}
 	if f.Mode == "fail" {
-		r.Mode = throttle.FailFast
+		r.FailFast = true
 	} else {
 		r.MaxWait = f.MaxWait
 	}

@@ -32,8 +32,8 @@ const (
 	// Canceled with Decision.Local set instead.
 	FailedOpen
 	// Unmatched: no rule and no default rule matched; the request was
-	// refused with an *UnmatchedError in Err (RefuseUnmatched, logged at
-	// Warn), or sent without a limit (SendUnmatched, WarnUnmatched).
+	// refused with an *UnmatchedError in Err (the default, logged at
+	// Warn), or sent without a limit (WithUnmatchedSent).
 	Unmatched
 )
 

@@ -11,7 +11,7 @@
 // Rule.FailFast, or when the slot is too far away, it fails at once with a
 // *LimitError that errors.Is(err, ErrLimited) finds. A request that no rule
 // matches is refused with an *UnmatchedError (ErrUnmatched), unless
-// WithDefault gives a rule for the rest or WithUnmatched says to send it.
+// WithDefault gives a rule for the rest or WithUnmatchedSent says to send it.
 //
 // The guarantee: for every key and every limit of N per W, in any interval
 // of length W the fleet sends at most N units, counted when they are sent.

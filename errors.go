@@ -158,7 +158,7 @@ type UnmatchedError struct {
 func (e *UnmatchedError) Error() string {
 	return fmt.Sprintf("throttle: no rule matches host %q, so the request was not sent: "+
 		"add a Rule for it (WithRule), a default rule (WithDefault), "+
-		"or send unmatched requests without a limit (WithUnmatched(SendUnmatched))", e.Host)
+		"or send unmatched requests without a limit (WithUnmatchedSent)", e.Host)
 }
 
 // errCanceled is what Reservation.Wait returns after Cancel.

@@ -198,9 +198,9 @@ func ExampleRule_buckets() {
 
 // A request that no rule matches is refused by default: a typo in a host
 // shows at the first request instead of leaving the upstream unlimited.
-// WithUnmatched(SendUnmatched) would send it without a limit, and
-// WithUnmatched(WarnUnmatched) would send it and warn once per host.
-func ExampleWithUnmatched() {
+// WithUnmatchedSent(false) would send it without a limit, and
+// WithUnmatchedSent(true) would send it and warn once per host.
+func ExampleUnmatchedError() {
 	st, err := store.NewMemory()
 	if err != nil {
 		panic(err)
@@ -222,5 +222,5 @@ func ExampleWithUnmatched() {
 	}
 	// Output:
 	// graph.facebook.com
-	// throttle: no rule matches host "graph.facebook.com", so the request was not sent: add a Rule for it (WithRule), a default rule (WithDefault), or send unmatched requests without a limit (WithUnmatched(SendUnmatched))
+	// throttle: no rule matches host "graph.facebook.com", so the request was not sent: add a Rule for it (WithRule), a default rule (WithDefault), or send unmatched requests without a limit (WithUnmatchedSent)
 }

@@ -11,7 +11,7 @@ func Measured(tr *Transport) *Transport {
 	return tr
 }
 
-// MaxWarnedHosts is how many hosts WarnUnmatched remembers, for the tests.
+// MaxWarnedHosts is how many hosts WithUnmatchedSent(true) remembers, for the tests.
 const MaxWarnedHosts = maxWarnedHosts
 
 // MeasuredLimiter is Measured for a Limiter.

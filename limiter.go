@@ -81,7 +81,7 @@ func (c *core) admit(ctx context.Context, r *rule, k keyed, maxWait time.Duratio
 // MaxWait, MaxServerWait, Margin and Algorithm. The fields that read an
 // HTTP request (Host, PathPrefix, Method, Key, Also, Cost, IgnoreUpstream,
 // Retries) are a *ConfigError, and so are the options for a Transport's
-// requests (WithRule, WithDefault, WithUnmatched). It does no I/O.
+// requests (WithRule, WithDefault, WithUnmatchedSent). It does no I/O.
 func NewLimiter(st store.Store, r Rule, opts ...Option) (*Limiter, error) {
 	c, err := configure(st, opts)
 	if err != nil {
@@ -91,7 +91,7 @@ func NewLimiter(st store.Store, r Rule, opts ...Option) (*Limiter, error) {
 	case len(c.rules) > 0 || c.def != nil:
 		return nil, &ConfigError{Reason: "WithRule and WithDefault are for a Transport: a Limiter has NewLimiter's rule"}
 	case c.unmatchedSet:
-		return nil, &ConfigError{Reason: "WithUnmatched is for a Transport: a Limiter matches no request"}
+		return nil, &ConfigError{Reason: "WithUnmatchedSent is for a Transport: a Limiter matches no request"}
 	}
 	cr, err := limiterRule(r)
 	if err != nil {

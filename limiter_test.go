@@ -514,7 +514,7 @@ func TestNewLimiterConfig(t *testing.T) {
 		{name: "nil store", st: (*fakestore.Store)(nil), rule: ok, want: "nil store"},
 		{name: "WithRule", rule: ok, opts: []throttle.Option{throttle.WithRule(throttle.Rule{Host: "a.example", Limits: per(1)})}, want: "WithRule"},
 		{name: "WithDefault", rule: ok, opts: []throttle.Option{throttle.WithDefault(throttle.Rule{Limits: per(1)})}, want: "WithDefault"},
-		{name: "WithUnmatched", rule: ok, opts: []throttle.Option{throttle.WithUnmatched(throttle.SendUnmatched)}, want: "WithUnmatched"},
+		{name: "WithUnmatchedSent", rule: ok, opts: []throttle.Option{throttle.WithUnmatchedSent(false)}, want: "WithUnmatchedSent"},
 		{name: "WithLocalShare alone", rule: ok, opts: []throttle.Option{throttle.WithLocalShare(0.5)}, want: "needs WithStoreFailure(FailLocal)"},
 		{name: "nil option", rule: ok, opts: []throttle.Option{nil}, want: "nil option"},
 	}

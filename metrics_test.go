@@ -82,7 +82,7 @@ func TestStats(t *testing.T) {
 			throttle.WithRule(throttle.Rule{Name: "api", Host: "api.example", Limits: []throttle.Limit{throttle.PerSecond(1)}}),
 			throttle.WithRule(throttle.Rule{Name: "ff", Host: "ff.example", Limits: []throttle.Limit{throttle.PerHour(1)}, FailFast: true}),
 			throttle.WithRule(throttle.Rule{Name: "up", Host: "up.example", Limits: []throttle.Limit{throttle.PerSecond(100)}, Margin: throttle.NoMargin}),
-			throttle.WithUnmatched(throttle.SendUnmatched),
+			throttle.WithUnmatchedSent(false),
 			throttle.WithRule(throttle.Rule{Name: "cost", Host: "cost.example", Limits: []throttle.Limit{throttle.PerSecond(1)},
 				Cost: func(*http.Request) int { return 0 }}),
 		)

@@ -28,7 +28,7 @@ type config struct {
 	storeFailure StoreFailure
 	localShare   float64
 	storeTimeout time.Duration
-	unmatched    UnmatchedPolicy
+	unmatched    unmatchedPolicy
 	unmatchedSet bool
 }
 
@@ -63,7 +63,7 @@ func WithRule(r Rule) Option {
 }
 
 // WithDefault sets the rule of requests that no other rule matches. Without
-// one, WithUnmatched says what happens to them (by default they are refused).
+// one, they are refused, unless WithUnmatchedSent says to send them.
 func WithDefault(r Rule) Option {
 	return optionFunc(func(c *config) error {
 		if c.def != nil {
@@ -78,15 +78,21 @@ func WithDefault(r Rule) Option {
 	})
 }
 
-// WithUnmatched sets what the transport does with a request that no rule
-// matches, when there is no default rule: RefuseUnmatched (the default),
-// SendUnmatched or WarnUnmatched. It cannot be given with WithDefault.
-func WithUnmatched(p UnmatchedPolicy) Option {
+// WithUnmatchedSent makes the transport send a request that no rule
+// matches, when there is no default rule, without a limit, instead of
+// refusing it with an *UnmatchedError (the default: a host the rules miss, a
+// typo or a proxy's address, would otherwise go unlimited unseen). Only its
+// Decision says so (outcome Unmatched, logged at Debug), unless warn is
+// true: then a warning is logged the first time each host is met, to the
+// WithLogger logger or, without one, to slog.Default(); after 1000 hosts,
+// one last warning says that later hosts go unreported. It cannot be given
+// with WithDefault.
+func WithUnmatchedSent(warn bool) Option {
 	return optionFunc(func(c *config) error {
-		if p < RefuseUnmatched || p > WarnUnmatched {
-			return &ConfigError{Reason: fmt.Sprintf("unknown UnmatchedPolicy %d", int(p))}
+		c.unmatched, c.unmatchedSet = sendUnmatched, true
+		if warn {
+			c.unmatched = warnUnmatched
 		}
-		c.unmatched, c.unmatchedSet = p, true
 		return nil
 	})
 }
@@ -122,10 +128,10 @@ func WithOnFeedback(f func(Feedback)) Option {
 
 // WithLogger logs every decision to l: refusals by a limit at Info, store
 // failures and requests refused for want of a rule at Warn, the rest at
-// Debug; WarnUnmatched's warnings go to l too. A line above Debug that
+// Debug; WithUnmatchedSent(true)'s warnings go to l too. A line above Debug that
 // repeats (same rule and outcome) is logged once per 10s, then summed up in
 // one line with a count. The transport logs nothing without it (but for
-// WarnUnmatched, which then warns to slog.Default()).
+// WithUnmatchedSent(true), which then warns to slog.Default()).
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) error {
 		if l == nil {

@@ -38,8 +38,8 @@ const maxMargin = time.Minute
 // rule: among the rules whose Host, PathPrefix and Method all match, the one
 // with the longest PathPrefix, then the one with a Method, then one with a
 // port, then an exact host over a wildcard, then the first given. A request
-// that no rule matches gets the default rule (WithDefault), if there is one,
-// or WithUnmatched's treatment: by default it is refused.
+// that no rule matches gets the default rule (WithDefault), if there is one;
+// otherwise it is refused, unless WithUnmatchedSent says to send it.
 type Rule struct {
 	// Name names the rule in errors, decisions and logs. Empty: Host,
 	// Method and PathPrefix joined, or "default" for the default rule.

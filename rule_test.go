@@ -71,7 +71,7 @@ func TestRuleMatching(t *testing.T) {
 		if withDefault {
 			opts = append(opts, throttle.WithDefault(throttle.Rule{Limits: lim}))
 		} else {
-			opts = append(opts, throttle.WithUnmatched(throttle.SendUnmatched)) // see the request the rules miss
+			opts = append(opts, throttle.WithUnmatchedSent(false)) // see the request the rules miss
 		}
 		return newTransport(t, sent.base(), nil, opts...), &decisions, &sent
 	}

@@ -129,16 +129,16 @@ func TestRoundTripPaths(t *testing.T) {
 			wantOutcome: throttle.Unmatched,
 		},
 		{
-			name:        "unmatched: sent (SendUnmatched)",
+			name:        "unmatched: sent (WithUnmatchedSent)",
 			rule:        throttle.Rule{Host: "other.example.com", Limits: perTick, Key: throttle.Fixed("k")},
-			opts:        []throttle.Option{throttle.WithUnmatched(throttle.SendUnmatched)},
+			opts:        []throttle.Option{throttle.WithUnmatchedSent(false)},
 			wantBase:    true,
 			wantOutcome: throttle.Unmatched,
 		},
 		{
-			name:        "unmatched: sent (WarnUnmatched)",
+			name:        "unmatched: sent, with a warning",
 			rule:        throttle.Rule{Host: "other.example.com", Limits: perTick, Key: throttle.Fixed("k")},
-			opts:        []throttle.Option{throttle.WithUnmatched(throttle.WarnUnmatched), throttle.WithLogger(slog.New(slog.DiscardHandler))},
+			opts:        []throttle.Option{throttle.WithUnmatchedSent(true), throttle.WithLogger(slog.New(slog.DiscardHandler))},
 			wantBase:    true,
 			wantOutcome: throttle.Unmatched,
 		},
@@ -409,7 +409,7 @@ func TestUnmatchedResponsesAreCounted(t *testing.T) {
 	base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: http.StatusTooManyRequests, Body: http.NoBody, Request: r}, nil
 	})
-	tr := newTransport(t, base, newMemory(t), throttle.WithUnmatched(throttle.SendUnmatched),
+	tr := newTransport(t, base, newMemory(t), throttle.WithUnmatchedSent(false),
 		throttle.WithRule(throttle.Rule{Host: "other.example.com", Limits: []throttle.Limit{throttle.PerHour(1)}}))
 	req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
 	resp, err := tr.RoundTrip(req)

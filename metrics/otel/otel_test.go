@@ -119,7 +119,7 @@ func TestRegister(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := newTransport(t, nil,
 			throttle.WithRule(throttle.Rule{Name: "api", Host: "api.example", Limits: []throttle.Limit{throttle.PerSecond(1)}, Margin: throttle.NoMargin}),
-			throttle.WithUnmatched(throttle.SendUnmatched),
+			throttle.WithUnmatchedSent(false),
 			throttle.WithRule(throttle.Rule{Name: "ff", Host: "ff.example", Limits: []throttle.Limit{throttle.PerHour(1)},
 				FailFast: true, IgnoreUpstream: true}))
 		require.NoError(t, get(t, tr, "https://api.example/a")) // sent at once

@@ -23,13 +23,13 @@ const (
 	// its slot; the context's error is returned and the slot given back
 	// (best effort, in the background).
 	Canceled
-	// Failed: the key, the cost or the store failed (FailClosed, with a
-	// *StoreError); nothing was sent.
+	// Failed: the key, the cost or the store failed (with a *StoreError,
+	// the default store failure policy); nothing was sent.
 	Failed
 	// FailedOpen: the store failed or is marked down and the transport is
-	// configured to fail open, so the request was sent without being
-	// counted. Under FailLocal, such requests are Sent, Limited or
-	// Canceled with Decision.Local set instead.
+	// configured to fail open (WithFailOpen), so the request was sent
+	// without being counted. Under WithFailLocal, such requests are Sent,
+	// Limited or Canceled with Decision.Local set instead.
 	FailedOpen
 	// Unmatched: no rule and no default rule matched; the request was
 	// refused with an *UnmatchedError in Err (the default, logged at
@@ -79,7 +79,7 @@ type Decision struct {
 	// Limit is the limit that set the delay or the refusal, zero if none did.
 	Limit Limit
 	// Local is true when the shared store failed or is marked down and the
-	// transport's in-process limiter decided instead (FailLocal).
+	// transport's in-process limiter decided instead (WithFailLocal).
 	Local bool
 	// Err is the error returned to the caller (Limited, Canceled, Failed),
 	// or the *StoreError that made the transport send uncounted

@@ -74,7 +74,7 @@ func TestHooksAndLogsHoldNoSecret(t *testing.T) {
 
 		failing := newTransport(t, sent.base(), failingStore(errors.New("store down")), decisions.option(), throttle.WithLogger(logger),
 			throttle.WithRule(throttle.Rule{Name: "fo", Host: "api.example.com", Limits: lim, Key: throttle.ByBearerToken()}),
-			throttle.WithStoreFailure(throttle.FailOpen))
+			throttle.WithFailOpen())
 		req, _ := newRequest(t, bg, "GET", "https://api.example.com/a"+q)
 		_, err := failing.RoundTrip(req)
 		require.NoError(t, err) // failed open

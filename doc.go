@@ -17,9 +17,9 @@
 // of length W the fleet sends at most N units, counted when they are sent.
 // Reserving a slot, waiting included, is one Redis script call.
 //
-// When the store fails, WithStoreFailure decides: FailClosed (the default)
-// refuses with a *StoreError, FailOpen sends uncounted, FailLocal counts in
-// the process with the share of each limit WithLocalShare gives. A failed
+// When the store fails, a request is refused with a *StoreError, by
+// default; WithFailOpen sends it uncounted, WithFailLocal counts it in the
+// process with a share of each limit. A failed
 // store is marked down and probed with backoff, one request at a time, so a
 // dead Redis does not cost every request a timeout. WithKeySecret keys the
 // hashing of rate keys with a secret.

@@ -103,8 +103,9 @@ func (e *ConfigError) Error() string {
 }
 
 // ErrStoreUnavailable is matched by every *StoreError: the shared store
-// failed, or is marked down after a failure, so the request was refused
-// (FailClosed), sent uncounted (FailOpen) or counted locally (FailLocal).
+// failed, or is marked down after a failure, so the request was refused (the
+// default), sent uncounted (WithFailOpen) or counted locally
+// (WithFailLocal).
 // It is found through the *url.Error of http.Client.
 var ErrStoreUnavailable = errors.New("throttle: store unavailable")
 
@@ -125,7 +126,7 @@ type StoreError struct {
 	// ends the request with the context's error instead.
 	Timeout bool
 
-	detail string // why FailLocal's limiter could not count it either
+	detail string // why WithFailLocal's limiter could not count it either
 }
 
 func (e *StoreError) Error() string {

@@ -35,6 +35,26 @@ func is(target error) func(error) bool {
 	return func(err error) bool { return errors.Is(err, target) }
 }
 
+// storePolicy is a store failure policy as the tests name it.
+type storePolicy string
+
+const (
+	failClosed storePolicy = "FailClosed" // the default: no option
+	failOpen   storePolicy = "FailOpen"   // WithFailOpen
+	failLocal  storePolicy = "FailLocal"  // WithFailLocal
+)
+
+// options returns the options that choose p; share is WithFailLocal's.
+func (p storePolicy) options(share float64) []throttle.Option {
+	switch p {
+	case failOpen:
+		return []throttle.Option{throttle.WithFailOpen()}
+	case failLocal:
+		return []throttle.Option{throttle.WithFailLocal(share)}
+	}
+	return nil
+}
+
 // roundTripperFunc is a fake base transport.
 type roundTripperFunc func(*http.Request) (*http.Response, error)
 

@@ -122,8 +122,8 @@ func TestNoSecretAnywhere(t *testing.T) {
 			"memory":      mk(nil, text),
 			"memory-json": mk(nil, jsonl),
 			"closed":      mk(down, text),
-			"open":        mk(down, jsonl, throttle.WithStoreFailure(throttle.FailOpen)),
-			"local":       mk(down, text, throttle.WithStoreFailure(throttle.FailLocal), throttle.WithLocalShare(1)),
+			"open":        mk(down, jsonl, throttle.WithFailOpen()),
+			"local":       mk(down, text, throttle.WithFailLocal(1)),
 		}
 
 		var errs []error

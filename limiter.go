@@ -44,14 +44,17 @@ type core struct {
 // newCore builds the core of c's rules on st; guarded says the sends are
 // watched on the wire (a Transport).
 func newCore(st store.Store, c config, guarded bool) (*core, error) {
+	failure := engine.FailClosed
 	switch {
-	case c.storeFailure != FailLocal && c.localShare != 0:
-		return nil, &ConfigError{Reason: "WithLocalShare needs WithStoreFailure(FailLocal)"}
-	case c.storeFailure == FailLocal && c.localShare == 0:
-		return nil, &ConfigError{Reason: "FailLocal needs WithLocalShare: the share of each limit this transport may use alone"}
+	case c.failOpen && c.localShare != 0:
+		return nil, &ConfigError{Reason: "WithFailOpen and WithFailLocal: a request that meets a failed store is sent uncounted or counted locally, not both"}
+	case c.failOpen:
+		failure = engine.FailOpen
+	case c.localShare != 0:
+		failure = engine.FailLocal
 	}
 	k := &core{onDecision: c.onDecision, onFeedback: c.onFeedback, logger: c.logger, keySecret: c.keySecret}
-	ec := engine.Config{Failure: engine.Failure(c.storeFailure), Timeout: c.storeTimeout, Share: c.localShare,
+	ec := engine.Config{Failure: failure, Timeout: c.storeTimeout, Share: c.localShare,
 		Guarded: guarded, OnReclaim: k.reclaimed}
 	for _, r := range append(c.rules[:len(c.rules):len(c.rules)], c.def) {
 		if r != nil {
@@ -136,7 +139,7 @@ func limiterRule(r Rule) (*rule, error) {
 
 // Wait reserves a slot for cost units of key and waits for it. It returns
 // nil when the caller may go ahead (also when the store failed and the
-// policy is FailOpen), or why not, at once rather than after a wait that
+// policy is WithFailOpen), or why not, at once rather than after a wait that
 // would be in vain: a *LimitError (errors.Is ErrLimited) when the slot is
 // beyond the rule's MaxWait or the context's deadline (or FailFast finds
 // none now); the context's error when it ends first, the slot given back; a
@@ -152,8 +155,8 @@ func (l *Limiter) Wait(ctx context.Context, key string, cost int) error {
 
 // Allow reports whether cost units of key may go now, and records them if
 // so; a refusal records nothing. The error is not a refusal but a failure to
-// decide: a *StoreError (FailClosed), the context's error, a *KeyError or
-// ErrInvalidCost; under FailOpen a failed store allows.
+// decide: a *StoreError (by default), the context's error, a *KeyError or
+// ErrInvalidCost; under WithFailOpen a failed store allows.
 func (l *Limiter) Allow(ctx context.Context, key string, cost int) (bool, error) {
 	d := l.decide(ctx, key, cost, 0)
 	switch d.Outcome {
@@ -197,7 +200,7 @@ func (l *Limiter) keyed(key string, cost int) (keyed, error) {
 // Reserve reserves a slot for cost units of key, within the rule's MaxWait
 // and the context's deadline, without waiting for it. Call the
 // Reservation's Wait right before going ahead, or its Cancel if you will
-// not. The errors are Wait's; under FailOpen, a failed store gives a
+// not. The errors are Wait's; under WithFailOpen, a failed store gives a
 // Reservation without a slot, whose Wait returns nil at once.
 func (l *Limiter) Reserve(ctx context.Context, key string, cost int) (*Reservation, error) {
 	k, err := l.keyed(key, cost)
@@ -227,7 +230,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, cost int) (*Reservati
 // with its RetryInfo's delay, or when a queue throttles a producer.
 //
 // The error is the store's, or a *StoreError when the store is marked down
-// (under FailLocal the pause is kept in the process); a store that keeps no
+// (under WithFailLocal the pause is kept in the process); a store that keeps no
 // pauses is an error too.
 func (l *Limiter) Pause(ctx context.Context, key string, d time.Duration) error {
 	k, err := l.keyed(key, 1)

@@ -275,8 +275,8 @@ func TestLimiterStoreFailure(t *testing.T) {
 		{name: "FailClosed", allowed: []bool{false}, err: throttle.ErrStoreUnavailable},
 		{name: "FailClosed after the store timeout", opts: []throttle.Option{throttle.WithStoreTimeout(50 * time.Millisecond)},
 			dial: time.Hour, allowed: []bool{false}, err: throttle.ErrStoreUnavailable, timeout: true},
-		{name: "FailOpen", opts: []throttle.Option{throttle.WithStoreFailure(throttle.FailOpen)}, allowed: []bool{true, true, true}},
-		{name: "FailLocal", opts: []throttle.Option{throttle.WithStoreFailure(throttle.FailLocal), throttle.WithLocalShare(0.5)},
+		{name: "FailOpen", opts: []throttle.Option{throttle.WithFailOpen()}, allowed: []bool{true, true, true}},
+		{name: "FailLocal", opts: []throttle.Option{throttle.WithFailLocal(0.5)},
 			allowed: []bool{true, false}},
 	}
 	for _, tc := range tests {
@@ -515,7 +515,7 @@ func TestNewLimiterConfig(t *testing.T) {
 		{name: "WithRule", rule: ok, opts: []throttle.Option{throttle.WithRule(throttle.Rule{Host: "a.example", Limits: per(1)})}, want: "WithRule"},
 		{name: "WithDefault", rule: ok, opts: []throttle.Option{throttle.WithDefault(throttle.Rule{Limits: per(1)})}, want: "WithDefault"},
 		{name: "WithUnmatchedSent", rule: ok, opts: []throttle.Option{throttle.WithUnmatchedSent(false)}, want: "WithUnmatchedSent"},
-		{name: "WithLocalShare alone", rule: ok, opts: []throttle.Option{throttle.WithLocalShare(0.5)}, want: "needs WithStoreFailure(FailLocal)"},
+		{name: "WithFailOpen and WithFailLocal", rule: ok, opts: []throttle.Option{throttle.WithFailOpen(), throttle.WithFailLocal(0.5)}, want: "WithFailOpen and WithFailLocal"},
 		{name: "nil option", rule: ok, opts: []throttle.Option{nil}, want: "nil option"},
 	}
 	for _, tc := range tests {

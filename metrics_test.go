@@ -138,22 +138,20 @@ func TestStatsStoreFailures(t *testing.T) {
 	t.Parallel()
 	down := errors.New("store down")
 	for _, tc := range []struct {
-		policy   throttle.StoreFailure
-		opts     []throttle.Option
+		policy   storePolicy
 		outcomes throttle.Outcomes
 		store    [3]uint64 // Refused, Open, Local
 	}{
-		{throttle.FailClosed, nil, throttle.Outcomes{throttle.Failed: 2}, [3]uint64{2, 0, 0}},
-		{throttle.FailOpen, nil, throttle.Outcomes{throttle.FailedOpen: 2}, [3]uint64{0, 2, 0}},
-		{throttle.FailLocal, []throttle.Option{throttle.WithLocalShare(1)},
-			throttle.Outcomes{throttle.Sent: 1, throttle.Limited: 1}, [3]uint64{0, 0, 2}},
+		{failClosed, throttle.Outcomes{throttle.Failed: 2}, [3]uint64{2, 0, 0}},
+		{failOpen, throttle.Outcomes{throttle.FailedOpen: 2}, [3]uint64{0, 2, 0}},
+		{failLocal, throttle.Outcomes{throttle.Sent: 1, throttle.Limited: 1}, [3]uint64{0, 0, 2}},
 	} {
-		t.Run(tc.policy.String(), func(t *testing.T) {
+		t.Run(string(tc.policy), func(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
-				opts := append([]throttle.Option{throttle.WithStoreFailure(tc.policy),
+				opts := append([]throttle.Option{
 					throttle.WithRule(throttle.Rule{Name: "api", Host: "api.example", Limits: []throttle.Limit{throttle.PerHour(1)},
-						FailFast: true})}, tc.opts...)
+						FailFast: true})}, tc.policy.options(1)...)
 				tr := newTransport(t, statusBase, failingStore(down), opts...)
 				for range 2 { // the first calls the store; the second finds it marked down
 					_ = get(t, tr, context.Background(), "https://api.example/a")

@@ -211,7 +211,7 @@ func TestAlsoFailLocal(t *testing.T) {
 		rule.Limits = []throttle.Limit{throttle.PerSecond(4)}
 		rule.Also[0].Limits = []throttle.Limit{throttle.PerSecond(6)}
 		tr := newTransport(t, sent.base(), failingStore(errors.New("down")), throttle.WithRule(rule),
-			throttle.WithStoreFailure(throttle.FailLocal), throttle.WithLocalShare(0.5))
+			throttle.WithFailLocal(0.5))
 		for _, tok := range []string{"a", "a", "b"} {
 			require.NoError(t, getToken(t, tr, tok)) // each token 2 locally, the app 3
 		}

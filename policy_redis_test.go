@@ -37,11 +37,11 @@ func TestBadKeyIsOneKey(t *testing.T) {
 	rule := append(strings.Fields(store.ACLRule(store.DefaultPrefix)), "-del")
 	require.NoError(t, admin.Do(context.Background(), append([]any{"acl", "setuser", "nodel", "on", ">pw"}, anys(rule)...)...).Err())
 
-	for _, policy := range []throttle.StoreFailure{throttle.FailClosed, throttle.FailOpen} {
+	for _, policy := range []storePolicy{failClosed, failOpen} {
 		for _, repairable := range []bool{true, false} {
-			name := policy.String() + "/repairable"
+			name := string(policy) + "/repairable"
 			if !repairable {
-				name = policy.String() + "/unrepairable"
+				name = string(policy) + "/unrepairable"
 			}
 			t.Run(name, func(t *testing.T) {
 				ctx := context.Background()
@@ -61,13 +61,13 @@ func TestBadKeyIsOneKey(t *testing.T) {
 					mu.Unlock()
 					return okResponse(r), nil
 				})
-				tr := newTransport(t, base, st, throttle.WithStoreFailure(policy),
+				tr := newTransport(t, base, st, append(policy.options(0),
 					throttle.WithDefault(throttle.Rule{Name: "all", Key: throttle.ByHost(), Limits: []throttle.Limit{throttle.PerMinute(10000)}, Margin: throttle.NoMargin, NoDefaultPace: true}), // one key: the log
 					throttle.WithOnDecision(func(d throttle.Decision) {
 						mu.Lock()
 						defer mu.Unlock()
 						decisions = append(decisions, d)
-					}))
+					}))...)
 				do := func(host string) error {
 					req, err := http.NewRequest(http.MethodGet, "https://"+host+"/x", nil)
 					require.NoError(t, err)

@@ -117,7 +117,7 @@ func TestRoundTripPaths(t *testing.T) {
 		{
 			name:        "store error, fail open",
 			rule:        throttle.Rule{Host: "api.example.com", Limits: perTick, Key: throttle.Fixed("k")},
-			opts:        []throttle.Option{throttle.WithStoreFailure(throttle.FailOpen)},
+			opts:        []throttle.Option{throttle.WithFailOpen()},
 			st:          failingStore(errBoom),
 			wantBase:    true,
 			wantOutcome: throttle.FailedOpen,
@@ -337,7 +337,7 @@ func TestStoreFailure(t *testing.T) {
 		var sent sendLog
 		var decisions decisionLog
 		tr := newTransport(t, sent.base(), failingStore(errBoom), rule, decisions.option(),
-			throttle.WithStoreFailure(throttle.FailOpen))
+			throttle.WithFailOpen())
 		for range 3 {
 			send(t, tr, testURL)
 		}
@@ -357,7 +357,7 @@ func TestStoreFailure(t *testing.T) {
 		st.OnReserve(func(ctx context.Context) { cancel(); <-ctx.Done() })
 		var sent sendLog
 		var decisions decisionLog
-		tr := newTransport(t, sent.base(), st, rule, decisions.option(), throttle.WithStoreFailure(throttle.FailOpen))
+		tr := newTransport(t, sent.base(), st, rule, decisions.option(), throttle.WithFailOpen())
 		req, body := newRequest(t, ctx, http.MethodGet, testURL)
 		_, err := tr.RoundTrip(req)
 		assert.ErrorIs(t, err, context.Canceled)

@@ -137,8 +137,8 @@ func (e *timeoutError) Error() string {
 
 func (e *timeoutError) Is(target error) bool { return target == ErrTimeout }
 
-// Failure is what a request does when the shared store fails: the public
-// StoreFailure.
+// Failure is what a request does when the shared store fails: FailClosed by
+// default, WithFailOpen's or WithFailLocal's in the public package.
 type Failure uint8
 
 const (

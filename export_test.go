@@ -23,6 +23,7 @@ func MeasuredLimiter(l *Limiter) *Limiter {
 // The tuning values, for the external tests.
 const (
 	DefaultBurst        = defaultBurst
+	DefaultMargin       = defaultMargin
 	DefaultStoreTimeout = engine.DefaultStoreTimeout
 	MaxKeyLen           = maxKeyLen
 	MaxPer              = maxPer

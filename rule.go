@@ -18,11 +18,9 @@ const defaultMaxWait = time.Minute
 // defaultMaxServerWait is a rule's MaxServerWait when it sets none.
 const defaultMaxServerWait = 30 * time.Second
 
-// DefaultMargin is a rule's Margin when it sets none: enough on loopback and
-// a quiet LAN for the time between handing a request on and the upstream
-// counting it. Over a real network, set at least twice the network's jitter
-// (see docs/ for how it was measured).
-const DefaultMargin = 5 * time.Millisecond
+// defaultMargin is a rule's Margin when it sets none (engine.DefaultMargin,
+// which the CLI reads too).
+const defaultMargin = engine.DefaultMargin
 
 // NoMargin, as a Rule's Margin, asks for no safety margin at all.
 const NoMargin time.Duration = -1
@@ -77,8 +75,10 @@ type Rule struct {
 	// request a little after it was sent, still never sees more than N in
 	// any of its windows (a paced limit's window too: its spacing is
 	// (Per + Margin)/N). How late this process sends after its slots is
-	// measured and covered apart (Decision.Allowance). Zero: DefaultMargin;
-	// NoMargin: no margin, no allowance and no retake.
+	// measured and covered apart (Decision.Allowance). Zero: 5ms, enough
+	// on loopback and a quiet LAN; over a real network, set at least twice
+	// the network's jitter (docs/measurements.md). NoMargin: no margin, no
+	// allowance and no retake.
 	Margin time.Duration
 
 	// MaxServerWait bounds a wait the upstream imposes (a pause after a
@@ -237,7 +237,7 @@ func (c *rule) compileLimits() error {
 	c.Limits = slices.Clone(c.Limits) // the caller may reuse its slice
 	switch {
 	case c.Margin == 0:
-		c.Margin = DefaultMargin
+		c.Margin = defaultMargin
 	case c.Margin == NoMargin:
 		c.Margin = 0
 	case c.Margin < 0:

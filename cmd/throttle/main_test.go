@@ -18,6 +18,7 @@ import (
 
 	"github.com/throttle-go/throttle"
 	"github.com/throttle-go/throttle/internal/contract"
+	"github.com/throttle-go/throttle/internal/engine"
 	"github.com/throttle-go/throttle/internal/redistest"
 	"github.com/throttle-go/throttle/store"
 )
@@ -183,7 +184,7 @@ func TestUsageCommand(t *testing.T) {
 	rule := fmt.Sprintf("usage%d", time.Now().UnixNano())
 	st, err := store.NewRedis(srv.Client(t))
 	require.NoError(t, err)
-	limits := []contract.Limit{{N: 100, Per: time.Minute + throttle.DefaultMargin}, {N: 5000, Per: time.Hour + throttle.DefaultMargin}}
+	limits := []contract.Limit{{N: 100, Per: time.Minute + engine.DefaultMargin}, {N: 5000, Per: time.Hour + engine.DefaultMargin}}
 	for range 7 {
 		res, err := st.Reserve(context.Background(), rule+":pg1", contract.Request{Limits: limits, Cost: 1})
 		require.NoError(t, err)
@@ -200,7 +201,7 @@ func TestUsageCommand(t *testing.T) {
 	// ended before the read are in neither column: should a window boundary
 	// (every 1m0.005s since the epoch, on this machine's clock, which is the
 	// server's) fall between the reservations and the read, try again.
-	window := int64((time.Minute + throttle.DefaultMargin) / time.Microsecond)
+	window := int64((time.Minute + engine.DefaultMargin) / time.Microsecond)
 	for attempt := 0; ; attempt++ {
 		key := fmt.Sprintf("pg2-%d", attempt)
 		before := time.Now().UnixMicro() / window
@@ -230,9 +231,9 @@ func TestUsageCommandDefaultPace(t *testing.T) {
 	st, err := store.NewRedis(srv.Client(t))
 	require.NoError(t, err)
 	// The limits a rule of 100/1m reserves: a spacing of 600.05ms.
-	pace := throttle.Paced(100, time.Minute+throttle.DefaultMargin, 9)
+	pace := throttle.Paced(100, time.Minute+engine.DefaultMargin, 9)
 	pace.SlowStart = true
-	limits := []contract.Limit{{N: 100, Per: time.Minute + throttle.DefaultMargin}, pace}
+	limits := []contract.Limit{{N: 100, Per: time.Minute + engine.DefaultMargin}, pace}
 	for range 12 {
 		res, err := st.Reserve(context.Background(), rule+":pg1", contract.Request{Limits: limits, Cost: 1, MaxWait: time.Minute})
 		require.NoError(t, err)
@@ -287,7 +288,7 @@ func TestWatchCommand(t *testing.T) {
 	st, err := store.NewRedis(srv.Client(t))
 	require.NoError(t, err)
 	for range 3 {
-		_, err := st.Reserve(context.Background(), rule+":pg1", contract.Request{Limits: []contract.Limit{{N: 10, Per: time.Minute + throttle.DefaultMargin}}, Cost: 1})
+		_, err := st.Reserve(context.Background(), rule+":pg1", contract.Request{Limits: []contract.Limit{{N: 10, Per: time.Minute + engine.DefaultMargin}}, Cost: 1})
 		require.NoError(t, err)
 	}
 	code, out, errOut := runCLI("watch", "-redis", "redis://"+srv.Addr+"/0", "-rule", rule, "-limit", "10/1m", "-no-default-pace", "-key", "pg1", "-every", "20ms", "-for", "50ms")

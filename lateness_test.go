@@ -234,8 +234,7 @@ func TestRetakeOnTheWire(t *testing.T) {
 		// gave the old one back.
 		assert.GreaterOrEqual(t, base.sent[1].Sub(start), time.Second+DefaultMargin)
 		assert.Equal(t, uint64(1), tr.Stats().Rules[0].Retakes)
-		u, err := tr.Usage(context.Background(), "pg.example", "pg1")
-		require.NoError(t, err)
+		u := keyUsage(t, tr, "pg.example", "pg1")
 		assert.Equal(t, 2, u.Entries, "the old slot given back")
 	})
 }
@@ -252,8 +251,7 @@ func TestRetakeOnTheWireRefused(t *testing.T) {
 		sendPG(t, tr, 1)
 		require.Len(t, base.sent, 1)
 		assert.Zero(t, tr.Stats().Rules[0].Retakes)
-		u, err := tr.Usage(context.Background(), "pg.example", "pg1")
-		require.NoError(t, err)
+		u := keyUsage(t, tr, "pg.example", "pg1")
 		assert.Equal(t, 1, u.Entries, "sent on its old slot, still recorded")
 		req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
 		require.NoError(t, err)

@@ -20,7 +20,7 @@ import (
 // NewLimiter; the zero Limiter is not usable.
 //
 // Its key is a rate key, as a KeyFunc would return it: a name such as a
-// gateway's, or a hash of a credential (CredentialKey), never a raw token,
+// gateway's, or a hash of a credential (operator.CredentialKey), never a raw token,
 // unless WithKeySecret is set, which replaces every key with its HMAC.
 // A Limiter and a Transport rule of the same Name, with the same Limits,
 // Margin and Algorithm, share their logs: they count against each other.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/throttle-go/throttle"
 	"github.com/throttle-go/throttle/internal/fakestore"
+	"github.com/throttle-go/throttle/operator"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -346,7 +347,7 @@ func TestLimiterOneStoreCall(t *testing.T) {
 // keys: with a secret, or from a credential.
 func TestLimiterSharesLogsWithTransport(t *testing.T) {
 	t.Parallel()
-	bearer, err := throttle.CredentialKey("bearer", secret)
+	bearer, err := operator.CredentialKey("bearer", secret)
 	require.NoError(t, err)
 	tests := []struct {
 		name string

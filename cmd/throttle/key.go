@@ -14,6 +14,7 @@ import (
 	"github.com/throttle-go/throttle"
 	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/engine"
+	"github.com/throttle-go/throttle/operator"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -164,7 +165,7 @@ type target struct {
 }
 
 // resolve derives the store key exactly as a Transport with this rule does:
-// it builds one (no I/O) on st and asks it.
+// it builds one (no I/O) on st and asks the operator package.
 func (k *keyFlags) resolve(st store.Store, sec *secrets) (*target, error) {
 	if k.rule == "" {
 		return nil, errFlags{"-rule is required"}
@@ -196,7 +197,7 @@ func (k *keyFlags) resolve(st store.Store, sec *secrets) (*target, error) {
 			tok = string(b)
 		}
 		sec.add(tok)
-		if rateKey, err = throttle.CredentialKey(k.by, tok); err != nil {
+		if rateKey, err = operator.CredentialKey(k.by, tok); err != nil {
 			return nil, errFlags{sec.clean(err)}
 		}
 	}
@@ -218,7 +219,7 @@ func (k *keyFlags) resolve(st store.Store, sec *secrets) (*target, error) {
 	if err != nil {
 		return nil, errFlags{sec.clean(err)}
 	}
-	skey, err := tr.StoreKey(k.rule, rateKey)
+	skey, err := operator.StoreKey(tr, k.rule, rateKey)
 	if err != nil {
 		return nil, errFlags{sec.clean(err)}
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/engine"
 	"github.com/throttle-go/throttle/internal/redistest"
+	"github.com/throttle-go/throttle/operator"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -107,7 +108,7 @@ func TestKeyDerivationMatchesTransport(t *testing.T) {
 			assert.Equal(t, "throttle:{api:"+seen+"}", got.redis)
 			assert.NotContains(t, got.skey, token)
 			// And the usage the CLI reads is the request's.
-			u, err := got.tr.Usage(context.Background(), "api", got.rateKey)
+			u, err := operator.Usage(context.Background(), got.tr, "api", got.rateKey)
 			require.NoError(t, err)
 			assert.Equal(t, 1, u.Limits[0].Used+u.Limits[0].Reserved)
 		})
@@ -117,12 +118,12 @@ func TestKeyDerivationMatchesTransport(t *testing.T) {
 func TestWriteUsage(t *testing.T) {
 	tg := &target{rule: "payments", rateKey: "pg1", skey: "payments:pg1", redis: "throttle:{payments:pg1}",
 		limits: []throttle.Limit{throttle.PerSecond(100), throttle.PerHour(5000)}}
-	u := contract.Usage{
-		Limits: []contract.LimitUsage{
+	u := operator.KeyUsage{
+		Limits: []operator.LimitUsage{
 			{Limit: throttle.Per(100, time.Second+5*time.Millisecond), Used: 97, Reserved: 3},
 			{Limit: throttle.Per(5000, time.Hour+5*time.Millisecond), Used: 2345, Reserved: 3},
 		},
-		Next: 12345 * time.Microsecond, NextCause: contract.CauseLimit, Entries: 2348, Last: 11 * time.Millisecond,
+		Next: 12345 * time.Microsecond, NextCause: operator.CauseLimit, Entries: 2348, Last: 11 * time.Millisecond,
 		Pause: 1500 * time.Millisecond, Learned: throttle.PerSecond(50), LearnedFor: 59 * time.Second, Budget: 40, BudgetReset: 20 * time.Second,
 	}
 	var b bytes.Buffer
@@ -141,14 +142,14 @@ budget: 40 left until the reset in 20s
 	line := watchLine(time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC), tg, u)
 	assert.Equal(t, "03:04:05.006  100/1s 97/100 +3  5000/1h 2345/5000 +3  next 12.3ms  pause 1.5s left", line)
 	assert.Equal(t, "03:04:05.006  100/1s 0/100  next now  pause none",
-		watchLine(time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC), tg, contract.Usage{Limits: []contract.LimitUsage{{Limit: throttle.PerSecond(100)}}}))
+		watchLine(time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC), tg, operator.KeyUsage{Limits: []operator.LimitUsage{{Limit: throttle.PerSecond(100)}}}))
 
 	// The default pace after the rule's limits, and a learned pace.
 	tg.limits = tg.limits[:1]
 	pace := throttle.Paced(100, time.Second+5*time.Millisecond, 9)
-	u = contract.Usage{
-		Limits: []contract.LimitUsage{{Limit: throttle.Per(100, time.Second+5*time.Millisecond), Used: 40}, {Limit: pace, Used: 10, Reserved: 2}},
-		Next:   20 * time.Millisecond, NextCause: contract.CauseLimit, NextLimit: 1,
+	u = operator.KeyUsage{
+		Limits: []operator.LimitUsage{{Limit: throttle.Per(100, time.Second+5*time.Millisecond), Used: 40}, {Limit: pace, Used: 10, Reserved: 2}},
+		Next:   20 * time.Millisecond, NextCause: operator.CauseLimit, NextLimit: 1,
 		LearnedPace: throttle.Paced(1, 20*time.Millisecond, 0), LearnedPaceFor: time.Minute,
 	}
 	b.Reset()
@@ -404,7 +405,7 @@ func TestSecretHidesPlainHash(t *testing.T) {
 	dir := t.TempDir()
 	secretFile := filepath.Join(dir, "secret")
 	require.NoError(t, os.WriteFile(secretFile, []byte("0123456789abcdef0123456789abcdef\n"), 0o600))
-	plain, err := throttle.CredentialKey("bearer", token)
+	plain, err := operator.CredentialKey("bearer", token)
 	require.NoError(t, err)
 	code, out, errOut := runCLI("usage", "-redis", "redis://"+srv.Addr+"/0", "-rule", "api", "-limit", "1/1s", "-token", token, "-secret-file", secretFile)
 	require.Equal(t, 0, code, errOut)

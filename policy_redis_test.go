@@ -22,7 +22,7 @@ import (
 )
 
 // TestBadKeyIsOneKey: another program SETs a string where one rate key's log
-// lives. Under FailClosed and FailOpen, with a Redis store on a real server:
+// lives. Failing closed and under WithFailOpen, with a Redis store on a real server:
 //
 //   - when the store may repair the key, the next request on it is
 //     answered (healed at once) and sent, counted;
@@ -125,7 +125,7 @@ func TestBadKeyIsOneKey(t *testing.T) {
 
 // TestEvictingRedisIsAStoreFailure: a store on a server that may evict its
 // keys fails every Reserve with store.ErrEvictingPolicy, which the
-// transport's failure policy handles as a store failure: FailClosed refuses,
+// transport's failure policy handles as a store failure: by default it refuses,
 // naming the policy.
 func TestEvictingRedisIsAStoreFailure(t *testing.T) {
 	srv := redistest.Start(t, "--maxmemory", "10mb", "--maxmemory-policy", "allkeys-lru")

@@ -112,7 +112,7 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) collected {
 
 // TestRegister drives a transport on a memory store through sent, waited,
 // limited, unmatched and throttled requests, and one on a store that is down
-// (FailClosed), told apart by an attribute, and collects their instruments
+// (failing closed, the default), told apart by an attribute, and collects their instruments
 // with the SDK's ManualReader:
 // names, units, kinds and values; after Unregister, nothing.
 func TestRegister(t *testing.T) {

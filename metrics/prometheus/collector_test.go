@@ -67,7 +67,7 @@ func get(t *testing.T, tr http.RoundTripper, rawURL string) error {
 }
 
 // TestCollector drives two transports, one on a memory store and one on a
-// store that is down (FailClosed), through sent, waited, limited, failed,
+// store that is down (failing closed, the default), through sent, waited, limited, failed,
 // unmatched and throttled requests, and gathers their collectors from one
 // registry, told apart by a label: names, types, help and values as the
 // Prometheus text format would show them.

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -47,7 +48,7 @@ func TestView(t *testing.T) {
 	v, ok := inspect.Transport(tr)
 	require.True(t, ok)
 	require.Len(t, v.Rules, 3)
-	assert.Equal(t, inspect.Rule{Name: "a", Scope: "a:", Limits: []Limit{Per(10, 1000*1e6+defaultMargin)}}, v.Rules[0])
+	assert.Equal(t, inspect.Rule{Name: "a", Scope: "a:", Limits: []Limit{Per(10, time.Second+defaultMargin)}}, v.Rules[0])
 	assert.Equal(t, inspect.Rule{Name: "b", Scope: "b:", Limits: []Limit{PerHour(10)}, HashTag: "app"}, v.Rules[1])
 	assert.Equal(t, "default", v.Rules[2].Name)
 	assert.Equal(t, FixedWindow, v.Rules[2].Algorithm)

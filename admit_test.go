@@ -20,7 +20,7 @@ import (
 	"github.com/throttle-go/throttle"
 )
 
-// TestWaitMode checks the delays of Wait mode to the microsecond.
+// TestWaitMode checks the delays of waiting for a slot (no FailFast) to the microsecond.
 func TestWaitMode(t *testing.T) {
 	t.Parallel()
 	const n, w = 3, 200 * time.Millisecond
@@ -127,7 +127,7 @@ func TestFailFast(t *testing.T) {
 		var sent sendLog
 		tr := newTransport(t, sent.base(), nil, throttle.WithRule(throttle.Rule{
 			Name: "ff", Host: "api.example.com", Limits: []throttle.Limit{throttle.Per(2, time.Second)},
-			Key: throttle.Fixed("gw"), Mode: throttle.FailFast, Margin: throttle.NoMargin,
+			Key: throttle.Fixed("gw"), FailFast: true, Margin: throttle.NoMargin,
 		}))
 		send(t, tr, testURL)
 		time.Sleep(300 * time.Millisecond)
@@ -255,7 +255,7 @@ func TestSeveralLimits(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			var sent sendLog
 			tr := newTransport(t, sent.base(), nil, throttle.WithRule(throttle.Rule{
-				Name: "two", Host: "api.example.com", Limits: limits, Mode: throttle.FailFast, Margin: throttle.NoMargin,
+				Name: "two", Host: "api.example.com", Limits: limits, FailFast: true, Margin: throttle.NoMargin,
 			}))
 			refused := func() *throttle.LimitError {
 				t.Helper()
@@ -301,7 +301,7 @@ func TestCost(t *testing.T) {
 		var decisions decisionLog
 		tr := newTransport(t, sent.base(), nil, decisions.option(), throttle.WithRule(throttle.Rule{
 			Name: "c", Host: "api.example.com", Limits: []throttle.Limit{throttle.Per(5, time.Second), throttle.Per(9, time.Hour)},
-			Key: throttle.Fixed("k"), Cost: costOf, Mode: throttle.FailFast, Margin: throttle.NoMargin,
+			Key: throttle.Fixed("k"), Cost: costOf, FailFast: true, Margin: throttle.NoMargin,
 		}))
 		return tr, &sent, &decisions
 	}

@@ -30,7 +30,7 @@ func benchTransport(b *testing.B, l throttle.Limit) (*throttle.Transport, *http.
 		b.Fatal(err)
 	}
 	tr, err := throttle.New(benchBase, m, throttle.WithRule(throttle.Rule{
-		Host: "api.example", Limits: []throttle.Limit{l}, Key: throttle.Fixed("k"), Mode: throttle.FailFast,
+		Host: "api.example", Limits: []throttle.Limit{l}, Key: throttle.Fixed("k"), FailFast: true,
 	}))
 	if err != nil {
 		b.Fatal(err)

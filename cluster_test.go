@@ -27,7 +27,7 @@ import (
 
 // TestClusterFailover sends requests through a Transport on a Redis Cluster
 // while the master holding the rate key's log is killed. Its replica takes
-// over; meanwhile requests fail with the store's error (FailClosed), each
+// over; meanwhile requests fail with the store's error (failing closed, the default), each
 // within its context's deadline; afterwards they flow again, without a panic,
 // a hang or a goroutine left behind.
 func TestClusterFailover(t *testing.T) {

@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -22,17 +23,17 @@ const (
 	// its slot; the context's error is returned and the slot given back
 	// (best effort, in the background).
 	Canceled
-	// Failed: the key, the cost or the store failed (FailClosed, with a
-	// *StoreError); nothing was sent.
+	// Failed: the key, the cost or the store failed (with a *StoreError,
+	// the default store failure policy); nothing was sent.
 	Failed
 	// FailedOpen: the store failed or is marked down and the transport is
-	// configured to fail open, so the request was sent without being
-	// counted. Under FailLocal, such requests are Sent, Limited or
-	// Canceled with Decision.Local set instead.
+	// configured to fail open (WithFailOpen), so the request was sent
+	// without being counted. Under WithFailLocal, such requests are Sent,
+	// Limited or Canceled with Decision.Local set instead.
 	FailedOpen
 	// Unmatched: no rule and no default rule matched; the request was
-	// refused with an *UnmatchedError in Err (RefuseUnmatched, logged at
-	// Warn), or sent without a limit (SendUnmatched, WarnUnmatched).
+	// refused with an *UnmatchedError in Err (the default, logged at
+	// Warn), or sent without a limit (WithUnmatchedSent).
 	Unmatched
 )
 
@@ -78,7 +79,7 @@ type Decision struct {
 	// Limit is the limit that set the delay or the refusal, zero if none did.
 	Limit Limit
 	// Local is true when the shared store failed or is marked down and the
-	// transport's in-process limiter decided instead (FailLocal).
+	// transport's in-process limiter decided instead (WithFailLocal).
 	Local bool
 	// Err is the error returned to the caller (Limited, Canceled, Failed),
 	// or the *StoreError that made the transport send uncounted
@@ -124,7 +125,7 @@ func (r *rule) failed(k keyed, err error) Decision {
 // *StoreError of r.
 func (r *rule) storeErr(err error) error {
 	if d, ok := err.(*engine.Down); ok {
-		return &StoreError{Rule: r.Name, Err: d.Err, NotTried: d.NotTried, detail: d.Detail}
+		return &StoreError{Rule: r.Name, Err: d.Err, NotTried: d.NotTried, Timeout: errors.Is(d.Err, engine.ErrTimeout), detail: d.Detail}
 	}
 	return err
 }

@@ -31,7 +31,7 @@ func TestHooksAndLogsHoldNoSecret(t *testing.T) {
 		tr := newTransport(t, sent.base(), nil, decisions.option(), throttle.WithLogger(logger),
 			throttle.WithRule(throttle.Rule{Name: "bearer", Host: "api.example.com", Limits: lim, Key: throttle.ByBearerToken()}),
 			throttle.WithRule(throttle.Rule{Name: "query", Host: "graph.example.com", Limits: lim, Key: throttle.ByQuery("access_token"),
-				Mode: throttle.FailFast}),
+				FailFast: true}),
 			throttle.WithRule(throttle.Rule{Name: "header", Host: "h.example.com", Limits: lim, Key: throttle.ByHeader("X-Api-Key")}),
 			throttle.WithRule(throttle.Rule{Name: "long", Host: "long.example.com", Limits: lim,
 				Key: func(r *http.Request) (string, error) {
@@ -74,7 +74,7 @@ func TestHooksAndLogsHoldNoSecret(t *testing.T) {
 
 		failing := newTransport(t, sent.base(), failingStore(errors.New("store down")), decisions.option(), throttle.WithLogger(logger),
 			throttle.WithRule(throttle.Rule{Name: "fo", Host: "api.example.com", Limits: lim, Key: throttle.ByBearerToken()}),
-			throttle.WithStoreFailure(throttle.FailOpen))
+			throttle.WithFailOpen())
 		req, _ := newRequest(t, bg, "GET", "https://api.example.com/a"+q)
 		_, err := failing.RoundTrip(req)
 		require.NoError(t, err) // failed open
@@ -123,7 +123,7 @@ func TestLoggerLevel(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	var sent sendLog
 	tr := newTransport(t, sent.base(), nil, throttle.WithLogger(logger), throttle.WithRule(throttle.Rule{
-		Host: "api.example.com", Limits: []throttle.Limit{throttle.PerHour(1)}, Mode: throttle.FailFast,
+		Host: "api.example.com", Limits: []throttle.Limit{throttle.PerHour(1)}, FailFast: true,
 	}))
 	send(t, tr, testURL)
 	assert.Empty(t, logs.String())

@@ -4,28 +4,19 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/throttle-go/throttle/internal/engine"
 )
 
 // ErrLimited is matched, with errors.Is, by every refusal to send because of a
 // limit: a *LimitError. It is found through the *url.Error of http.Client.
 var ErrLimited = errors.New("throttle: rate limited")
 
-// ErrNoKey is matched by a *KeyError: the rule's KeyFunc could not derive a
-// rate key from the request, so it was not sent.
-var ErrNoKey = errors.New("throttle: no rate key")
-
 // ErrInvalidCost is matched by the error for a request whose cost function
 // returned a cost below 1 or above one of the rule's limits; it was not sent.
 var ErrInvalidCost = errors.New("throttle: invalid cost")
 
-// ErrInvalidConfig is matched by every *ConfigError.
-var ErrInvalidConfig = errors.New("throttle: invalid configuration")
-
 // LimitError says that a request was not sent because its rule's limits had no
-// free slot within the time it could wait: at once in FailFast mode, within
-// MaxWait and the context's deadline in WaitForSlot mode.
+// free slot within the time it could wait: at once with Rule.FailFast, else
+// within MaxWait and the context's deadline.
 type LimitError struct {
 	Rule string // the rule's name
 	Key  string // the rate key (an Also key's, when its limit refused); keys derived from secrets are hashed
@@ -36,17 +27,17 @@ type LimitError struct {
 	RetryAfter time.Duration
 	// Upstream is set when the wait was imposed by the upstream (a pause
 	// after a 429 or a 503 with Retry-After, or a budget of remaining
-	// requests that ran out) rather than by the rule's limits; such an
-	// error also matches ErrUpstreamLimited. A job queue reschedules the
-	// work after RetryAfter.
+	// requests that ran out) rather than by the rule's limits, and
+	// exceeded the rule's MaxServerWait or MaxWait. A job queue
+	// reschedules the work after RetryAfter.
 	Upstream bool
 	// BeyondDeadline is set when the request could have waited for its slot
-	// (WaitForSlot mode, RetryAfter within MaxWait, and within MaxServerWait for a
+	// (not FailFast, RetryAfter within MaxWait, and within MaxServerWait for a
 	// wait the upstream imposed) but the slot lay beyond its context's
 	// deadline: the deadline refused it, at once, rather than the limit.
 	BeyondDeadline bool
-	// BeyondMaxWait is set when the slot lay beyond the rule's MaxWait (Wait
-	// mode): MaxWait refused the request, whatever the context's deadline.
+	// BeyondMaxWait is set when the slot lay beyond the rule's MaxWait (not
+	// FailFast): MaxWait refused the request, whatever the context's deadline.
 	// It is not set when the upstream's wait also exceeded a shorter
 	// MaxServerWait (see Upstream).
 	BeyondMaxWait bool
@@ -83,14 +74,12 @@ func (e *LimitError) Error() string {
 	return s
 }
 
-// Is makes errors.Is(err, ErrLimited) true, and errors.Is(err,
-// ErrUpstreamLimited) true when Upstream is set.
-func (e *LimitError) Is(target error) bool {
-	return target == ErrLimited || e.Upstream && target == ErrUpstreamLimited
-}
+// Is makes errors.Is(err, ErrLimited) true.
+func (e *LimitError) Is(target error) bool { return target == ErrLimited }
 
 // KeyError says that a request was not sent because no rate key could be
-// derived from it. Reason never contains the value of a secret.
+// derived from it (or that a Limiter was given an empty key). Reason never
+// contains the value of a secret.
 type KeyError struct {
 	Rule   string
 	Reason string
@@ -99,9 +88,6 @@ type KeyError struct {
 func (e *KeyError) Error() string {
 	return fmt.Sprintf("throttle: no rate key: rule %q: %s", e.Rule, e.Reason)
 }
-
-// Is makes errors.Is(err, ErrNoKey) true.
-func (e *KeyError) Is(target error) bool { return target == ErrNoKey }
 
 // ConfigError says what is wrong with the configuration given to New.
 type ConfigError struct {
@@ -116,22 +102,11 @@ func (e *ConfigError) Error() string {
 	return fmt.Sprintf("throttle: invalid configuration: rule %q: %s", e.Rule, e.Reason)
 }
 
-// Is makes errors.Is(err, ErrInvalidConfig) true.
-func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
-
-// ErrUpstreamLimited is matched, with errors.Is, by a *LimitError whose wait
-// was imposed by the upstream (a pause after a 429, a 503 with Retry-After,
-// an exhausted budget) and exceeded the rule's MaxServerWait or MaxWait.
-var ErrUpstreamLimited = errors.New("throttle: paused by the upstream")
-
-// ErrStoreTimeout is matched by the *StoreError of a store call that had no
-// answer within WithStoreTimeout. It does not match
-// context.DeadlineExceeded, which is the caller's own deadline.
-var ErrStoreTimeout = errors.New("throttle: store timeout")
-
 // ErrStoreUnavailable is matched by every *StoreError: the shared store
-// failed, or is marked down after a failure, so the request was refused
-// (FailClosed), sent uncounted (FailOpen) or counted locally (FailLocal).
+// failed, or is marked down after a failure, so the request was refused (the
+// default), sent uncounted (WithFailOpen) or counted locally
+// (WithFailLocal).
+// It is found through the *url.Error of http.Client.
 var ErrStoreUnavailable = errors.New("throttle: store unavailable")
 
 // StoreError says that the shared store could not decide for a request. It
@@ -145,8 +120,13 @@ type StoreError struct {
 	// NotTried is true when the request did not call the store because it
 	// is marked down and another request probes it.
 	NotTried bool
+	// Timeout is true when the store gave no answer within
+	// WithStoreTimeout (when NotTried, the failure that marked it down
+	// was such a timeout). It is not the caller's own deadline, which
+	// ends the request with the context's error instead.
+	Timeout bool
 
-	detail string // why FailLocal's limiter could not count it either
+	detail string // why WithFailLocal's limiter could not count it either
 }
 
 func (e *StoreError) Error() string {
@@ -160,23 +140,15 @@ func (e *StoreError) Error() string {
 	return s + e.detail
 }
 
-// Is makes errors.Is(err, ErrStoreUnavailable) true, and errors.Is(err,
-// ErrStoreTimeout) when the store did not answer in time.
-func (e *StoreError) Is(target error) bool {
-	return target == ErrStoreUnavailable || target == ErrStoreTimeout && errors.Is(e.Err, engine.ErrTimeout)
-}
+// Is makes errors.Is(err, ErrStoreUnavailable) true.
+func (e *StoreError) Is(target error) bool { return target == ErrStoreUnavailable }
 
 // Unwrap returns the store's error.
 func (e *StoreError) Unwrap() error { return e.Err }
 
-// ErrUnmatched is matched by an *UnmatchedError: no rule matched the request
-// and the transport refuses such requests (RefuseUnmatched, the default), so
-// it was not sent.
-var ErrUnmatched = errors.New("throttle: no rule matches the request")
-
 // UnmatchedError says that a request was not sent because none of the
-// transport's rules matched it and there is no default rule. It matches
-// ErrUnmatched with errors.Is, through the *url.Error of http.Client too.
+// transport's rules matched it and there is no default rule. errors.As
+// finds it through the *url.Error of http.Client.
 type UnmatchedError struct {
 	// Host is the request's host name, lower-cased, with its port if the
 	// URL has one. The path and the query, which may hold secrets, are left
@@ -187,11 +159,8 @@ type UnmatchedError struct {
 func (e *UnmatchedError) Error() string {
 	return fmt.Sprintf("throttle: no rule matches host %q, so the request was not sent: "+
 		"add a Rule for it (WithRule), a default rule (WithDefault), "+
-		"or send unmatched requests without a limit (WithUnmatched(SendUnmatched))", e.Host)
+		"or send unmatched requests without a limit (WithUnmatchedSent)", e.Host)
 }
-
-// Is makes errors.Is(err, ErrUnmatched) true.
-func (e *UnmatchedError) Is(target error) bool { return target == ErrUnmatched }
 
 // errCanceled is what Reservation.Wait returns after Cancel.
 var errCanceled = errors.New("throttle: the reservation was canceled")

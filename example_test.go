@@ -24,11 +24,11 @@ func ExampleNew() {
 		panic(err)
 	}
 	tr, err := throttle.New(fakeGateway, st, throttle.WithRule(throttle.Rule{
-		Name:   "acme-pay",
-		Host:   "pay.acme.example",
-		Limits: []throttle.Limit{throttle.PerSecond(2)},
-		Key:    throttle.Fixed("gateway:acme"),
-		Mode:   throttle.FailFast,
+		Name:     "acme-pay",
+		Host:     "pay.acme.example",
+		Limits:   []throttle.Limit{throttle.PerSecond(2)},
+		Key:      throttle.Fixed("gateway:acme"),
+		FailFast: true,
 	}))
 	if err != nil {
 		panic(err)
@@ -61,10 +61,10 @@ func ExampleLimitError() {
 		panic(err)
 	}
 	tr, err := throttle.New(fakeGateway, st, throttle.WithRule(throttle.Rule{
-		Name:   "reports",
-		Host:   "api.example.com",
-		Limits: []throttle.Limit{throttle.PerSecond(10), throttle.PerHour(1)},
-		Mode:   throttle.FailFast,
+		Name:     "reports",
+		Host:     "api.example.com",
+		Limits:   []throttle.Limit{throttle.PerSecond(10), throttle.PerHour(1)},
+		FailFast: true,
 	}))
 	if err != nil {
 		panic(err)
@@ -176,7 +176,7 @@ func ExampleRule_buckets() {
 		Limits:    []throttle.Limit{{N: 1_000_000, Per: 24 * time.Hour, Precision: time.Hour}},
 		Key:       throttle.ByBearerToken(),
 		Algorithm: throttle.Buckets,
-		Mode:      throttle.FailFast,
+		FailFast:  true,
 	}))
 	if err != nil {
 		panic(err)
@@ -198,9 +198,9 @@ func ExampleRule_buckets() {
 
 // A request that no rule matches is refused by default: a typo in a host
 // shows at the first request instead of leaving the upstream unlimited.
-// WithUnmatched(SendUnmatched) would send it without a limit, and
-// WithUnmatched(WarnUnmatched) would send it and warn once per host.
-func ExampleWithUnmatched() {
+// WithUnmatchedSent(false) would send it without a limit, and
+// WithUnmatchedSent(true) would send it and warn once per host.
+func ExampleUnmatchedError() {
 	st, err := store.NewMemory()
 	if err != nil {
 		panic(err)
@@ -215,12 +215,12 @@ func ExampleWithUnmatched() {
 	}
 	client := &http.Client{Transport: tr}
 	_, err = client.Get("https://graph.facebook.com/me?access_token=abc")
-	fmt.Println(errors.Is(err, throttle.ErrUnmatched))
 	var ue *throttle.UnmatchedError
 	if errors.As(err, &ue) {
+		fmt.Println(ue.Host)
 		fmt.Println(ue)
 	}
 	// Output:
-	// true
-	// throttle: no rule matches host "graph.facebook.com", so the request was not sent: add a Rule for it (WithRule), a default rule (WithDefault), or send unmatched requests without a limit (WithUnmatched(SendUnmatched))
+	// graph.facebook.com
+	// throttle: no rule matches host "graph.facebook.com", so the request was not sent: add a Rule for it (WithRule), a default rule (WithDefault), or send unmatched requests without a limit (WithUnmatchedSent)
 }

@@ -11,7 +11,7 @@ func Measured(tr *Transport) *Transport {
 	return tr
 }
 
-// MaxWarnedHosts is how many hosts WarnUnmatched remembers, for the tests.
+// MaxWarnedHosts is how many hosts WithUnmatchedSent(true) remembers, for the tests.
 const MaxWarnedHosts = maxWarnedHosts
 
 // MeasuredLimiter is Measured for a Limiter.
@@ -23,6 +23,7 @@ func MeasuredLimiter(l *Limiter) *Limiter {
 // The tuning values, for the external tests.
 const (
 	DefaultBurst        = defaultBurst
+	DefaultMargin       = defaultMargin
 	DefaultStoreTimeout = engine.DefaultStoreTimeout
 	MaxKeyLen           = maxKeyLen
 	MaxPer              = maxPer

@@ -51,25 +51,6 @@ type Feedback struct {
 	Err error
 }
 
-// FeedbackStats counts what the transport heard from upstreams since it was
-// created: RuleStats.Upstream, per rule in Stats, summed by Stats.Total.
-type FeedbackStats struct {
-	// TooManyRequests counts the 429 responses received, despite the
-	// throttle: the number to keep at zero.
-	TooManyRequests uint64
-	// Unavailable counts the 503 responses with Retry-After.
-	Unavailable uint64
-	// Pauses counts the pauses recorded (one per throttled response, plus
-	// budgets exhausted and X-App-Usage at 100%).
-	Pauses uint64
-	// Tightenings counts the learned limits and budgets recorded.
-	Tightenings uint64
-	// Reshapes counts the moves to a stricter shape recorded (a paced
-	// limit without a burst, after a 429 although the throttle kept the
-	// rule's limits), renewals included.
-	Reshapes uint64
-}
-
 // feedbackState is the transport's side of the feedback: what it last told
 // the store per key, so that a header repeated on every response does not
 // cost a store call on every response. (The counters are per rule, in

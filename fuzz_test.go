@@ -43,7 +43,7 @@ func newKeyRig(f testing.TB, key throttle.KeyFunc, opts ...throttle.Option) *key
 	base := roundTripperFunc(func(r *http.Request) (*http.Response, error) { return okResponse(r), nil })
 	opts = append([]throttle.Option{
 		// Every request matches the default rule; the limit never refuses.
-		throttle.WithDefault(throttle.Rule{Name: "fuzz", Key: key, Mode: throttle.FailFast,
+		throttle.WithDefault(throttle.Rule{Name: "fuzz", Key: key, FailFast: true,
 			Limits: []throttle.Limit{throttle.Per(1<<30, time.Millisecond)}}),
 		throttle.WithOnDecision(func(d throttle.Decision) {
 			g.mu.Lock()

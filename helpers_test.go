@@ -2,6 +2,7 @@ package throttle_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -21,6 +22,38 @@ import (
 // TestMain fails the package if any test leaves a goroutine behind: waiting
 // requests, timers of cancelled contexts and AfterFuncs must all be gone.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// isA reports whether err, or an error it wraps, is a T: the typed errors
+// that have no sentinel (*KeyError, *UnmatchedError, *ConfigError).
+func isA[T error](err error) bool {
+	var target T
+	return errors.As(err, &target)
+}
+
+// is returns a check that an error matches target, as isA's.
+func is(target error) func(error) bool {
+	return func(err error) bool { return errors.Is(err, target) }
+}
+
+// storePolicy is a store failure policy as the tests name it.
+type storePolicy string
+
+const (
+	failClosed storePolicy = "FailClosed" // the default: no option
+	failOpen   storePolicy = "FailOpen"   // WithFailOpen
+	failLocal  storePolicy = "FailLocal"  // WithFailLocal
+)
+
+// options returns the options that choose p; share is WithFailLocal's.
+func (p storePolicy) options(share float64) []throttle.Option {
+	switch p {
+	case failOpen:
+		return []throttle.Option{throttle.WithFailOpen()}
+	case failLocal:
+		return []throttle.Option{throttle.WithFailLocal(share)}
+	}
+	return nil
+}
 
 // roundTripperFunc is a fake base transport.
 type roundTripperFunc func(*http.Request) (*http.Response, error)

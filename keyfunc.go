@@ -228,3 +228,26 @@ func (c *core) storeKey(key string) string {
 	}
 	return key
 }
+
+// credentialKey returns the rate key that a built-in KeyFunc derives from a
+// request carrying credential (operator.CredentialKey): by is "bearer",
+// "query:<param>" or "header:<Name>". No error holds the credential.
+func credentialKey(by, credential string) (string, error) {
+	if credential == "" {
+		return "", &KeyError{Reason: "empty credential"}
+	}
+	kind, arg, _ := strings.Cut(by, ":")
+	switch {
+	case kind == "bearer" && arg == "":
+		// As ByAuthorization reads it: the header's spaces are not the token's.
+		if credential = strings.TrimSpace(credential); credential == "" {
+			return "", &KeyError{Reason: "empty credential"}
+		}
+		return hashed(authPrefix, credential), nil
+	case kind == "query" && arg != "":
+		return hashed("query:"+arg+":", credential), nil
+	case kind == "header" && arg != "":
+		return hashed("header:"+http.CanonicalHeaderKey(arg)+":", credential), nil
+	}
+	return "", &KeyError{Reason: fmt.Sprintf("unknown key kind %q (want bearer, query:<param> or header:<Name>)", by)}
+}

@@ -31,7 +31,7 @@ var keySecret = []byte("k3y-s3cret-0123456789abcdef-XYZ!")
 func TestKeySecret(t *testing.T) {
 	t.Parallel()
 	rule := throttle.Rule{Name: "tok", Host: "api.example.com", Limits: []throttle.Limit{throttle.PerHour(1)},
-		Key: throttle.ByBearerToken(), Mode: throttle.FailFast}
+		Key: throttle.ByBearerToken(), FailFast: true}
 	st := newMemory(t)
 	keyOf := func(tr *throttle.Transport, decisions *decisionLog) (string, error) {
 		req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
@@ -107,7 +107,7 @@ func TestNoSecretAnywhere(t *testing.T) {
 		rules := func(prefix string) []throttle.Option {
 			return []throttle.Option{
 				throttle.WithRule(throttle.Rule{Name: prefix + "bearer", Host: "api.example.com", Limits: lim, Key: throttle.ByBearerToken()}),
-				throttle.WithRule(throttle.Rule{Name: prefix + "query", Host: "graph.example.com", Limits: lim, Key: throttle.ByQuery("access_token"), Mode: throttle.FailFast}),
+				throttle.WithRule(throttle.Rule{Name: prefix + "query", Host: "graph.example.com", Limits: lim, Key: throttle.ByQuery("access_token"), FailFast: true}),
 				throttle.WithRule(throttle.Rule{Name: prefix + "header", Host: "h.example.com", Limits: lim, Key: throttle.ByHeader("X-Api-Key")}),
 				throttle.WithRule(throttle.Rule{Name: prefix + "cost", Host: "cost.example.com", Limits: lim, Cost: func(*http.Request) int { return 5 }}),
 			}
@@ -122,8 +122,8 @@ func TestNoSecretAnywhere(t *testing.T) {
 			"memory":      mk(nil, text),
 			"memory-json": mk(nil, jsonl),
 			"closed":      mk(down, text),
-			"open":        mk(down, jsonl, throttle.WithStoreFailure(throttle.FailOpen)),
-			"local":       mk(down, text, throttle.WithStoreFailure(throttle.FailLocal), throttle.WithLocalShare(1)),
+			"open":        mk(down, jsonl, throttle.WithFailOpen()),
+			"local":       mk(down, text, throttle.WithFailLocal(1)),
 		}
 
 		var errs []error

@@ -136,7 +136,7 @@ func TestFirstCallIsNotLockedOut(t *testing.T) {
 	t.Parallel()
 	st, err := store.NewMemory()
 	require.NoError(t, err)
-	rule := Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerHour(100)}, Mode: FailFast, NoDefaultPace: true}
+	rule := Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerHour(100)}, FailFast: true, NoDefaultPace: true}
 	var decisions []Decision
 	tr, err := New(roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
@@ -234,8 +234,7 @@ func TestRetakeOnTheWire(t *testing.T) {
 		// gave the old one back.
 		assert.GreaterOrEqual(t, base.sent[1].Sub(start), time.Second+DefaultMargin)
 		assert.Equal(t, uint64(1), tr.Stats().Rules[0].Retakes)
-		u, err := tr.Usage(context.Background(), "pg.example", "pg1")
-		require.NoError(t, err)
+		u := keyUsage(t, tr, "pg.example", "pg1")
 		assert.Equal(t, 2, u.Entries, "the old slot given back")
 	})
 }
@@ -247,13 +246,12 @@ func TestRetakeOnTheWireRefused(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		base := &wireBase{dial: []time.Duration{50 * time.Millisecond}}
-		tr, err := New(base, newMemoryStore(t), WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerSecond(1)}, Mode: FailFast}))
+		tr, err := New(base, newMemoryStore(t), WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerSecond(1)}, FailFast: true}))
 		require.NoError(t, err)
 		sendPG(t, tr, 1)
 		require.Len(t, base.sent, 1)
 		assert.Zero(t, tr.Stats().Rules[0].Retakes)
-		u, err := tr.Usage(context.Background(), "pg.example", "pg1")
-		require.NoError(t, err)
+		u := keyUsage(t, tr, "pg.example", "pg1")
 		assert.Equal(t, 1, u.Entries, "sent on its old slot, still recorded")
 		req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)
 		require.NoError(t, err)

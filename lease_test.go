@@ -67,10 +67,10 @@ func (b *countedBody) Close() error {
 	return nil
 }
 
-func inFlightRule(n int, mode throttle.Mode, maxWait time.Duration) throttle.Option {
+func inFlightRule(n int, failFast bool, maxWait time.Duration) throttle.Option {
 	return throttle.WithRule(throttle.Rule{
 		Name: "gw", Host: "api.example.com", Limits: []throttle.Limit{throttle.Per(1000, time.Second)},
-		Key: throttle.Fixed("gw"), Mode: mode, MaxWait: maxWait, Margin: throttle.NoMargin,
+		Key: throttle.Fixed("gw"), FailFast: failFast, MaxWait: maxWait, Margin: throttle.NoMargin,
 		InFlight: n, LeaseFor: time.Second,
 		NoDefaultPace: true, // the cap alone holds requests back
 	})
@@ -83,7 +83,7 @@ func TestInFlightCap(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var up concurrent
 		var decisions decisionLog
-		tr := newTransport(t, up.base(), newMemory(t), inFlightRule(3, throttle.WaitForSlot, time.Minute), decisions.option())
+		tr := newTransport(t, up.base(), newMemory(t), inFlightRule(3, false, time.Minute), decisions.option())
 		var wg sync.WaitGroup
 		for range 10 {
 			wg.Go(func() {
@@ -124,7 +124,7 @@ func TestInFlightRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var up concurrent
 		var decisions decisionLog
-		tr := newTransport(t, up.base(), newMemory(t), inFlightRule(1, throttle.FailFast, 0), decisions.option())
+		tr := newTransport(t, up.base(), newMemory(t), inFlightRule(1, true, 0), decisions.option())
 		req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
 		first, err := tr.RoundTrip(req)
 		require.NoError(t, err)
@@ -163,15 +163,15 @@ func TestInFlightUnclosedBody(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var up concurrent
 		var logs logRecorder
-		tr := newTransport(t, up.base(), newMemory(t), inFlightRule(1, throttle.FailFast, 0), logs.option())
-		st := func() throttle.InFlightStats { return tr.Stats().Rules[0].InFlight }
+		tr := newTransport(t, up.base(), newMemory(t), inFlightRule(1, true, 0), logs.option())
+		st := func() throttle.RuleStats { return tr.Stats().Rules[0] }
 		req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
 		leaked, err := tr.RoundTrip(req)
 		require.NoError(t, err)
 
 		time.Sleep(9900 * time.Millisecond)
 		synctest.Wait()
-		require.Equal(t, int64(1), st().Held, "held (renewed) for up to ten LeaseFor")
+		require.Equal(t, int64(1), st().InFlight.Held, "held (renewed) for up to ten LeaseFor")
 		req, _ = newRequest(t, context.Background(), http.MethodGet, testURL)
 		_, err = tr.RoundTrip(req)
 		require.ErrorIs(t, err, throttle.ErrLimited)
@@ -179,9 +179,9 @@ func TestInFlightUnclosedBody(t *testing.T) {
 
 		time.Sleep(200 * time.Millisecond)
 		synctest.Wait()
-		assert.Equal(t, int64(0), st().Held)
-		assert.Equal(t, uint64(1), st().Reclaimed)
-		assert.Zero(t, st().Lost)
+		assert.Equal(t, int64(0), st().InFlight.Held)
+		assert.Equal(t, uint64(1), st().InFlight.Reclaimed)
+		assert.Zero(t, st().InFlight.Lost)
 		lines := logs.take()
 		require.Len(t, lines, 1)
 		assert.Contains(t, lines[0], "WARN")
@@ -192,9 +192,9 @@ func TestInFlightUnclosedBody(t *testing.T) {
 		resp, err := tr.RoundTrip(req)
 		require.NoError(t, err, "the lease came back")
 		require.NoError(t, leaked.Body.Close())
-		assert.Equal(t, int64(1), st().Held, "the late Close gives back nothing more")
+		assert.Equal(t, int64(1), st().InFlight.Held, "the late Close gives back nothing more")
 		require.NoError(t, resp.Body.Close())
-		assert.Equal(t, int64(0), st().Held)
+		assert.Equal(t, int64(0), st().InFlight.Held)
 	})
 }
 
@@ -207,7 +207,7 @@ func TestInFlightLongWaitKeepsItsLease(t *testing.T) {
 		var up concurrent
 		tr := newTransport(t, up.base(), newMemory(t), throttle.WithRule(throttle.Rule{
 			Name: "slow", Host: "api.example.com", Limits: []throttle.Limit{throttle.PerMinute(1)},
-			Key: throttle.Fixed("slow"), Mode: throttle.WaitForSlot, MaxWait: 2 * time.Minute, Margin: throttle.NoMargin,
+			Key: throttle.Fixed("slow"), MaxWait: 2 * time.Minute, Margin: throttle.NoMargin,
 			InFlight: 2, LeaseFor: time.Second, NoDefaultPace: true,
 		}))
 		for range 2 {
@@ -231,7 +231,7 @@ func TestInFlightRelease(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var up concurrent
-		tr := newTransport(t, up.base(), newMemory(t), inFlightRule(1, throttle.FailFast, 0))
+		tr := newTransport(t, up.base(), newMemory(t), inFlightRule(1, true, 0))
 		held := func() int64 { return tr.Stats().Rules[0].InFlight.Held }
 
 		req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
@@ -249,7 +249,7 @@ func TestInFlightRelease(t *testing.T) {
 		up.fail.Store(false)
 
 		bare := newTransport(t, roundTripperFunc(func(r *http.Request) (*http.Response, error) { return okResponse(r), nil }),
-			newMemory(t), inFlightRule(1, throttle.FailFast, 0))
+			newMemory(t), inFlightRule(1, true, 0))
 		for range 3 {
 			send(t, bare, testURL) // http.NoBody: released at once
 		}
@@ -264,7 +264,7 @@ func TestInFlightWaitEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var up concurrent
 		var decisions decisionLog
-		tr := newTransport(t, up.base(), newMemory(t), inFlightRule(1, throttle.WaitForSlot, 3*time.Second), decisions.option())
+		tr := newTransport(t, up.base(), newMemory(t), inFlightRule(1, false, 3*time.Second), decisions.option())
 		req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
 		first, err := tr.RoundTrip(req)
 		require.NoError(t, err)
@@ -339,7 +339,7 @@ func TestInFlightWithAlso(t *testing.T) {
 	t.Parallel()
 	rule := throttle.Rule{
 		Name: "github", Host: "api.example.com", Key: throttle.ByQuery("access_token"),
-		Limits: []throttle.Limit{throttle.PerHour(5000)}, Mode: throttle.FailFast, Margin: throttle.NoMargin, NoDefaultPace: true,
+		Limits: []throttle.Limit{throttle.PerHour(5000)}, FailFast: true, Margin: throttle.NoMargin, NoDefaultPace: true,
 		InFlight: 2,
 		Also:     []throttle.KeyLimit{{Name: "app", Key: throttle.Fixed("my-app"), Limits: []throttle.Limit{throttle.PerHour(4)}, HashTag: true}},
 	}
@@ -394,7 +394,7 @@ func TestInFlightDefaultLeaseFor(t *testing.T) {
 		return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Header: http.Header{}}, nil
 	})
 	tr, err := throttle.New(base, st, throttle.WithDefault(throttle.Rule{Name: "capped",
-		Limits: []throttle.Limit{throttle.PerSecond(100)}, Mode: throttle.FailFast, InFlight: 5}))
+		Limits: []throttle.Limit{throttle.PerSecond(100)}, FailFast: true, InFlight: 5}))
 	require.NoError(t, err)
 	req, err := http.NewRequest(http.MethodGet, "http://api.example.com/", nil)
 	require.NoError(t, err)

@@ -20,7 +20,7 @@ import (
 // NewLimiter; the zero Limiter is not usable.
 //
 // Its key is a rate key, as a KeyFunc would return it: a name such as a
-// gateway's, or a hash of a credential (CredentialKey), never a raw token,
+// gateway's, or a hash of a credential (operator.CredentialKey), never a raw token,
 // unless WithKeySecret is set, which replaces every key with its HMAC.
 // A Limiter and a Transport rule of the same Name, with the same Limits,
 // Margin and Algorithm, share their logs: they count against each other.
@@ -44,14 +44,17 @@ type core struct {
 // newCore builds the core of c's rules on st; guarded says the sends are
 // watched on the wire (a Transport).
 func newCore(st store.Store, c config, guarded bool) (*core, error) {
+	failure := engine.FailClosed
 	switch {
-	case c.storeFailure != FailLocal && c.localShare != 0:
-		return nil, &ConfigError{Reason: "WithLocalShare needs WithStoreFailure(FailLocal)"}
-	case c.storeFailure == FailLocal && c.localShare == 0:
-		return nil, &ConfigError{Reason: "FailLocal needs WithLocalShare: the share of each limit this transport may use alone"}
+	case c.failOpen && c.localShare != 0:
+		return nil, &ConfigError{Reason: "WithFailOpen and WithFailLocal: a request that meets a failed store is sent uncounted or counted locally, not both"}
+	case c.failOpen:
+		failure = engine.FailOpen
+	case c.localShare != 0:
+		failure = engine.FailLocal
 	}
 	k := &core{onDecision: c.onDecision, onFeedback: c.onFeedback, logger: c.logger, keySecret: c.keySecret}
-	ec := engine.Config{Failure: engine.Failure(c.storeFailure), Timeout: c.storeTimeout, Share: c.localShare,
+	ec := engine.Config{Failure: failure, Timeout: c.storeTimeout, Share: c.localShare,
 		Guarded: guarded, OnReclaim: k.reclaimed}
 	for _, r := range append(c.rules[:len(c.rules):len(c.rules)], c.def) {
 		if r != nil {
@@ -77,11 +80,11 @@ func (c *core) admit(ctx context.Context, r *rule, k keyed, maxWait time.Duratio
 }
 
 // NewLimiter returns a Limiter that keeps its state in st, under r: its
-// Name (required: it names the limiter's logs in the store), Limits, Mode,
+// Name (required: it names the limiter's logs in the store), Limits, FailFast,
 // MaxWait, MaxServerWait, Margin and Algorithm. The fields that read an
 // HTTP request (Host, PathPrefix, Method, Key, Also, Cost, IgnoreUpstream,
 // Retries) are a *ConfigError, and so are the options for a Transport's
-// requests (WithRule, WithDefault, WithUnmatched). It does no I/O.
+// requests (WithRule, WithDefault, WithUnmatchedSent). It does no I/O.
 func NewLimiter(st store.Store, r Rule, opts ...Option) (*Limiter, error) {
 	c, err := configure(st, opts)
 	if err != nil {
@@ -91,7 +94,7 @@ func NewLimiter(st store.Store, r Rule, opts ...Option) (*Limiter, error) {
 	case len(c.rules) > 0 || c.def != nil:
 		return nil, &ConfigError{Reason: "WithRule and WithDefault are for a Transport: a Limiter has NewLimiter's rule"}
 	case c.unmatchedSet:
-		return nil, &ConfigError{Reason: "WithUnmatched is for a Transport: a Limiter matches no request"}
+		return nil, &ConfigError{Reason: "WithUnmatchedSent is for a Transport: a Limiter matches no request"}
 	}
 	cr, err := limiterRule(r)
 	if err != nil {
@@ -136,7 +139,7 @@ func limiterRule(r Rule) (*rule, error) {
 
 // Wait reserves a slot for cost units of key and waits for it. It returns
 // nil when the caller may go ahead (also when the store failed and the
-// policy is FailOpen), or why not, at once rather than after a wait that
+// policy is WithFailOpen), or why not, at once rather than after a wait that
 // would be in vain: a *LimitError (errors.Is ErrLimited) when the slot is
 // beyond the rule's MaxWait or the context's deadline (or FailFast finds
 // none now); the context's error when it ends first, the slot given back; a
@@ -152,8 +155,8 @@ func (l *Limiter) Wait(ctx context.Context, key string, cost int) error {
 
 // Allow reports whether cost units of key may go now, and records them if
 // so; a refusal records nothing. The error is not a refusal but a failure to
-// decide: a *StoreError (FailClosed), the context's error, a *KeyError or
-// ErrInvalidCost; under FailOpen a failed store allows.
+// decide: a *StoreError (by default), the context's error, a *KeyError or
+// ErrInvalidCost; under WithFailOpen a failed store allows.
 func (l *Limiter) Allow(ctx context.Context, key string, cost int) (bool, error) {
 	d := l.decide(ctx, key, cost, 0)
 	switch d.Outcome {
@@ -197,7 +200,7 @@ func (l *Limiter) keyed(key string, cost int) (keyed, error) {
 // Reserve reserves a slot for cost units of key, within the rule's MaxWait
 // and the context's deadline, without waiting for it. Call the
 // Reservation's Wait right before going ahead, or its Cancel if you will
-// not. The errors are Wait's; under FailOpen, a failed store gives a
+// not. The errors are Wait's; under WithFailOpen, a failed store gives a
 // Reservation without a slot, whose Wait returns nil at once.
 func (l *Limiter) Reserve(ctx context.Context, key string, cost int) (*Reservation, error) {
 	k, err := l.keyed(key, cost)
@@ -220,14 +223,14 @@ func (l *Limiter) Reserve(ctx context.Context, key string, cost int) (*Reservati
 // Pause tells every process that shares the store that the upstream refused
 // key's uses and asked to wait d: their next uses of key wait until d from
 // now (a pause never shortens an earlier one; d is capped at an
-// hour), or fail at once with a *LimitError (ErrUpstreamLimited)
+// hour), or fail at once with a *LimitError whose Upstream is set
 // if that is beyond the rule's MaxServerWait. A d of zero or less pauses
 // for the rule's shortest window plus its Margin, as a 429 without
 // Retry-After does. Call it when a gRPC call ends with RESOURCE_EXHAUSTED,
 // with its RetryInfo's delay, or when a queue throttles a producer.
 //
 // The error is the store's, or a *StoreError when the store is marked down
-// (under FailLocal the pause is kept in the process); a store that keeps no
+// (under WithFailLocal the pause is kept in the process); a store that keeps no
 // pauses is an error too.
 func (l *Limiter) Pause(ctx context.Context, key string, d time.Duration) error {
 	k, err := l.keyed(key, 1)

@@ -58,7 +58,7 @@ func ExampleLimiter_Allow() {
 	for i := 1; i <= 3; i++ {
 		ok, err := lim.Allow(context.Background(), "tenant:acme", 1)
 		if err != nil {
-			panic(err) // the store failed (FailClosed)
+			panic(err) // the store failed (refused: the default)
 		}
 		fmt.Printf("report %d: %v\n", i, ok)
 	}

@@ -52,7 +52,7 @@ func TestRepeatedRefusalsAreSummed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var logs logRecorder
 		tr := newTransport(t, statusBase, nil, logs.option(),
-			throttle.WithRule(throttle.Rule{Name: "x", Host: "x.example", Limits: []throttle.Limit{throttle.PerHour(1)}, Mode: throttle.FailFast}))
+			throttle.WithRule(throttle.Rule{Name: "x", Host: "x.example", Limits: []throttle.Limit{throttle.PerHour(1)}, FailFast: true}))
 		refuse := func() {
 			t.Helper()
 			assert.ErrorIs(t, get(t, tr, context.Background(), "https://x.example/a"), throttle.ErrLimited)
@@ -94,23 +94,22 @@ func TestRepeatedRefusalsAreSummed(t *testing.T) {
 func TestStoreOutageIsSummed(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		policy  throttle.StoreFailure
-		opts    []throttle.Option
+		policy  storePolicy
 		outcome string
 	}{
-		{throttle.FailClosed, nil, `"failed" decisions`},
-		{throttle.FailOpen, nil, `"failed_open" decisions`},
-		{throttle.FailLocal, []throttle.Option{throttle.WithLocalShare(1)}, `"sent_local" decisions`},
+		{failClosed, `"failed" decisions`},
+		{failOpen, `"failed_open" decisions`},
+		{failLocal, `"sent_local" decisions`},
 	} {
-		t.Run(tc.policy.String(), func(t *testing.T) {
+		t.Run(string(tc.policy), func(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
 				var logs logRecorder
 				lim := []throttle.Limit{throttle.PerSecond(1000)}
-				opts := append([]throttle.Option{logs.option(), throttle.WithStoreFailure(tc.policy),
+				opts := append([]throttle.Option{logs.option(),
 					throttle.WithRule(throttle.Rule{Name: "a", Host: "a.example", Limits: lim}),
 					throttle.WithRule(throttle.Rule{Name: "b", Host: "b.example", Limits: lim}),
-				}, tc.opts...)
+				}, tc.policy.options(1)...)
 				tr := newTransport(t, statusBase, failingStore(errors.New("store down")), opts...)
 				for range 25 {
 					for _, u := range []string{"https://a.example/", "https://b.example/"} {

@@ -33,10 +33,6 @@ var waitBounds = func() (b [18]time.Duration) {
 // and one for the waits above the last.
 const numWaitBuckets = len(waitBounds) + 1
 
-// WaitBuckets returns the upper bounds of a WaitHistogram's buckets: 0, 1ms,
-// 2ms, 4ms, ... 65.536s.
-func WaitBuckets() []time.Duration { return slices.Clone(waitBounds[:]) }
-
 // waitBucket returns the index of the bucket of a wait of d: 0 for none, i
 // for d in (2^(i-2)ms, 2^(i-1)ms], the last for a wait above every bound.
 func waitBucket(d time.Duration) int {
@@ -63,6 +59,7 @@ type Stats struct {
 // Rule is empty.
 func (s Stats) Total() RuleStats {
 	t := s.Unmatched
+	t.Wait.Bounds = slices.Clone(t.Wait.Bounds)
 	for _, r := range s.Rules {
 		t.add(r)
 	}
@@ -84,60 +81,69 @@ type RuleStats struct {
 	// late for them, or because a pause or a stricter pace came after they
 	// were placed (Decision.Retaken, summed).
 	Retakes uint64
-	// Store counts what the store failure policy did.
-	Store StoreFailureStats
+	// Store counts the requests that met a failed store, or one marked
+	// down, by what the store failure policy did with them.
+	Store struct {
+		// Refused counts the requests refused with a *StoreError (the
+		// default policy: fail closed).
+		Refused uint64
+		// Open counts the requests sent uncounted (WithFailOpen).
+		Open uint64
+		// Local counts the requests the in-process limiter decided
+		// (WithFailLocal), whatever it decided: Decision.Local set.
+		Local uint64
+	}
 	// Upstream counts what the upstream said.
-	Upstream FeedbackStats
-	// InFlight counts what the rule's InFlight cap did.
-	InFlight InFlightStats
+	Upstream struct {
+		// TooManyRequests counts the 429 responses received, despite the
+		// throttle: the number to keep at zero.
+		TooManyRequests uint64
+		// Unavailable counts the 503 responses with Retry-After.
+		Unavailable uint64
+		// Pauses counts the pauses recorded (one per throttled response,
+		// plus budgets exhausted and X-App-Usage at 100%).
+		Pauses uint64
+		// Tightenings counts the learned limits and budgets recorded.
+		Tightenings uint64
+		// Reshapes counts the moves to a stricter shape recorded (a paced
+		// limit without a burst, after a 429 although the throttle kept
+		// the rule's limits), renewals included.
+		Reshapes uint64
+	}
+	// InFlight counts what the rule's cap on requests in flight
+	// (Rule.InFlight) did in this process.
+	InFlight struct {
+		// Held is the number of leases the process holds now: requests
+		// reserved or in flight whose response body is not yet closed.
+		Held int64
+		// Queued counts the requests that waited in the queue for a
+		// lease; Refused, the requests refused for want of one
+		// (Decision.InFlight).
+		Queued, Refused uint64
+		// Lost counts the leases found expired when renewed: the process
+		// stalled longer than LeaseFor/2, and its request was no longer
+		// counted in the cap.
+		Lost uint64
+		// Reclaimed counts the leases given back because a response body
+		// was not closed within ten LeaseFor (a warning to the logger
+		// each).
+		Reclaimed uint64
+	}
 }
 
-// InFlightStats counts what a rule's cap on requests in flight
-// (Rule.InFlight) did in this process.
-type InFlightStats struct {
-	// Held is the number of leases the process holds now: requests
-	// reserved or in flight whose response body is not yet closed.
-	Held int64
-	// Queued counts the requests that waited in the queue for a lease;
-	// Refused, the requests refused for want of one (Decision.InFlight).
-	Queued, Refused uint64
-	// Lost counts the leases found expired when renewed: the process
-	// stalled longer than LeaseFor/2, and its request was no longer
-	// counted in the cap.
-	Lost uint64
-	// Reclaimed counts the leases given back because a response body was
-	// not closed within ten LeaseFor (a warning to the logger each).
-	Reclaimed uint64
-}
-
-// StoreFailureStats counts the requests that met a failed store, or one
-// marked down, by what the store failure policy did with them.
-type StoreFailureStats struct {
-	// Refused counts the requests refused with a *StoreError (FailClosed).
-	Refused uint64
-	// Open counts the requests sent uncounted (FailOpen).
-	Open uint64
-	// Local counts the requests the in-process limiter decided (FailLocal),
-	// whatever it decided: Decision.Local set.
-	Local uint64
-}
-
-// WaitHistogram is a distribution of waits over the buckets of WaitBuckets.
+// WaitHistogram is a distribution of waits.
 type WaitHistogram struct {
-	// Counts[i] counts the waits of at most WaitBuckets()[i] (and above the
-	// bound before); the last counts the waits above every bound.
+	// Bounds are the upper bounds of the buckets: 0 (no wait), then 1ms,
+	// 2ms, 4ms, ... 65.536s.
+	Bounds []time.Duration
+	// Counts[i] counts the waits of at most Bounds[i] (and above the
+	// bound before); the last, Counts[len(Bounds)], the waits above every
+	// bound.
 	Counts [numWaitBuckets]uint64
+	// Count is the number of waits: the sum of Counts.
+	Count uint64
 	// Sum is the total of the waits. It saturates after 292 years.
 	Sum time.Duration
-}
-
-// Count returns the number of waits in h.
-func (h WaitHistogram) Count() uint64 {
-	var n uint64
-	for _, c := range h.Counts {
-		n += c
-	}
-	return n
 }
 
 // Stats returns a snapshot of the transport's counters.
@@ -232,60 +238,52 @@ func (s *ruleStats) count(resp *http.Response) (throttled bool) {
 	return false
 }
 
-func (s *ruleStats) upstream() FeedbackStats {
-	return FeedbackStats{
-		TooManyRequests: s.tooMany.Load(),
-		Unavailable:     s.unavailable.Load(),
-		Pauses:          s.pauses.Load(),
-		Tightenings:     s.tightenings.Load(),
-		Reshapes:        s.reshapes.Load(),
-	}
-}
-
 func (s *ruleStats) snapshot() RuleStats {
-	r := RuleStats{
-		Rule:     s.name,
-		Retakes:  s.retakes.Load(),
-		Store:    StoreFailureStats{Refused: s.refused.Load(), Open: s.open.Load(), Local: s.local.Load()},
-		Upstream: s.upstream(),
-		InFlight: InFlightStats{Held: s.leases.Held.Load(), Queued: s.leases.Queued.Load(), Refused: s.leasesRefused.Load(), Lost: s.leases.Lost.Load(),
-			Reclaimed: s.leases.Reclaimed.Load()},
-	}
+	r := RuleStats{Rule: s.name, Retakes: s.retakes.Load()}
+	r.Store.Refused, r.Store.Open, r.Store.Local = s.refused.Load(), s.open.Load(), s.local.Load()
+	u := &r.Upstream
+	u.TooManyRequests, u.Unavailable = s.tooMany.Load(), s.unavailable.Load()
+	u.Pauses, u.Tightenings, u.Reshapes = s.pauses.Load(), s.tightenings.Load(), s.reshapes.Load()
+	f := &r.InFlight
+	f.Held, f.Queued, f.Refused = s.leases.Held.Load(), s.leases.Queued.Load(), s.leasesRefused.Load()
+	f.Lost, f.Reclaimed = s.leases.Lost.Load(), s.leases.Reclaimed.Load()
 	for i := range s.outcomes {
 		r.Requests[i] = s.outcomes[i].Load()
 	}
+	r.Wait.Bounds = slices.Clone(waitBounds[:])
 	for i := range s.wait {
 		r.Wait.Counts[i] = s.wait[i].Load()
+		r.Wait.Count += r.Wait.Counts[i]
 	}
-	r.Requests[Sent] = r.Wait.Count()
+	r.Requests[Sent] = r.Wait.Count
 	r.Wait.Sum = time.Duration(min(s.waitSum.Load(), math.MaxInt64))
 	return r
 }
 
 func (r *RuleStats) add(o RuleStats) {
+	if r.Wait.Bounds == nil {
+		r.Wait.Bounds = slices.Clone(o.Wait.Bounds)
+	}
 	for i := range r.Requests {
 		r.Requests[i] += o.Requests[i]
 	}
 	for i := range r.Wait.Counts {
 		r.Wait.Counts[i] += o.Wait.Counts[i]
 	}
+	r.Wait.Count += o.Wait.Count
 	r.Wait.Sum = time.Duration(min(uint64(r.Wait.Sum)+uint64(o.Wait.Sum), math.MaxInt64))
 	r.Retakes += o.Retakes
 	r.Store.Refused += o.Store.Refused
 	r.Store.Open += o.Store.Open
 	r.Store.Local += o.Store.Local
-	r.Upstream.add(o.Upstream)
+	r.Upstream.TooManyRequests += o.Upstream.TooManyRequests
+	r.Upstream.Unavailable += o.Upstream.Unavailable
+	r.Upstream.Pauses += o.Upstream.Pauses
+	r.Upstream.Tightenings += o.Upstream.Tightenings
+	r.Upstream.Reshapes += o.Upstream.Reshapes
 	r.InFlight.Held += o.InFlight.Held
 	r.InFlight.Queued += o.InFlight.Queued
 	r.InFlight.Refused += o.InFlight.Refused
 	r.InFlight.Lost += o.InFlight.Lost
 	r.InFlight.Reclaimed += o.InFlight.Reclaimed
-}
-
-func (f *FeedbackStats) add(o FeedbackStats) {
-	f.TooManyRequests += o.TooManyRequests
-	f.Unavailable += o.Unavailable
-	f.Pauses += o.Pauses
-	f.Tightenings += o.Tightenings
-	f.Reshapes += o.Reshapes
 }

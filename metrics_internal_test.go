@@ -11,7 +11,7 @@ import (
 // the wait; none in the first, too long ones in the last.
 func TestWaitBucket(t *testing.T) {
 	t.Parallel()
-	bounds := WaitBuckets()
+	bounds := waitBounds[:]
 	assert.Equal(t, numWaitBuckets, len(bounds)+1)
 	assert.Equal(t, time.Duration(0), bounds[0])
 	assert.Equal(t, time.Millisecond, bounds[1])
@@ -46,11 +46,18 @@ func TestWaitBucket(t *testing.T) {
 	}
 }
 
-// TestWaitBucketsIsACopy: a caller cannot change the buckets.
-func TestWaitBucketsIsACopy(t *testing.T) {
+// TestWaitBoundsAreACopy: a caller cannot change the bounds of the next
+// snapshot, nor those of another snapshot.
+func TestWaitBoundsAreACopy(t *testing.T) {
 	t.Parallel()
-	WaitBuckets()[1] = time.Hour
-	assert.Equal(t, time.Millisecond, WaitBuckets()[1])
+	var s ruleStats
+	a, b := s.snapshot(), s.snapshot()
+	a.Wait.Bounds[1] = time.Hour
+	assert.Equal(t, time.Millisecond, b.Wait.Bounds[1])
+	assert.Equal(t, time.Millisecond, s.snapshot().Wait.Bounds[1])
+	total := Stats{Unmatched: b}.Total()
+	total.Wait.Bounds[1] = time.Hour
+	assert.Equal(t, time.Millisecond, b.Wait.Bounds[1])
 }
 
 // BenchmarkRecord is what counting costs a request: one atomic add when

@@ -42,16 +42,34 @@ func get(t *testing.T, tr http.RoundTripper, ctx context.Context, rawURL string)
 	return err
 }
 
+// waitBounds are the bounds of every WaitHistogram: 0, then 1ms, 2ms, 4ms,
+// ... 65.536s.
+var waitBounds = func() []time.Duration {
+	b := []time.Duration{0}
+	for d := time.Millisecond; d <= 65536*time.Millisecond; d *= 2 {
+		b = append(b, d)
+	}
+	return b
+}()
+
 // waits returns a WaitHistogram with one wait of each of ds.
 func waits(ds ...time.Duration) throttle.WaitHistogram {
-	var h throttle.WaitHistogram
-	bounds := throttle.WaitBuckets()
+	h := throttle.WaitHistogram{Bounds: waitBounds}
 	for _, d := range ds {
-		i, _ := slices.BinarySearch(bounds, d) // the first bound >= d
+		i, _ := slices.BinarySearch(waitBounds, d) // the first bound >= d
 		h.Counts[i]++
+		h.Count++
 		h.Sum += d
 	}
 	return h
+}
+
+// upstreamStats returns what RuleStats.Upstream counts, in its order:
+// 429s, 503s, pauses, tightenings, reshapes.
+func upstreamStats(tooMany, unavailable, pauses, tightenings, reshapes uint64) (r throttle.RuleStats) {
+	u := &r.Upstream
+	u.TooManyRequests, u.Unavailable, u.Pauses, u.Tightenings, u.Reshapes = tooMany, unavailable, pauses, tightenings, reshapes
+	return r
 }
 
 // TestStats drives a transport on a memory store through every outcome it
@@ -62,9 +80,9 @@ func TestStats(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := newTransport(t, statusBase, nil,
 			throttle.WithRule(throttle.Rule{Name: "api", Host: "api.example", Limits: []throttle.Limit{throttle.PerSecond(1)}}),
-			throttle.WithRule(throttle.Rule{Name: "ff", Host: "ff.example", Limits: []throttle.Limit{throttle.PerHour(1)}, Mode: throttle.FailFast}),
+			throttle.WithRule(throttle.Rule{Name: "ff", Host: "ff.example", Limits: []throttle.Limit{throttle.PerHour(1)}, FailFast: true}),
 			throttle.WithRule(throttle.Rule{Name: "up", Host: "up.example", Limits: []throttle.Limit{throttle.PerSecond(100)}, Margin: throttle.NoMargin}),
-			throttle.WithUnmatched(throttle.SendUnmatched),
+			throttle.WithUnmatchedSent(false),
 			throttle.WithRule(throttle.Rule{Name: "cost", Host: "cost.example", Limits: []throttle.Limit{throttle.PerSecond(1)},
 				Cost: func(*http.Request) int { return 0 }}),
 		)
@@ -89,24 +107,27 @@ func TestStats(t *testing.T) {
 			}
 			return c
 		}
+		up := upstreamStats(1, 1, 2, 0, 1)
+		up.Rule, up.Requests, up.Wait = "up", o(throttle.Sent, 3), waits(0, 100*time.Millisecond, 2*time.Second)
+		unmatched := upstreamStats(1, 0, 0, 0, 0)
+		unmatched.Requests, unmatched.Wait = o(throttle.Unmatched, 1), waits()
 		want := throttle.Stats{
 			Rules: []throttle.RuleStats{
 				{Rule: "api", Requests: o(throttle.Sent, 2, throttle.Canceled, 1),
 					Wait: waits(0, time.Second+throttle.DefaultMargin)},
 				{Rule: "ff", Requests: o(throttle.Sent, 1, throttle.Limited, 2), Wait: waits(0)},
-				{Rule: "up", Requests: o(throttle.Sent, 3), Wait: waits(0, 100*time.Millisecond, 2*time.Second),
-					Upstream: throttle.FeedbackStats{TooManyRequests: 1, Unavailable: 1, Pauses: 2, Reshapes: 1}},
-				{Rule: "cost", Requests: o(throttle.Failed, 1)},
+				up,
+				{Rule: "cost", Requests: o(throttle.Failed, 1), Wait: waits()},
 			},
-			Unmatched: throttle.RuleStats{Requests: o(throttle.Unmatched, 1),
-				Upstream: throttle.FeedbackStats{TooManyRequests: 1}},
+			Unmatched: unmatched,
 		}
 		got := tr.Stats()
 		assert.Equal(t, want, got)
-		assert.Equal(t, throttle.FeedbackStats{TooManyRequests: 2, Unavailable: 1, Pauses: 2, Reshapes: 1}, got.Total().Upstream)
+		assert.Equal(t, upstreamStats(2, 1, 2, 0, 1).Upstream, got.Total().Upstream)
 		total := got.Total()
 		assert.Equal(t, o(throttle.Sent, 6, throttle.Limited, 2, throttle.Canceled, 1, throttle.Failed, 1, throttle.Unmatched, 1), total.Requests)
-		assert.Equal(t, uint64(6), total.Wait.Count())
+		assert.Equal(t, uint64(6), total.Wait.Count)
+		assert.Equal(t, waitBounds, total.Wait.Bounds)
 		assert.Equal(t, 3*time.Second+100*time.Millisecond+throttle.DefaultMargin, total.Wait.Sum)
 	})
 }
@@ -117,29 +138,27 @@ func TestStatsStoreFailures(t *testing.T) {
 	t.Parallel()
 	down := errors.New("store down")
 	for _, tc := range []struct {
-		policy   throttle.StoreFailure
-		opts     []throttle.Option
+		policy   storePolicy
 		outcomes throttle.Outcomes
-		store    throttle.StoreFailureStats
+		store    [3]uint64 // Refused, Open, Local
 	}{
-		{throttle.FailClosed, nil, throttle.Outcomes{throttle.Failed: 2}, throttle.StoreFailureStats{Refused: 2}},
-		{throttle.FailOpen, nil, throttle.Outcomes{throttle.FailedOpen: 2}, throttle.StoreFailureStats{Open: 2}},
-		{throttle.FailLocal, []throttle.Option{throttle.WithLocalShare(1)},
-			throttle.Outcomes{throttle.Sent: 1, throttle.Limited: 1}, throttle.StoreFailureStats{Local: 2}},
+		{failClosed, throttle.Outcomes{throttle.Failed: 2}, [3]uint64{2, 0, 0}},
+		{failOpen, throttle.Outcomes{throttle.FailedOpen: 2}, [3]uint64{0, 2, 0}},
+		{failLocal, throttle.Outcomes{throttle.Sent: 1, throttle.Limited: 1}, [3]uint64{0, 0, 2}},
 	} {
-		t.Run(tc.policy.String(), func(t *testing.T) {
+		t.Run(string(tc.policy), func(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
-				opts := append([]throttle.Option{throttle.WithStoreFailure(tc.policy),
+				opts := append([]throttle.Option{
 					throttle.WithRule(throttle.Rule{Name: "api", Host: "api.example", Limits: []throttle.Limit{throttle.PerHour(1)},
-						Mode: throttle.FailFast})}, tc.opts...)
+						FailFast: true})}, tc.policy.options(1)...)
 				tr := newTransport(t, statusBase, failingStore(down), opts...)
 				for range 2 { // the first calls the store; the second finds it marked down
 					_ = get(t, tr, context.Background(), "https://api.example/a")
 				}
 				got := tr.Stats().Rules[0]
 				assert.Equal(t, tc.outcomes, got.Requests)
-				assert.Equal(t, tc.store, got.Store)
+				assert.Equal(t, tc.store, [3]uint64{got.Store.Refused, got.Store.Open, got.Store.Local})
 			})
 		})
 	}
@@ -187,7 +206,7 @@ func TestStatsConcurrent(t *testing.T) {
 	wg.Wait()
 	got := tr.Stats().Rules[0]
 	assert.Equal(t, uint64(workers*n), got.Requests[throttle.Sent])
-	assert.Equal(t, uint64(workers*n), got.Wait.Count())
+	assert.Equal(t, uint64(workers*n), got.Wait.Count)
 }
 
 // TestOutcomesCoverEveryOutcome: Outcomes has a slot for every Outcome.

@@ -20,10 +20,10 @@ import (
 )
 
 // perTokenAndApp limits each token to 2 per second and the app to 3.
-func perTokenAndApp(mode throttle.Mode) throttle.Rule {
+func perTokenAndApp(failFast bool) throttle.Rule {
 	return throttle.Rule{
 		Host: "api.example.com", Key: throttle.ByQuery("access_token"),
-		Limits: []throttle.Limit{throttle.PerSecond(2)}, Mode: mode, Margin: throttle.NoMargin,
+		Limits: []throttle.Limit{throttle.PerSecond(2)}, FailFast: failFast, Margin: throttle.NoMargin,
 		Also: []throttle.KeyLimit{{Name: "app", Key: throttle.Fixed("my-app"), Limits: []throttle.Limit{throttle.PerSecond(3)}, HashTag: true}},
 	}
 }
@@ -44,7 +44,7 @@ func getToken(t *testing.T, tr http.RoundTripper, token string) error {
 func TestAlsoEveryKeyLimits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var sent sendLog
-		tr := newTransport(t, sent.base(), newMemory(t), throttle.WithRule(perTokenAndApp(throttle.FailFast)))
+		tr := newTransport(t, sent.base(), newMemory(t), throttle.WithRule(perTokenAndApp(true)))
 		require.NoError(t, getToken(t, tr, "a"))
 		require.NoError(t, getToken(t, tr, "a"))
 		var le *throttle.LimitError
@@ -59,7 +59,7 @@ func TestAlsoEveryKeyLimits(t *testing.T) {
 	})
 	synctest.Test(t, func(t *testing.T) {
 		var sent sendLog
-		tr := newTransport(t, sent.base(), newMemory(t), throttle.WithRule(perTokenAndApp(throttle.WaitForSlot)))
+		tr := newTransport(t, sent.base(), newMemory(t), throttle.WithRule(perTokenAndApp(false)))
 		start := time.Now()
 		for _, tok := range []string{"a", "b", "c", "d", "e", "f", "g"} {
 			require.NoError(t, getToken(t, tr, tok))
@@ -77,7 +77,7 @@ func TestAlsoEveryKeyLimits(t *testing.T) {
 func TestAlsoConfig(t *testing.T) {
 	t.Parallel()
 	app := func(mod func(*throttle.KeyLimit)) throttle.Rule {
-		r := perTokenAndApp(throttle.WaitForSlot)
+		r := perTokenAndApp(false)
 		r.Also = []throttle.KeyLimit{r.Also[0]}
 		mod(&r.Also[0])
 		return r
@@ -90,17 +90,17 @@ func TestAlsoConfig(t *testing.T) {
 		"paced":      app(func(k *throttle.KeyLimit) { k.Limits = []throttle.Limit{throttle.Paced(10, time.Second, 0)} }),
 		"bad window": app(func(k *throttle.KeyLimit) { k.Limits = []throttle.Limit{throttle.Per(1, time.Microsecond)} }),
 		"fixed window": func() throttle.Rule {
-			r := perTokenAndApp(throttle.WaitForSlot)
+			r := perTokenAndApp(false)
 			r.Algorithm = throttle.FixedWindow
 			return r
 		}(),
 		"two tags": func() throttle.Rule {
-			r := perTokenAndApp(throttle.WaitForSlot)
+			r := perTokenAndApp(false)
 			r.Also = append(r.Also, throttle.KeyLimit{Name: "host", Key: throttle.ByHost(), Limits: []throttle.Limit{throttle.PerSecond(9)}, HashTag: true})
 			return r
 		}(),
 		"one name twice": func() throttle.Rule {
-			r := perTokenAndApp(throttle.WaitForSlot)
+			r := perTokenAndApp(false)
 			r.Also = append(r.Also, r.Also[0])
 			r.Also[1].HashTag = false
 			return r
@@ -117,13 +117,13 @@ func TestAlsoConfig(t *testing.T) {
 	defer cc.Close()
 	st, err := store.NewRedis(cc)
 	require.NoError(t, err)
-	untagged := perTokenAndApp(throttle.WaitForSlot)
+	untagged := perTokenAndApp(false)
 	untagged.Also[0].HashTag = false
 	_, err = throttle.New(nil, st, throttle.WithRule(untagged))
 	var ce *throttle.ConfigError
 	require.ErrorAs(t, err, &ce)
 	assert.Contains(t, ce.Reason, "hash tag")
-	_, err = throttle.New(nil, st, throttle.WithRule(perTokenAndApp(throttle.WaitForSlot)))
+	_, err = throttle.New(nil, st, throttle.WithRule(perTokenAndApp(false)))
 	assert.NoError(t, err)
 	_, err = throttle.New(nil, newMemory(t), throttle.WithRule(untagged))
 	assert.NoError(t, err, "one process needs no tag")
@@ -138,7 +138,7 @@ func TestAlsoKeysInRedis(t *testing.T) {
 	st, err := store.NewRedis(client, store.WithPrefix(prefix))
 	require.NoError(t, err)
 	var sent sendLog
-	tr := newTransport(t, sent.base(), st, throttle.WithRule(perTokenAndApp(throttle.FailFast)))
+	tr := newTransport(t, sent.base(), st, throttle.WithRule(perTokenAndApp(true)))
 	const token = "s3cr3t-token-value"
 	require.NoError(t, getToken(t, tr, token))
 	require.NoError(t, getToken(t, tr, "other"))
@@ -175,7 +175,7 @@ func ExampleKeyLimit() {
 			Name: "app", Key: throttle.Fixed("my-app"), HashTag: true,
 			Limits: []throttle.Limit{throttle.PerSecond(3)},
 		}},
-		Mode: throttle.FailFast,
+		FailFast: true,
 	}))
 	if err != nil {
 		panic(err)
@@ -207,11 +207,11 @@ func ExampleKeyLimit() {
 func TestAlsoFailLocal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var sent sendLog
-		rule := perTokenAndApp(throttle.FailFast)
+		rule := perTokenAndApp(true)
 		rule.Limits = []throttle.Limit{throttle.PerSecond(4)}
 		rule.Also[0].Limits = []throttle.Limit{throttle.PerSecond(6)}
 		tr := newTransport(t, sent.base(), failingStore(errors.New("down")), throttle.WithRule(rule),
-			throttle.WithStoreFailure(throttle.FailLocal), throttle.WithLocalShare(0.5))
+			throttle.WithFailLocal(0.5))
 		for _, tok := range []string{"a", "a", "b"} {
 			require.NoError(t, getToken(t, tr, tok)) // each token 2 locally, the app 3
 		}

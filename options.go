@@ -25,10 +25,10 @@ type config struct {
 	onFeedback   func(Feedback)
 	logger       *slog.Logger
 	keySecret    []byte
-	storeFailure StoreFailure
-	localShare   float64
+	failOpen     bool    // WithFailOpen
+	localShare   float64 // WithFailLocal: above 0
 	storeTimeout time.Duration
-	unmatched    UnmatchedPolicy
+	unmatched    unmatchedPolicy
 	unmatchedSet bool
 }
 
@@ -63,7 +63,7 @@ func WithRule(r Rule) Option {
 }
 
 // WithDefault sets the rule of requests that no other rule matches. Without
-// one, WithUnmatched says what happens to them (by default they are refused).
+// one, they are refused, unless WithUnmatchedSent says to send them.
 func WithDefault(r Rule) Option {
 	return optionFunc(func(c *config) error {
 		if c.def != nil {
@@ -78,15 +78,21 @@ func WithDefault(r Rule) Option {
 	})
 }
 
-// WithUnmatched sets what the transport does with a request that no rule
-// matches, when there is no default rule: RefuseUnmatched (the default),
-// SendUnmatched or WarnUnmatched. It cannot be given with WithDefault.
-func WithUnmatched(p UnmatchedPolicy) Option {
+// WithUnmatchedSent makes the transport send a request that no rule
+// matches, when there is no default rule, without a limit, instead of
+// refusing it with an *UnmatchedError (the default: a host the rules miss, a
+// typo or a proxy's address, would otherwise go unlimited unseen). Only its
+// Decision says so (outcome Unmatched, logged at Debug), unless warn is
+// true: then a warning is logged the first time each host is met, to the
+// WithLogger logger or, without one, to slog.Default(); after 1000 hosts,
+// one last warning says that later hosts go unreported. It cannot be given
+// with WithDefault.
+func WithUnmatchedSent(warn bool) Option {
 	return optionFunc(func(c *config) error {
-		if p < RefuseUnmatched || p > WarnUnmatched {
-			return &ConfigError{Reason: fmt.Sprintf("unknown UnmatchedPolicy %d", int(p))}
+		c.unmatched, c.unmatchedSet = sendUnmatched, true
+		if warn {
+			c.unmatched = warnUnmatched
 		}
-		c.unmatched, c.unmatchedSet = p, true
 		return nil
 	})
 }
@@ -122,10 +128,10 @@ func WithOnFeedback(f func(Feedback)) Option {
 
 // WithLogger logs every decision to l: refusals by a limit at Info, store
 // failures and requests refused for want of a rule at Warn, the rest at
-// Debug; WarnUnmatched's warnings go to l too. A line above Debug that
+// Debug; WithUnmatchedSent(true)'s warnings go to l too. A line above Debug that
 // repeats (same rule and outcome) is logged once per 10s, then summed up in
 // one line with a count. The transport logs nothing without it (but for
-// WarnUnmatched, which then warns to slog.Default()).
+// WithUnmatchedSent(true), which then warns to slog.Default()).
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) error {
 		if l == nil {
@@ -156,36 +162,30 @@ func WithKeySecret(secret []byte) Option {
 	})
 }
 
-// WithStoreFailure sets what requests do when the shared store fails:
-// FailClosed (the default), FailOpen or FailLocal (which needs
-// WithLocalShare).
-//
-// Whatever the policy, a store failure (an error that is not the request's
-// context ending) marks the store down: until a probe succeeds, requests do
-// not call it and take the policy's path at once. One request at a time
-// probes it, after a backoff from 50ms up to at most 600ms; the first probe
-// that succeeds marks the store up again.
-func WithStoreFailure(p StoreFailure) Option {
+// WithFailOpen makes a request that meets a failed store, or one marked
+// down, go out uncounted (Outcome FailedOpen) instead of being refused with a
+// *StoreError, the default. It cannot be given with WithFailLocal.
+func WithFailOpen() Option {
 	return optionFunc(func(c *config) error {
-		if p < FailClosed || p > FailLocal {
-			return &ConfigError{Reason: fmt.Sprintf("unknown StoreFailure %d", int(p))}
-		}
-		c.storeFailure = p
+		c.failOpen = true
 		return nil
 	})
 }
 
-// WithLocalShare sets the share of every limit that the in-process limiter
-// of FailLocal allows this transport while the shared store is away: a limit
-// of N per W becomes floor(N × share) per W, at least 1. With one transport
-// per worker, 1/workers keeps the fleet within the limit once every worker
-// is local. While the shared store is up, every send it admits is recorded
-// locally too, so that a switch to local starts from this process's recent
-// sends. It requires WithStoreFailure(FailLocal); share must be in (0, 1].
-func WithLocalShare(share float64) Option {
+// WithFailLocal makes a request that meets a failed store, or one marked
+// down, be counted in a limiter inside this process instead of being refused
+// with a *StoreError (the default), under the same rules, keys and waits,
+// with share of every limit: a limit of N per W becomes floor(N × share) per
+// W, at least 1. With one transport per worker, 1/workers keeps the fleet
+// within the limit once every worker is local. While the shared store is up,
+// every send it admits is recorded locally too, so that a switch to local
+// starts from this process's recent sends. Decision.Local says that the
+// local limiter decided. share must be in (0, 1]. It cannot be given with
+// WithFailOpen.
+func WithFailLocal(share float64) Option {
 	return optionFunc(func(c *config) error {
 		if math.IsNaN(share) || share <= 0 || share > 1 {
-			return &ConfigError{Reason: fmt.Sprintf("WithLocalShare(%v): the share must be above 0 and at most 1", share)}
+			return &ConfigError{Reason: fmt.Sprintf("WithFailLocal(%v): the share must be above 0 and at most 1", share)}
 		}
 		c.localShare = share
 		return nil
@@ -193,10 +193,17 @@ func WithLocalShare(share float64) Option {
 }
 
 // WithStoreTimeout bounds each Reserve call to the shared store (default: one
-// second). A call that takes longer, while the request's own
-// context is still live, is a store failure (errors.Is ErrStoreTimeout) and
-// marks the store down like any other. Without the bound, a client that
-// retries its dials would make the request's own deadline pass first.
+// second). A call that takes longer, while the request's own context is
+// still live, is a store failure (a *StoreError whose Timeout is set).
+// Without the bound, a client that retries its dials would make the
+// request's own deadline pass first.
+//
+// A store failure (an error that is not the request's context ending) marks
+// the store down: until a probe succeeds, requests do not call it and are
+// refused with a *StoreError at once (or sent, or counted locally: see
+// WithFailOpen and WithFailLocal). One request at a time probes it, after a
+// backoff from 50ms up to at most 600ms; the first probe that succeeds marks
+// the store up again.
 func WithStoreTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if d <= 0 {
@@ -217,30 +224,4 @@ func isNilPointer(v any) bool {
 		return rv.IsNil()
 	}
 	return false
-}
-
-// StoreFailure says what a request does when the shared store fails, or is
-// marked down after a failure (see WithStoreFailure).
-type StoreFailure int
-
-const (
-	// FailClosed refuses the request with a *StoreError (errors.Is
-	// ErrStoreUnavailable) wrapping the store's error; nothing is sent. It is
-	// the default.
-	FailClosed StoreFailure = iota
-	// FailOpen sends the request without counting it anywhere.
-	FailOpen
-	// FailLocal counts the request in a limiter inside this process instead,
-	// with the share of every limit given by WithLocalShare, under the same
-	// rules, keys, modes and waits. Decision.Local says so.
-	FailLocal
-)
-
-var storeFailureNames = [...]string{"FailClosed", "FailOpen", "FailLocal"}
-
-func (p StoreFailure) String() string {
-	if p < 0 || int(p) >= len(storeFailureNames) {
-		return fmt.Sprintf("StoreFailure(%d)", int(p))
-	}
-	return storeFailureNames[p]
 }

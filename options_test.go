@@ -39,7 +39,7 @@ func TestConfigValidation(t *testing.T) {
 		{name: "valid", opts: []throttle.Option{throttle.WithRule(ok)}},
 		{name: "valid default only", opts: []throttle.Option{throttle.WithDefault(throttle.Rule{Limits: lim})}},
 		{name: "valid NoMargin", opts: []throttle.Option{with(func(r *throttle.Rule) { r.Margin = throttle.NoMargin })}},
-		{name: "valid FailFast", opts: []throttle.Option{with(func(r *throttle.Rule) { r.Mode = throttle.FailFast })}},
+		{name: "valid FailFast", opts: []throttle.Option{with(func(r *throttle.Rule) { r.FailFast = true })}},
 		{name: "valid Per 1ms", opts: []throttle.Option{with(func(r *throttle.Rule) { r.Limits = []throttle.Limit{throttle.Per(1, time.Millisecond)} })}},
 		{name: "nil store", nilStore: true, opts: []throttle.Option{throttle.WithRule(ok)}, want: "nil store"},
 		{name: "no rules", want: "no rules"},
@@ -91,30 +91,26 @@ func TestConfigValidation(t *testing.T) {
 		}, want: "must have the same Limits, Margin and Algorithm"},
 		{name: "negative MaxWait", opts: []throttle.Option{with(func(r *throttle.Rule) { r.MaxWait = -time.Second })}, want: "negative MaxWait"},
 		{name: "MaxWait with FailFast", opts: []throttle.Option{with(func(r *throttle.Rule) {
-			r.Mode, r.MaxWait = throttle.FailFast, time.Second
-		})}, want: "MaxWait is set but Mode is FailFast"},
+			r.FailFast, r.MaxWait = true, time.Second
+		})}, want: "MaxWait is set but so is FailFast"},
 		{name: "negative Margin", opts: []throttle.Option{with(func(r *throttle.Rule) { r.Margin = -2 })}, want: "negative Margin"},
 		{name: "very negative Margin", opts: []throttle.Option{with(func(r *throttle.Rule) { r.Margin = -time.Second })}, want: "negative Margin"},
-		{name: "unknown Mode", opts: []throttle.Option{with(func(r *throttle.Rule) { r.Mode = throttle.Mode(7) })}, want: "unknown Mode 7"},
 		{name: "nil option", opts: []throttle.Option{throttle.WithRule(ok), nil}, want: "nil option"},
 		{name: "nil hook", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithOnDecision(nil)}, want: "WithOnDecision: nil function"},
 		{name: "nil logger", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithLogger(nil)}, want: "WithLogger: nil logger"},
-		{name: "unknown StoreFailure", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreFailure(throttle.StoreFailure(9))}, want: "unknown StoreFailure 9"},
-		{name: "negative StoreFailure", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreFailure(throttle.StoreFailure(-1))}, want: "unknown StoreFailure -1"},
 		{name: "typed nil store", st: (*fakestore.Store)(nil), opts: []throttle.Option{throttle.WithRule(ok)}, want: "nil store"},
 		{name: "typed nil base", base: (*http.Transport)(nil), opts: []throttle.Option{throttle.WithRule(ok)}, want: "base is a nil *http.Transport"},
 		{name: "nil func base", base: roundTripperFunc(nil), opts: []throttle.Option{throttle.WithRule(ok)}, want: "base is a nil throttle_test.roundTripperFunc"},
-		{name: "valid FailOpen", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreFailure(throttle.FailOpen)}},
-		{name: "valid FailLocal", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreFailure(throttle.FailLocal), throttle.WithLocalShare(0.25)}},
-		{name: "valid FailLocal share 1, given first", opts: []throttle.Option{throttle.WithLocalShare(1), throttle.WithStoreFailure(throttle.FailLocal), throttle.WithRule(ok)}},
-		{name: "FailLocal without share", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreFailure(throttle.FailLocal)}, want: "FailLocal needs WithLocalShare"},
-		{name: "share without FailLocal", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithLocalShare(0.5)}, want: "WithLocalShare needs WithStoreFailure(FailLocal)"},
-		{name: "share with FailOpen", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreFailure(throttle.FailOpen), throttle.WithLocalShare(0.5)}, want: "WithLocalShare needs WithStoreFailure(FailLocal)"},
-		{name: "share zero", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreFailure(throttle.FailLocal), throttle.WithLocalShare(0)}, want: "WithLocalShare(0): the share must be above 0 and at most 1"},
-		{name: "share negative", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreFailure(throttle.FailLocal), throttle.WithLocalShare(-0.5)}, want: "WithLocalShare(-0.5)"},
-		{name: "share above 1", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreFailure(throttle.FailLocal), throttle.WithLocalShare(1.5)}, want: "WithLocalShare(1.5)"},
-		{name: "share NaN", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreFailure(throttle.FailLocal), throttle.WithLocalShare(math.NaN())}, want: "WithLocalShare(NaN)"},
-		{name: "share infinite", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreFailure(throttle.FailLocal), throttle.WithLocalShare(math.Inf(1))}, want: "WithLocalShare(+Inf)"},
+		{name: "valid FailOpen", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithFailOpen()}},
+		{name: "valid FailLocal", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithFailLocal(0.25)}},
+		{name: "valid FailLocal share 1, given first", opts: []throttle.Option{throttle.WithFailLocal(1), throttle.WithRule(ok)}},
+		{name: "FailOpen and FailLocal", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithFailOpen(), throttle.WithFailLocal(0.5)}, want: "WithFailOpen and WithFailLocal"},
+		{name: "FailLocal and FailOpen", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithFailLocal(0.5), throttle.WithFailOpen()}, want: "WithFailOpen and WithFailLocal"},
+		{name: "share zero", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithFailLocal(0)}, want: "WithFailLocal(0): the share must be above 0 and at most 1"},
+		{name: "share negative", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithFailLocal(-0.5)}, want: "WithFailLocal(-0.5)"},
+		{name: "share above 1", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithFailLocal(1.5)}, want: "WithFailLocal(1.5)"},
+		{name: "share NaN", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithFailLocal(math.NaN())}, want: "WithFailLocal(NaN)"},
+		{name: "share infinite", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithFailLocal(math.Inf(1))}, want: "WithFailLocal(+Inf)"},
 		{name: "valid store timeout", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreTimeout(50 * time.Millisecond)}},
 		{name: "zero store timeout", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreTimeout(0)}, want: "WithStoreTimeout(0s): the timeout must be positive"},
 		{name: "negative store timeout", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithStoreTimeout(-time.Second)}, want: "WithStoreTimeout(-1s)"},
@@ -123,10 +119,9 @@ func TestConfigValidation(t *testing.T) {
 		{name: "empty key secret", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithKeySecret([]byte{})}, want: "the secret has 0 bytes"},
 		{name: "short key secret", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithKeySecret([]byte("hunter2"))}, want: "the secret has 7 bytes"},
 		{name: "only a nil option", opts: []throttle.Option{nil}, want: "nil option"},
-		{name: "valid WithUnmatched", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithUnmatched(throttle.WarnUnmatched)}},
-		{name: "WithUnmatched and WithDefault", opts: []throttle.Option{throttle.WithDefault(throttle.Rule{Limits: lim}),
-			throttle.WithUnmatched(throttle.SendUnmatched)}, want: "WithUnmatched and WithDefault"},
-		{name: "unknown UnmatchedPolicy", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithUnmatched(7)}, want: "unknown UnmatchedPolicy 7"},
+		{name: "valid WithUnmatchedSent", opts: []throttle.Option{throttle.WithRule(ok), throttle.WithUnmatchedSent(true)}},
+		{name: "WithUnmatchedSent and WithDefault", opts: []throttle.Option{throttle.WithDefault(throttle.Rule{Limits: lim}),
+			throttle.WithUnmatchedSent(false)}, want: "WithUnmatchedSent and WithDefault"},
 		{name: "default rule without limits", opts: []throttle.Option{throttle.WithDefault(throttle.Rule{})}, want: `rule "default": no Limits`},
 		{name: "second of two rules invalid", opts: []throttle.Option{throttle.WithRule(ok),
 			throttle.WithRule(throttle.Rule{Name: "b", Host: "b.example", Limits: []throttle.Limit{throttle.PerSecond(-3)}})}, want: `rule "b": limit 0 (-3/1s): N must be at least 1`},
@@ -148,7 +143,6 @@ func TestConfigValidation(t *testing.T) {
 			}
 			require.Error(t, err)
 			assert.Nil(t, tr)
-			assert.ErrorIs(t, err, throttle.ErrInvalidConfig)
 			var ce *throttle.ConfigError
 			require.ErrorAs(t, err, &ce)
 			assert.Contains(t, err.Error(), tc.want)

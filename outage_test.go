@@ -73,19 +73,19 @@ func TestRedisRestart(t *testing.T) {
 	// 429s may happen; it is not a measure of anything.
 	const slack = 300 * time.Millisecond
 	for _, tc := range []struct {
-		policy throttle.StoreFailure
+		policy storePolicy
 		// defaults uses go-redis' default options; otherwise the client
 		// fails fast on a closed port (DialerRetries: 1), as the README
 		// recommends.
 		defaults bool
 	}{
-		{throttle.FailClosed, false},
-		{throttle.FailOpen, false},
-		{throttle.FailLocal, false},
-		{throttle.FailClosed, true},
+		{failClosed, false},
+		{failOpen, false},
+		{failLocal, false},
+		{failClosed, true},
 	} {
 		policy := tc.policy
-		name := policy.String()
+		name := string(policy)
 		if tc.defaults {
 			name += "/go-redis-defaults"
 		}
@@ -141,16 +141,13 @@ func TestRedisRestart(t *testing.T) {
 						// margin keeps the steady state clean, so that the
 						// test is about the outage.
 						Margin: 100 * time.Millisecond}),
-					throttle.WithStoreFailure(policy),
 					throttle.WithOnDecision(func(d throttle.Decision) {
 						mu.Lock()
 						defer mu.Unlock()
 						decisions[w] = append(decisions[w], stamped{time.Now(), d})
 					}),
 				}
-				if policy == throttle.FailLocal {
-					opts = append(opts, throttle.WithLocalShare(1.0/workers))
-				}
+				opts = append(opts, policy.options(1.0/workers)...)
 				tr, err := throttle.New(base, logs[w], opts...)
 				require.NoError(t, err)
 				clients[w] = &http.Client{Transport: tr}
@@ -250,7 +247,7 @@ func TestRedisRestart(t *testing.T) {
 			// interval (from 40ms, doubling, to 400-600ms), one call at a
 			// time: about 10 calls in 3s, whatever the load.
 			assert.LessOrEqual(t, calls, 12*workers, "a down store is called by probes only")
-			if !tc.defaults && policy != throttle.FailLocal {
+			if !tc.defaults && policy != failLocal {
 				assert.Greater(t, refusedOrLocal, 10*calls, "requests during the outage must not all call the store")
 			}
 
@@ -283,7 +280,7 @@ func TestRedisRestart(t *testing.T) {
 				rejectedAtKill, rejectedAtRestart, rejectedSteady)
 
 			switch policy {
-			case throttle.FailClosed:
+			case failClosed:
 				// The guarantee, on the send times: no window of W ever held
 				// more than N sends, before, during or after the outage.
 				sendMu.Lock()
@@ -323,13 +320,13 @@ func TestRedisRestart(t *testing.T) {
 				}
 				assert.Zero(t, outcomes["sent+local"]+outcomes["failed_open"])
 				assert.Positive(t, outcomes["failed"])
-			case throttle.FailOpen:
+			case failOpen:
 				// Uncounted sends: the upstream refuses the excess, during the
 				// outage and in the window after the restart (Redis came back
 				// empty, knowing nothing of them).
 				assert.Positive(t, outcomes["failed_open"])
 				assert.Positive(t, stats.Rejected)
-			case throttle.FailLocal:
+			case failLocal:
 				// With share 1/workers, every worker local: the upstream sees
 				// at most the limit, except in the window after each switch
 				// (see the README).

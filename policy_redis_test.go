@@ -22,7 +22,7 @@ import (
 )
 
 // TestBadKeyIsOneKey: another program SETs a string where one rate key's log
-// lives. Under FailClosed and FailOpen, with a Redis store on a real server:
+// lives. Failing closed and under WithFailOpen, with a Redis store on a real server:
 //
 //   - when the store may repair the key, the next request on it is
 //     answered (healed at once) and sent, counted;
@@ -37,11 +37,11 @@ func TestBadKeyIsOneKey(t *testing.T) {
 	rule := append(strings.Fields(store.ACLRule(store.DefaultPrefix)), "-del")
 	require.NoError(t, admin.Do(context.Background(), append([]any{"acl", "setuser", "nodel", "on", ">pw"}, anys(rule)...)...).Err())
 
-	for _, policy := range []throttle.StoreFailure{throttle.FailClosed, throttle.FailOpen} {
+	for _, policy := range []storePolicy{failClosed, failOpen} {
 		for _, repairable := range []bool{true, false} {
-			name := policy.String() + "/repairable"
+			name := string(policy) + "/repairable"
 			if !repairable {
-				name = policy.String() + "/unrepairable"
+				name = string(policy) + "/unrepairable"
 			}
 			t.Run(name, func(t *testing.T) {
 				ctx := context.Background()
@@ -61,13 +61,13 @@ func TestBadKeyIsOneKey(t *testing.T) {
 					mu.Unlock()
 					return okResponse(r), nil
 				})
-				tr := newTransport(t, base, st, throttle.WithStoreFailure(policy),
+				tr := newTransport(t, base, st, append(policy.options(0),
 					throttle.WithDefault(throttle.Rule{Name: "all", Key: throttle.ByHost(), Limits: []throttle.Limit{throttle.PerMinute(10000)}, Margin: throttle.NoMargin, NoDefaultPace: true}), // one key: the log
 					throttle.WithOnDecision(func(d throttle.Decision) {
 						mu.Lock()
 						defer mu.Unlock()
 						decisions = append(decisions, d)
-					}))
+					}))...)
 				do := func(host string) error {
 					req, err := http.NewRequest(http.MethodGet, "https://"+host+"/x", nil)
 					require.NoError(t, err)
@@ -125,7 +125,7 @@ func TestBadKeyIsOneKey(t *testing.T) {
 
 // TestEvictingRedisIsAStoreFailure: a store on a server that may evict its
 // keys fails every Reserve with store.ErrEvictingPolicy, which the
-// transport's failure policy handles as a store failure: FailClosed refuses,
+// transport's failure policy handles as a store failure: by default it refuses,
 // naming the policy.
 func TestEvictingRedisIsAStoreFailure(t *testing.T) {
 	srv := redistest.Start(t, "--maxmemory", "10mb", "--maxmemory-policy", "allkeys-lru")
@@ -202,12 +202,12 @@ func TestRefusedRedisIsNotATimeout(t *testing.T) {
 	n := dials.Load()
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, context.DeadlineExceeded)
-	assert.NotErrorIs(t, err, throttle.ErrStoreTimeout)
 	assert.ErrorIs(t, err, throttle.ErrStoreUnavailable)
 	assert.ErrorIs(t, err, syscall.ECONNREFUSED)
 	var se *throttle.StoreError
 	require.ErrorAs(t, err, &se)
 	assert.False(t, se.NotTried)
+	assert.False(t, se.Timeout)
 	var op *net.OpError
 	assert.ErrorAs(t, err, &op)
 	assert.Contains(t, err.Error(), "connection refused")
@@ -261,7 +261,9 @@ func TestSlowRedisIsATimeout(t *testing.T) {
 	req, err := http.NewRequest(http.MethodGet, "https://api.example.com/x", nil)
 	require.NoError(t, err)
 	_, err = tr.RoundTrip(req)
-	require.ErrorIs(t, err, throttle.ErrStoreTimeout)
+	var se *throttle.StoreError
+	require.ErrorAs(t, err, &se)
+	assert.True(t, se.Timeout)
 	assert.ErrorIs(t, err, throttle.ErrStoreUnavailable)
 	assert.NotErrorIs(t, err, syscall.ECONNREFUSED)
 	assert.Contains(t, err.Error(), "no answer within 50ms (WithStoreTimeout)")

@@ -95,11 +95,11 @@ func TestDownStoreIsNotCalled(t *testing.T) {
 		d, err := g.do(t)
 		assert.Equal(t, engine.DefaultStoreTimeout, time.Since(start))
 		require.ErrorIs(t, err, ErrStoreUnavailable)
-		require.ErrorIs(t, err, ErrStoreTimeout)
-		assert.NotErrorIs(t, err, context.DeadlineExceeded, "the caller would take it for its own deadline")
-		assert.Contains(t, err.Error(), "no answer within 1s (WithStoreTimeout)")
 		var se *StoreError
 		require.ErrorAs(t, err, &se)
+		assert.True(t, se.Timeout, "the store gave no answer in time")
+		assert.NotErrorIs(t, err, context.DeadlineExceeded, "the caller would take it for its own deadline")
+		assert.Contains(t, err.Error(), "no answer within 1s (WithStoreTimeout)")
 		assert.False(t, se.NotTried)
 		assert.Equal(t, Failed, d.Outcome)
 
@@ -202,7 +202,7 @@ func TestContextErrorDoesNotMarkDown(t *testing.T) {
 func TestFailOpenWhileDown(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		g := newOutageRig(t, outageRule, WithStoreFailure(FailOpen))
+		g := newOutageRig(t, outageRule, WithFailOpen())
 		g.st.Fail(errDown, 0)
 		for range 50 {
 			d, err := g.do(t)
@@ -227,7 +227,9 @@ func TestStoreErrorIsNotATimeout(t *testing.T) {
 		_, err := g.do(t)
 		require.ErrorIs(t, err, ErrStoreUnavailable)
 		require.ErrorIs(t, err, errDown)
-		assert.NotErrorIs(t, err, ErrStoreTimeout)
+		var se *StoreError
+		require.ErrorAs(t, err, &se)
+		assert.False(t, se.Timeout, "the store answered, with an error")
 		assert.NotContains(t, err.Error(), "no answer within")
 	})
 }
@@ -238,7 +240,7 @@ func TestStoreErrorIsNotATimeout(t *testing.T) {
 func TestFailOpenListens(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		g := newOutageRig(t, outageRule, WithStoreFailure(FailOpen))
+		g := newOutageRig(t, outageRule, WithFailOpen())
 		g.st.Fail(errDown, 0)
 		g.answer = http.Header{"Retry-After": {"2"}}
 		d, err := g.do(t)
@@ -261,7 +263,7 @@ func TestFailLocalHoldsPauses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rule := outageRule
 		rule.MaxServerWait = time.Second
-		g := newOutageRig(t, rule, WithStoreFailure(FailLocal), WithLocalShare(0.5))
+		g := newOutageRig(t, rule, WithFailLocal(0.5))
 		g.st.Fail(errDown, 0)
 		g.answer = http.Header{"Retry-After": {"5"}}
 		d, err := g.do(t)
@@ -272,7 +274,9 @@ func TestFailLocalHoldsPauses(t *testing.T) {
 		assert.Equal(t, uint64(1), g.tr.Stats().Total().Upstream.Pauses)
 
 		d, err = g.do(t)
-		require.ErrorIs(t, err, ErrUpstreamLimited, "paused for 5s, more than MaxServerWait")
+		var le *LimitError
+		require.ErrorAs(t, err, &le)
+		assert.True(t, le.Upstream, "paused for 5s, more than MaxServerWait")
 		assert.True(t, d.Local)
 		assert.Equal(t, Limited, d.Outcome)
 	})
@@ -285,7 +289,7 @@ func TestFailLocal(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		rule := Rule{Name: "r", Host: "api.example.com", Key: Fixed("k"), Limits: []Limit{PerSecond(8)}, Margin: NoMargin}
-		g := newOutageRig(t, rule, WithStoreFailure(FailLocal), WithLocalShare(0.25))
+		g := newOutageRig(t, rule, WithFailLocal(0.25))
 		g.st.Fail(errDown, 0)
 		start := time.Now()
 		for i := range 6 {
@@ -302,8 +306,8 @@ func TestFailLocal(t *testing.T) {
 		}
 
 		// FailFast locally: a LimitError, with Local set.
-		ff := newOutageRig(t, Rule{Name: "ff", Host: "api.example.com", Key: Fixed("k"), Limits: []Limit{PerSecond(4)}, Mode: FailFast, Margin: NoMargin},
-			WithStoreFailure(FailLocal), WithLocalShare(0.5))
+		ff := newOutageRig(t, Rule{Name: "ff", Host: "api.example.com", Key: Fixed("k"), Limits: []Limit{PerSecond(4)}, FailFast: true, Margin: NoMargin},
+			WithFailLocal(0.5))
 		ff.st.Fail(errDown, 0)
 		for range 2 {
 			_, err := ff.do(t)
@@ -316,7 +320,7 @@ func TestFailLocal(t *testing.T) {
 
 		// A cost above the local share is refused with the store's error.
 		big := newOutageRig(t, Rule{Name: "big", Host: "api.example.com", Key: Fixed("k"), Limits: []Limit{PerSecond(4)},
-			Cost: func(*http.Request) int { return 3 }}, WithStoreFailure(FailLocal), WithLocalShare(0.5))
+			Cost: func(*http.Request) int { return 3 }}, WithFailLocal(0.5))
 		big.st.Fail(errDown, 0)
 		d, err = big.do(t)
 		require.ErrorIs(t, err, ErrStoreUnavailable)
@@ -344,7 +348,7 @@ func TestLocalShares(t *testing.T) {
 		{300, 1.0 / 3, 100}, {200, 0.25, 50}, {10, 0.01, 1}, {7, 0.5, 3}, {5, 1, 5},
 	} {
 		tr, err := New(nil, fakestore.New(), WithRule(Rule{Host: "a.example", Limits: []Limit{Per(tc.n, time.Second)}, Margin: NoMargin, NoDefaultPace: true}),
-			WithStoreFailure(FailLocal), WithLocalShare(tc.share))
+			WithFailLocal(tc.share))
 		require.NoError(t, err)
 		assert.Equal(t, []Limit{Per(tc.want, time.Second)}, tr.eng.LocalLimits(tr.rules[0].scope), "%d × %v", tc.n, tc.share)
 	}
@@ -355,23 +359,25 @@ func TestLocalShares(t *testing.T) {
 func TestStoreTimeoutOption(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		g := newOutageRig(t, outageRule, WithStoreTimeout(50*time.Millisecond), WithStoreFailure(FailOpen))
+		g := newOutageRig(t, outageRule, WithStoreTimeout(50*time.Millisecond), WithFailOpen())
 		g.st.Fail(errDown, time.Hour) // a black-holed host
 		start := time.Now()
 		d, err := g.do(t)
 		require.NoError(t, err)
 		assert.Equal(t, 50*time.Millisecond, time.Since(start))
 		assert.Equal(t, FailedOpen, d.Outcome)
-		assert.ErrorIs(t, d.Err, ErrStoreTimeout)
+		var se *StoreError
+		require.ErrorAs(t, d.Err, &se)
+		assert.True(t, se.Timeout)
 		assert.NotErrorIs(t, d.Err, context.DeadlineExceeded)
 		assert.Contains(t, d.Err.Error(), "no answer within 50ms (WithStoreTimeout)")
 		start = time.Now()
 		d, err = g.do(t)
 		require.NoError(t, err)
 		assert.Zero(t, time.Since(start), "marked down: not tried")
-		var se *StoreError
 		require.ErrorAs(t, d.Err, &se)
 		assert.True(t, se.NotTried)
+		assert.True(t, se.Timeout, "the failure that marked it down was a timeout")
 	})
 }
 
@@ -397,7 +403,7 @@ func TestFailLocalStartsFromOwnSends(t *testing.T) {
 func failLocalStartsFromOwnSends(t *testing.T, alg Algorithm, limit Limit) {
 	synctest.Test(t, func(t *testing.T) {
 		rule := Rule{Name: "r", Host: "api.example.com", Key: Fixed("k"), Limits: []Limit{limit}, Margin: NoMargin, Algorithm: alg}
-		g := newOutageRig(t, rule, WithStoreFailure(FailLocal), WithLocalShare(0.25))
+		g := newOutageRig(t, rule, WithFailLocal(0.25))
 		start := time.Now()
 		for range 2 { // its share of the window, through the shared store
 			d, err := g.do(t)
@@ -423,14 +429,13 @@ func failLocalStartsFromOwnSends(t *testing.T, alg Algorithm, limit Limit) {
 func TestKeyStateErrorIsThatRequests(t *testing.T) {
 	t.Parallel()
 	keyErr := &store.KeyStateError{Key: "k", Reason: "still wrong after a repair", Err: errors.New("WRONGTYPE Operation against a key holding the wrong kind of value")}
-	for _, kind := range []StoreFailure{FailClosed, FailOpen, FailLocal} {
-		t.Run(kind.String(), func(t *testing.T) {
+	for _, policy := range []struct {
+		name string
+		opts []Option
+	}{{"FailClosed", nil}, {"FailOpen", []Option{WithFailOpen()}}, {"FailLocal", []Option{WithFailLocal(0.5)}}} {
+		t.Run(policy.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				opts := []Option{WithStoreFailure(kind)}
-				if kind == FailLocal {
-					opts = append(opts, WithLocalShare(0.5))
-				}
-				g := newOutageRig(t, outageRule, opts...)
+				g := newOutageRig(t, outageRule, policy.opts...)
 				g.st.Fail(keyErr, 0)
 				for range 5 {
 					d, err := g.do(t)

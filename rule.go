@@ -12,30 +12,15 @@ import (
 	"github.com/throttle-go/throttle/store"
 )
 
-// Mode says what a request does when its slot is not free at once.
-type Mode int
-
-const (
-	// WaitForSlot blocks until the reserved slot, if it comes within MaxWait and
-	// before the request's context deadline; otherwise the request fails with
-	// a *LimitError at once. It is the default.
-	WaitForSlot Mode = iota
-	// FailFast never waits: a request without a free slot now fails at once
-	// with a *LimitError.
-	FailFast
-)
-
 // defaultMaxWait is a rule's MaxWait when it sets none.
 const defaultMaxWait = time.Minute
 
 // defaultMaxServerWait is a rule's MaxServerWait when it sets none.
 const defaultMaxServerWait = 30 * time.Second
 
-// DefaultMargin is a rule's Margin when it sets none: enough on loopback and
-// a quiet LAN for the time between handing a request on and the upstream
-// counting it. Over a real network, set at least twice the network's jitter
-// (see docs/ for how it was measured).
-const DefaultMargin = 5 * time.Millisecond
+// defaultMargin is a rule's Margin when it sets none (engine.DefaultMargin,
+// which the CLI reads too).
+const defaultMargin = engine.DefaultMargin
 
 // NoMargin, as a Rule's Margin, asks for no safety margin at all.
 const NoMargin time.Duration = -1
@@ -51,8 +36,8 @@ const maxMargin = time.Minute
 // rule: among the rules whose Host, PathPrefix and Method all match, the one
 // with the longest PathPrefix, then the one with a Method, then one with a
 // port, then an exact host over a wildcard, then the first given. A request
-// that no rule matches gets the default rule (WithDefault), if there is one,
-// or WithUnmatched's treatment: by default it is refused.
+// that no rule matches gets the default rule (WithDefault), if there is one;
+// otherwise it is refused, unless WithUnmatchedSent says to send it.
 type Rule struct {
 	// Name names the rule in errors, decisions and logs. Empty: Host,
 	// Method and PathPrefix joined, or "default" for the default rule.
@@ -78,16 +63,22 @@ type Rule struct {
 	// only): e.g. per token and per app. See KeyLimit and docs/keys.md.
 	Also []KeyLimit
 
-	// Mode is WaitForSlot (the default) or FailFast.
-	Mode Mode
-	// MaxWait bounds the wait of a request in WaitForSlot mode. Zero: a minute.
+	// FailFast makes a request that finds no free slot now fail at once
+	// with a *LimitError, rather than wait. Unset, a request waits for its
+	// slot if it comes within MaxWait and before its context's deadline,
+	// and fails at once otherwise.
+	FailFast bool
+	// MaxWait bounds the wait of a request for its slot (not with
+	// FailFast). Zero: a minute.
 	MaxWait time.Duration
 	// Margin is added to every window, so that the upstream, which sees a
 	// request a little after it was sent, still never sees more than N in
 	// any of its windows (a paced limit's window too: its spacing is
 	// (Per + Margin)/N). How late this process sends after its slots is
-	// measured and covered apart (Decision.Allowance). Zero: DefaultMargin;
-	// NoMargin: no margin, no allowance and no retake.
+	// measured and covered apart (Decision.Allowance). Zero: 5ms, enough
+	// on loopback and a quiet LAN; over a real network, set at least twice
+	// the network's jitter (docs/measurements.md). NoMargin: no margin, no
+	// allowance and no retake.
 	Margin time.Duration
 
 	// MaxServerWait bounds a wait the upstream imposes (a pause after a
@@ -97,14 +88,14 @@ type Rule struct {
 	// MaxWait. Zero: 30 seconds.
 	MaxServerWait time.Duration
 	// IgnoreUpstream turns off the feedback: the rule's responses are
-	// counted (FeedbackStats, WithOnFeedback) but 429s, Retry-After and
+	// counted (RuleStats.Upstream, WithOnFeedback) but 429s, Retry-After and
 	// rate-limit headers change nothing.
 	IgnoreUpstream bool
 	// Retries, if positive, retries a throttled response (429, or 503 with
 	// Retry-After) up to that many times, for idempotent requests only
 	// (GET, HEAD, OPTIONS, PUT, DELETE, or any request with an
 	// Idempotency-Key header) whose body, if any, can be replayed through
-	// GetBody. At most 10; WaitForSlot mode only. Zero: no retry.
+	// GetBody. At most 10; not with FailFast. Zero: no retry.
 	Retries int
 	// NoDefaultPace turns the default pace off: the window limits alone
 	// send each window's N as soon as they allow, in bursts, for an
@@ -146,7 +137,7 @@ type rule struct {
 	port          string        // empty: any port
 	eff           []Limit       // Limits with Margin added to every window
 	scope         string        // prefix of the store keys: the rule's own logs
-	maxWait       time.Duration // 0 in FailFast mode
+	maxWait       time.Duration // 0 with FailFast
 	maxServerWait time.Duration
 	minN          int // the largest cost: the least N, or a paced burst + 1
 	auto          int // the index in eff of the default pace (shape.go), -1 if none
@@ -186,7 +177,7 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 		c.compileLimits,    // Limits and Margin
 		c.compileShape,     // the default pace and the retake
 		c.compileAlgorithm, // what the store would refuse on every request
-		c.compileWaits,     // Mode, MaxWait, MaxServerWait, Retries
+		c.compileWaits,     // FailFast, MaxWait, MaxServerWait, Retries
 		c.compileKey,       // Key and the scope of the rule's keys
 		c.compileAlso,      // Also (multikey.go)
 		c.compileInFlight,  // InFlight and LeaseFor
@@ -246,7 +237,7 @@ func (c *rule) compileLimits() error {
 	c.Limits = slices.Clone(c.Limits) // the caller may reuse its slice
 	switch {
 	case c.Margin == 0:
-		c.Margin = DefaultMargin
+		c.Margin = defaultMargin
 	case c.Margin == NoMargin:
 		c.Margin = 0
 	case c.Margin < 0:
@@ -303,25 +294,19 @@ func (c *rule) compileAlgorithm() error {
 	return nil
 }
 
-// compileWaits checks Mode, MaxWait, MaxServerWait and Retries, and sets
-// maxWait (0 in FailFast mode) and maxServerWait.
+// compileWaits checks FailFast, MaxWait, MaxServerWait and Retries, and
+// sets maxWait (0 with FailFast) and maxServerWait.
 func (c *rule) compileWaits() error {
-	switch c.Mode {
-	case WaitForSlot:
-		switch {
-		case c.MaxWait == 0:
-			c.maxWait = defaultMaxWait
-		case c.MaxWait < 0:
-			return c.fail("negative MaxWait %s", c.MaxWait)
-		default:
-			c.maxWait = c.MaxWait
-		}
-	case FailFast:
-		if c.MaxWait != 0 {
-			return c.fail("MaxWait is set but Mode is FailFast, which never waits")
-		}
+	switch {
+	case c.FailFast && c.MaxWait != 0:
+		return c.fail("MaxWait is set but so is FailFast, which never waits")
+	case c.FailFast:
+	case c.MaxWait == 0:
+		c.maxWait = defaultMaxWait
+	case c.MaxWait < 0:
+		return c.fail("negative MaxWait %s", c.MaxWait)
 	default:
-		return c.fail("unknown Mode %d", c.Mode)
+		c.maxWait = c.MaxWait
 	}
 	switch {
 	case c.MaxServerWait == 0:
@@ -334,8 +319,8 @@ func (c *rule) compileWaits() error {
 	if c.Retries < 0 || c.Retries > maxRetries {
 		return c.fail("Retries %d outside 0..%d", c.Retries, maxRetries)
 	}
-	if c.Retries > 0 && c.Mode == FailFast {
-		return c.fail("Retries is set but Mode is FailFast, which never waits for a retry")
+	if c.Retries > 0 && c.FailFast {
+		return c.fail("Retries is set but so is FailFast, which never waits for a retry")
 	}
 	return nil
 }

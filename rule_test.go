@@ -71,7 +71,7 @@ func TestRuleMatching(t *testing.T) {
 		if withDefault {
 			opts = append(opts, throttle.WithDefault(throttle.Rule{Limits: lim}))
 		} else {
-			opts = append(opts, throttle.WithUnmatched(throttle.SendUnmatched)) // see the request the rules miss
+			opts = append(opts, throttle.WithUnmatchedSent(false)) // see the request the rules miss
 		}
 		return newTransport(t, sent.base(), nil, opts...), &decisions, &sent
 	}
@@ -128,7 +128,7 @@ func TestAlgorithmRule(t *testing.T) {
 			var sent sendLog
 			tr := newTransport(t, sent.base(), st, throttle.WithRule(throttle.Rule{
 				Host: "api.example.com", Limits: []throttle.Limit{throttle.PerSecond(2)},
-				Margin: throttle.NoMargin, Mode: throttle.FailFast, Algorithm: tc.alg,
+				Margin: throttle.NoMargin, FailFast: true, Algorithm: tc.alg,
 			}))
 			try := func() {
 				req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
@@ -175,7 +175,7 @@ func TestConfigErrorNamesRule(t *testing.T) {
 // TestRulesOfOneNameAgree: rules of one name share their keys in the store,
 // so New refuses them unless they count alike: the same limits with their
 // margin and default pace, algorithm, Also, InFlight and LeaseFor. What only
-// one request sees (Host, Mode) may differ.
+// one request sees (Host, FailFast) may differ.
 func TestRulesOfOneNameAgree(t *testing.T) {
 	t.Parallel()
 	lim := []throttle.Limit{throttle.PerSecond(10)}
@@ -188,7 +188,7 @@ func TestRulesOfOneNameAgree(t *testing.T) {
 		want  string // a fragment of the error; "" means valid
 	}{
 		{name: "valid, other host and mode", other: func(r *throttle.Rule) {
-			r.Host, r.Mode = "b.example", throttle.FailFast
+			r.Host, r.FailFast = "b.example", true
 		}},
 		{name: "other limits", other: func(r *throttle.Rule) { r.Limits = []throttle.Limit{throttle.PerSecond(11)} },
 			want: "must have the same Limits, Margin and Algorithm"},
@@ -243,10 +243,10 @@ func TestRulesKeepTheirOwnLogs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var sent sendLog
 		tr := newTransport(t, sent.base(), nil,
-			throttle.WithRule(throttle.Rule{Host: "api.example.com", Limits: []throttle.Limit{throttle.PerHour(3)}, Mode: throttle.FailFast}),
-			throttle.WithRule(throttle.Rule{Host: "api.example.com", PathPrefix: "/search", Limits: []throttle.Limit{throttle.PerSecond(1)}, Mode: throttle.FailFast}),
-			throttle.WithRule(throttle.Rule{Name: "shared", Host: "a.example", Key: throttle.Fixed("acct"), Limits: []throttle.Limit{throttle.PerHour(1)}, Mode: throttle.FailFast}),
-			throttle.WithRule(throttle.Rule{Name: "shared", Host: "b.example", Key: throttle.Fixed("acct"), Limits: []throttle.Limit{throttle.PerHour(1)}, Mode: throttle.FailFast}),
+			throttle.WithRule(throttle.Rule{Host: "api.example.com", Limits: []throttle.Limit{throttle.PerHour(3)}, FailFast: true}),
+			throttle.WithRule(throttle.Rule{Host: "api.example.com", PathPrefix: "/search", Limits: []throttle.Limit{throttle.PerSecond(1)}, FailFast: true}),
+			throttle.WithRule(throttle.Rule{Name: "shared", Host: "a.example", Key: throttle.Fixed("acct"), Limits: []throttle.Limit{throttle.PerHour(1)}, FailFast: true}),
+			throttle.WithRule(throttle.Rule{Name: "shared", Host: "b.example", Key: throttle.Fixed("acct"), Limits: []throttle.Limit{throttle.PerHour(1)}, FailFast: true}),
 		)
 		get := func(url string) error {
 			req, err := http.NewRequest(http.MethodGet, url, nil)
@@ -285,7 +285,7 @@ func TestIPv6Hosts(t *testing.T) {
 	}
 	var sent sendLog
 	tr := newTransport(t, sent.base(), nil, throttle.WithRule(throttle.Rule{
-		Host: "[2001:db8::1]", Limits: []throttle.Limit{throttle.PerHour(1)}, Mode: throttle.FailFast}))
+		Host: "[2001:db8::1]", Limits: []throttle.Limit{throttle.PerHour(1)}, FailFast: true}))
 	var errs []error
 	for _, u := range []string{"https://[2001:db8::1]/x", "https://[2001:db8::1]:443/x", "https://[2001:db8::1]/y"} {
 		req, err := http.NewRequest(http.MethodGet, u, nil)

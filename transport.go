@@ -17,9 +17,9 @@ import (
 // for concurrent use. Create one with New; the zero Transport is not usable.
 //
 // A request that cannot be sent is refused with an error and its body closed:
-// a *LimitError (errors.Is ErrLimited), a *KeyError (ErrNoKey), an
-// ErrInvalidCost, the context's error, a *StoreError, or an *UnmatchedError
-// (ErrUnmatched) when no rule matches it (see WithUnmatched).
+// a *LimitError (errors.Is ErrLimited), a *KeyError, an ErrInvalidCost, the
+// context's error, a *StoreError (errors.Is ErrStoreUnavailable), or an
+// *UnmatchedError when no rule matches it (see WithUnmatchedSent).
 type Transport struct {
 	// The store, its failure policy, the lateness, the hooks, the logs
 	// and the time seam, which every rule shares: a rule's admission is a
@@ -30,8 +30,8 @@ type Transport struct {
 	rules     []*rule
 	def       *rule
 	fb        feedbackState
-	unmatched UnmatchedPolicy
-	warned    warnedHosts // the hosts WarnUnmatched has warned of (unmatched.go)
+	unmatched unmatchedPolicy
+	warned    warnedHosts // the hosts warned of (unmatched.go)
 
 	// What an operator sees: counters (metrics.go); logs are the core's.
 	stats          []*ruleStats // per rule name
@@ -56,7 +56,7 @@ func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, er
 		return nil, &ConfigError{Reason: "no rules: give WithRule or WithDefault"}
 	}
 	if c.unmatchedSet && c.def != nil {
-		return nil, &ConfigError{Reason: "WithUnmatched and WithDefault: with a default rule every request matches one"}
+		return nil, &ConfigError{Reason: "WithUnmatchedSent and WithDefault: with a default rule every request matches one"}
 	}
 	rules := append(slices.Clone(c.rules), c.def)
 	if err := checkNames(rules); err != nil {

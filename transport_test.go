@@ -38,6 +38,7 @@ func TestRoundTripPaths(t *testing.T) {
 		timeout     time.Duration
 		wantBase    bool
 		wantErr     error
+		wantAs      func(error) bool // for an error without a sentinel
 		wantOutcome throttle.Outcome
 		wantDelay   time.Duration
 	}{
@@ -57,7 +58,7 @@ func TestRoundTripPaths(t *testing.T) {
 		},
 		{
 			name:        "limited: fail fast",
-			rule:        throttle.Rule{Host: "api.example.com", Limits: perTick, Key: throttle.Fixed("k"), Mode: throttle.FailFast},
+			rule:        throttle.Rule{Host: "api.example.com", Limits: perTick, Key: throttle.Fixed("k"), FailFast: true},
 			prime:       1,
 			wantErr:     throttle.ErrLimited,
 			wantOutcome: throttle.Limited,
@@ -80,7 +81,7 @@ func TestRoundTripPaths(t *testing.T) {
 		{
 			name:        "no key",
 			rule:        throttle.Rule{Host: "api.example.com", Limits: perTick, Key: throttle.ByHeader("X-Missing")},
-			wantErr:     throttle.ErrNoKey,
+			wantAs:      isA[*throttle.KeyError],
 			wantOutcome: throttle.Failed,
 		},
 		{
@@ -116,7 +117,7 @@ func TestRoundTripPaths(t *testing.T) {
 		{
 			name:        "store error, fail open",
 			rule:        throttle.Rule{Host: "api.example.com", Limits: perTick, Key: throttle.Fixed("k")},
-			opts:        []throttle.Option{throttle.WithStoreFailure(throttle.FailOpen)},
+			opts:        []throttle.Option{throttle.WithFailOpen()},
 			st:          failingStore(errBoom),
 			wantBase:    true,
 			wantOutcome: throttle.FailedOpen,
@@ -124,20 +125,20 @@ func TestRoundTripPaths(t *testing.T) {
 		{
 			name:        "unmatched: refused (the default)",
 			rule:        throttle.Rule{Host: "other.example.com", Limits: perTick, Key: throttle.Fixed("k")},
-			wantErr:     throttle.ErrUnmatched,
+			wantAs:      isA[*throttle.UnmatchedError],
 			wantOutcome: throttle.Unmatched,
 		},
 		{
-			name:        "unmatched: sent (SendUnmatched)",
+			name:        "unmatched: sent (WithUnmatchedSent)",
 			rule:        throttle.Rule{Host: "other.example.com", Limits: perTick, Key: throttle.Fixed("k")},
-			opts:        []throttle.Option{throttle.WithUnmatched(throttle.SendUnmatched)},
+			opts:        []throttle.Option{throttle.WithUnmatchedSent(false)},
 			wantBase:    true,
 			wantOutcome: throttle.Unmatched,
 		},
 		{
-			name:        "unmatched: sent (WarnUnmatched)",
+			name:        "unmatched: sent, with a warning",
 			rule:        throttle.Rule{Host: "other.example.com", Limits: perTick, Key: throttle.Fixed("k")},
-			opts:        []throttle.Option{throttle.WithUnmatched(throttle.WarnUnmatched), throttle.WithLogger(slog.New(slog.DiscardHandler))},
+			opts:        []throttle.Option{throttle.WithUnmatchedSent(true), throttle.WithLogger(slog.New(slog.DiscardHandler))},
 			wantBase:    true,
 			wantOutcome: throttle.Unmatched,
 		},
@@ -199,7 +200,11 @@ func TestRoundTripPaths(t *testing.T) {
 				}
 				require.Error(t, err)
 				assert.Nil(t, resp)
-				assert.ErrorIs(t, err, tc.wantErr)
+				if tc.wantAs != nil {
+					assert.True(t, tc.wantAs(err), "%T: %v", err, err)
+				} else {
+					assert.ErrorIs(t, err, tc.wantErr)
+				}
 				assert.Equal(t, err, d.Err)
 				assert.Equal(t, tc.prime, sent.count(), "nothing may be sent")
 				assert.Equal(t, int32(1), body.closes.Load(), "the body must be closed once")
@@ -242,7 +247,7 @@ func TestErrorsThroughClient(t *testing.T) {
 	t.Run("limited", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			c, sent := newClient(t, throttle.Rule{Name: "gw", Host: "api.example.com", Limits: []throttle.Limit{limit},
-				Key: throttle.ByBearerToken(), Mode: throttle.FailFast})
+				Key: throttle.ByBearerToken(), FailFast: true})
 			for range 2 {
 				req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
 				resp, err := c.Do(req)
@@ -257,7 +262,7 @@ func TestErrorsThroughClient(t *testing.T) {
 			var uerr *url.Error
 			require.ErrorAs(t, err, &uerr)
 			assert.ErrorIs(t, err, throttle.ErrLimited)
-			assert.NotErrorIs(t, err, throttle.ErrNoKey)
+			assert.False(t, isA[*throttle.KeyError](err))
 			var le *throttle.LimitError
 			require.ErrorAs(t, err, &le)
 			assert.Equal(t, "gw", le.Rule)
@@ -274,7 +279,6 @@ func TestErrorsThroughClient(t *testing.T) {
 		req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
 		_, err := c.Do(req)
 		require.Error(t, err)
-		assert.ErrorIs(t, err, throttle.ErrNoKey)
 		assert.NotErrorIs(t, err, throttle.ErrLimited)
 		var ke *throttle.KeyError
 		require.ErrorAs(t, err, &ke)
@@ -333,7 +337,7 @@ func TestStoreFailure(t *testing.T) {
 		var sent sendLog
 		var decisions decisionLog
 		tr := newTransport(t, sent.base(), failingStore(errBoom), rule, decisions.option(),
-			throttle.WithStoreFailure(throttle.FailOpen))
+			throttle.WithFailOpen())
 		for range 3 {
 			send(t, tr, testURL)
 		}
@@ -353,7 +357,7 @@ func TestStoreFailure(t *testing.T) {
 		st.OnReserve(func(ctx context.Context) { cancel(); <-ctx.Done() })
 		var sent sendLog
 		var decisions decisionLog
-		tr := newTransport(t, sent.base(), st, rule, decisions.option(), throttle.WithStoreFailure(throttle.FailOpen))
+		tr := newTransport(t, sent.base(), st, rule, decisions.option(), throttle.WithFailOpen())
 		req, body := newRequest(t, ctx, http.MethodGet, testURL)
 		_, err := tr.RoundTrip(req)
 		assert.ErrorIs(t, err, context.Canceled)
@@ -373,7 +377,7 @@ func TestNilBaseIsDefaultTransport(t *testing.T) {
 	require.NoError(t, err)
 	req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
 	_, err = tr.RoundTrip(req)
-	assert.ErrorIs(t, err, throttle.ErrNoKey)
+	assert.True(t, isA[*throttle.KeyError](err), "%v", err)
 }
 
 // idleCloser is a base transport that counts calls of CloseIdleConnections.
@@ -399,13 +403,13 @@ func TestCloseIdleConnections(t *testing.T) {
 }
 
 // TestUnmatchedResponsesAreCounted: a 429 to a request that no rule matches
-// is still counted in FeedbackStats.
+// is still counted in RuleStats.Upstream.
 func TestUnmatchedResponsesAreCounted(t *testing.T) {
 	t.Parallel()
 	base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: http.StatusTooManyRequests, Body: http.NoBody, Request: r}, nil
 	})
-	tr := newTransport(t, base, newMemory(t), throttle.WithUnmatched(throttle.SendUnmatched),
+	tr := newTransport(t, base, newMemory(t), throttle.WithUnmatchedSent(false),
 		throttle.WithRule(throttle.Rule{Host: "other.example.com", Limits: []throttle.Limit{throttle.PerHour(1)}}))
 	req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
 	resp, err := tr.RoundTrip(req)

@@ -9,53 +9,44 @@ import (
 	"sync"
 )
 
-// UnmatchedPolicy says what the transport does with a request that no rule
-// matches when there is no default rule (see WithUnmatched).
-type UnmatchedPolicy int
+// unmatchedPolicy says what the transport does with a request that no rule
+// matches when there is no default rule (see WithUnmatchedSent).
+type unmatchedPolicy int
 
 const (
-	// RefuseUnmatched refuses the request with an *UnmatchedError (errors.Is
-	// ErrUnmatched) and closes its body. It is the default: a host the rules
-	// miss (a typo, a proxy's address) would otherwise go unlimited unseen.
-	RefuseUnmatched UnmatchedPolicy = iota
-	// SendUnmatched sends the request without a limit, saying nothing but
+	// refuseUnmatched refuses the request with an *UnmatchedError and
+	// closes its body. It is the default: a host the rules miss (a typo, a
+	// proxy's address) would otherwise go unlimited unseen.
+	refuseUnmatched unmatchedPolicy = iota
+	// sendUnmatched sends the request without a limit, saying nothing but
 	// its Decision (outcome Unmatched, logged at Debug).
-	SendUnmatched
-	// WarnUnmatched sends the request without a limit, and logs a warning
+	sendUnmatched
+	// warnUnmatched sends the request without a limit, and logs a warning
 	// the first time each host is met, to the WithLogger logger or, without
 	// one, to slog.Default(). At most maxWarnedHosts hosts are remembered;
 	// past them, one last warning says that later hosts go unreported.
-	WarnUnmatched
+	warnUnmatched
 )
 
-var unmatchedPolicyNames = [...]string{"RefuseUnmatched", "SendUnmatched", "WarnUnmatched"}
-
-func (p UnmatchedPolicy) String() string {
-	if p < 0 || int(p) >= len(unmatchedPolicyNames) {
-		return "UnmatchedPolicy(" + strconv.Itoa(int(p)) + ")"
-	}
-	return unmatchedPolicyNames[p]
-}
-
-// maxWarnedHosts bounds the hosts WarnUnmatched remembers, so that a client
+// maxWarnedHosts bounds the hosts WithUnmatchedSent(true) remembers, so that a client
 // that follows links to ever new hosts holds bounded memory and logs a
 // bounded number of warnings.
 const maxWarnedHosts = 1000
 
 // unmatchedFix is what a warning tells the user to do.
 const unmatchedFix = "add a Rule for the host (WithRule) or a default rule (WithDefault); " +
-	"WithUnmatched(SendUnmatched) sends such requests without this warning"
+	"WithUnmatchedSent(false) sends such requests without this warning"
 
 // sendUnmatched handles a request that no rule matched, by the transport's
-// UnmatchedPolicy.
+// unmatchedPolicy.
 func (t *Transport) sendUnmatched(ctx context.Context, req *http.Request) (*http.Response, error) {
-	if t.unmatched == RefuseUnmatched {
+	if t.unmatched == refuseUnmatched {
 		closeBody(req)
 		err := &UnmatchedError{Host: hostPort(req)}
 		t.observe(ctx, &t.unmatchedStats, Decision{Outcome: Unmatched, Err: err})
 		return nil, err
 	}
-	if t.unmatched == WarnUnmatched {
+	if t.unmatched == warnUnmatched {
 		host := hostPort(req)
 		if warn, last := t.warned.add(host); warn {
 			l := t.logger
@@ -87,7 +78,7 @@ func hostPort(req *http.Request) string {
 	return net.JoinHostPort(host, port)
 }
 
-// warnedHosts is the set of hosts WarnUnmatched has warned of, at most
+// warnedHosts is the set of hosts warnUnmatched has warned of, at most
 // maxWarnedHosts. It is safe for concurrent use.
 type warnedHosts struct {
 	mu   sync.Mutex

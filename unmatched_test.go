@@ -77,12 +77,11 @@ func TestUnmatchedRefused(t *testing.T) {
 	assert.Nil(t, resp)
 	var ue *url.Error
 	require.ErrorAs(t, err, &ue)
-	assert.ErrorIs(t, err, throttle.ErrUnmatched)
 	assert.NotErrorIs(t, err, throttle.ErrLimited)
 	var me *throttle.UnmatchedError
 	require.ErrorAs(t, err, &me)
 	assert.Equal(t, "graph.facebook.com:8443", me.Host)
-	for _, fix := range []string{`"graph.facebook.com:8443"`, "WithRule", "WithDefault", "WithUnmatched(SendUnmatched)"} {
+	for _, fix := range []string{`"graph.facebook.com:8443"`, "WithRule", "WithDefault", "WithUnmatchedSent"} {
 		assert.Contains(t, me.Error(), fix)
 	}
 	assert.NotContains(t, me.Error(), secret)
@@ -92,7 +91,7 @@ func TestUnmatchedRefused(t *testing.T) {
 	// RoundTrip itself closes the body exactly once.
 	req, body = newRequest(t, context.Background(), http.MethodPost, "https://graph.facebook.com/me")
 	_, err = tr.RoundTrip(req)
-	require.ErrorIs(t, err, throttle.ErrUnmatched)
+	require.True(t, isA[*throttle.UnmatchedError](err), "%v", err)
 	assert.Equal(t, int32(1), body.closes.Load())
 	assert.Zero(t, body.reads.Load())
 
@@ -107,16 +106,16 @@ func TestUnmatchedRefused(t *testing.T) {
 	assert.NotContains(t, strings.Join(warns, "\n"), secret)
 }
 
-// TestUnmatchedSent: SendUnmatched sends the request as it is, with no
-// warning; WarnUnmatched sends it too.
+// TestUnmatchedSent: WithUnmatchedSent(false) sends the request as it is,
+// with no warning; WithUnmatchedSent(true) sends it too, with one.
 func TestUnmatchedSent(t *testing.T) {
 	t.Parallel()
-	for _, p := range []throttle.UnmatchedPolicy{throttle.SendUnmatched, throttle.WarnUnmatched} {
-		t.Run(p.String(), func(t *testing.T) {
+	for _, warn := range []bool{false, true} {
+		t.Run(fmt.Sprintf("warn=%v", warn), func(t *testing.T) {
 			t.Parallel()
 			var sent sendLog
 			var logs records
-			tr := newTransport(t, sent.base(), nil, throttle.WithUnmatched(p), throttle.WithLogger(slog.New(&logs)),
+			tr := newTransport(t, sent.base(), nil, throttle.WithUnmatchedSent(warn), throttle.WithLogger(slog.New(&logs)),
 				throttle.WithRule(throttle.Rule{Host: "graph.instagram.com", Limits: []throttle.Limit{throttle.PerHour(200)}}))
 			req, body := newRequest(t, context.Background(), http.MethodGet, "https://graph.facebook.com/me")
 			resp, err := tr.RoundTrip(req)
@@ -125,7 +124,7 @@ func TestUnmatchedSent(t *testing.T) {
 			require.Equal(t, 1, sent.count())
 			assert.Same(t, req, sent.reqs[0])
 			assert.Zero(t, body.closes.Load(), "the body belongs to the base once it is called")
-			if p == throttle.SendUnmatched {
+			if !warn {
 				assert.Empty(t, logs.warnings())
 			} else {
 				assert.Len(t, logs.warnings(), 1)
@@ -134,7 +133,7 @@ func TestUnmatchedSent(t *testing.T) {
 	}
 }
 
-// TestUnmatchedWarnOncePerHost: under WarnUnmatched, many goroutines sending
+// TestUnmatchedWarnOncePerHost: under WithUnmatchedSent(true), many goroutines sending
 // to a few unmatched hosts at once give exactly one warning per host (a
 // port makes another host), naming the host and the fix, and every request
 // is sent. Run with -race.
@@ -142,7 +141,7 @@ func TestUnmatchedWarnOncePerHost(t *testing.T) {
 	t.Parallel()
 	var sent sendLog
 	var logs records
-	tr := newTransport(t, sent.base(), nil, throttle.WithUnmatched(throttle.WarnUnmatched), throttle.WithLogger(slog.New(&logs)),
+	tr := newTransport(t, sent.base(), nil, throttle.WithUnmatchedSent(true), throttle.WithLogger(slog.New(&logs)),
 		throttle.WithRule(throttle.Rule{Host: "graph.instagram.com", Limits: []throttle.Limit{throttle.PerHour(200)}}))
 	hosts := []string{"graph.facebook.com", "GRAPH.facebook.com:8443", "proxy.internal"}
 	const perHost = 40
@@ -171,13 +170,13 @@ func TestUnmatchedWarnOncePerHost(t *testing.T) {
 	assert.ElementsMatch(t, []string{"graph.facebook.com", "graph.facebook.com:8443", "proxy.internal"}, warned)
 }
 
-// TestUnmatchedWarnBounded: WarnUnmatched remembers at most MaxWarnedHosts
+// TestUnmatchedWarnBounded: WithUnmatchedSent(true) remembers at most MaxWarnedHosts
 // hosts, then warns once that later hosts go unreported, and never again.
 func TestUnmatchedWarnBounded(t *testing.T) {
 	t.Parallel()
 	var sent sendLog
 	var logs records
-	tr := newTransport(t, sent.base(), nil, throttle.WithUnmatched(throttle.WarnUnmatched), throttle.WithLogger(slog.New(&logs)),
+	tr := newTransport(t, sent.base(), nil, throttle.WithUnmatchedSent(true), throttle.WithLogger(slog.New(&logs)),
 		throttle.WithRule(throttle.Rule{Host: "api.example.com", Limits: []throttle.Limit{throttle.PerHour(200)}}))
 	n := throttle.MaxWarnedHosts + 10
 	for round := range 2 {
@@ -194,9 +193,9 @@ func TestUnmatchedWarnBounded(t *testing.T) {
 	assert.Equal(t, 2*n, sent.count())
 }
 
-// TestUnmatchedWarnWithoutLogger: with no WithLogger, WarnUnmatched warns to
-// slog.Default(), since the user asked to hear of unmatched hosts. It sets
-// the default logger, so it does not run in parallel.
+// TestUnmatchedWarnWithoutLogger: with no WithLogger, WithUnmatchedSent(true)
+// warns to slog.Default(), since the user asked to hear of unmatched hosts.
+// It sets the default logger, so it does not run in parallel.
 func TestUnmatchedWarnWithoutLogger(t *testing.T) {
 	var logs records
 	old := slog.Default()
@@ -204,7 +203,7 @@ func TestUnmatchedWarnWithoutLogger(t *testing.T) {
 	defer slog.SetDefault(old)
 
 	var sent sendLog
-	tr := newTransport(t, sent.base(), nil, throttle.WithUnmatched(throttle.WarnUnmatched),
+	tr := newTransport(t, sent.base(), nil, throttle.WithUnmatchedSent(true),
 		throttle.WithRule(throttle.Rule{Host: "api.example.com", Limits: []throttle.Limit{throttle.PerHour(200)}}))
 	for range 3 {
 		send(t, tr, "https://other.example.com/")
@@ -212,12 +211,4 @@ func TestUnmatchedWarnWithoutLogger(t *testing.T) {
 	warns := logs.warnings()
 	require.Len(t, warns, 1)
 	assert.Contains(t, warns[0], "host=other.example.com")
-}
-
-func TestUnmatchedPolicyString(t *testing.T) {
-	t.Parallel()
-	assert.Equal(t, "RefuseUnmatched", throttle.RefuseUnmatched.String())
-	assert.Equal(t, "SendUnmatched", throttle.SendUnmatched.String())
-	assert.Equal(t, "WarnUnmatched", throttle.WarnUnmatched.String())
-	assert.Equal(t, "UnmatchedPolicy(9)", throttle.UnmatchedPolicy(9).String())
 }

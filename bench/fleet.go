@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/engine"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -43,7 +44,7 @@ const (
 // and at 2 ms (the price of the margin against the headroom it leaves: see
 // the closest-pair column), then the peers.
 var fleetKinds = []fleetKind{
-	{name: fmt.Sprintf("throttle (wait, default margin %d ms)", throttle.DefaultMargin/time.Millisecond), kind: kThrottle, margin: 0},
+	{name: fmt.Sprintf("throttle (wait, default margin %d ms)", engine.DefaultMargin/time.Millisecond), kind: kThrottle, margin: 0},
 	{name: "throttle (wait, margin 20 ms)", kind: kThrottle, margin: 20 * time.Millisecond},
 	{name: "throttle (wait, margin 2 ms)", kind: kThrottle, margin: 2 * time.Millisecond},
 	{name: kRedisRate + " + sleep RetryAfter", kind: kRedisRate},
@@ -57,7 +58,7 @@ var fleetKinds = []fleetKind{
 type fleetKind struct {
 	name   string
 	kind   string
-	margin time.Duration // throttle only; 0: DefaultMargin
+	margin time.Duration // throttle only; 0: the default Margin
 }
 
 // workerConfig is what the parent passes to a worker process (JSON, in

@@ -616,7 +616,7 @@ func assertNoTokens(t *testing.T, rdb *redis.Client, tokens []string) int {
 
 // TestFleetMarginSweep measures how many 429s the payments fleet meets with
 // up to 5ms of random transit delay, for several margins. It asserts
-// nothing: it logs a table from which to choose DefaultMargin.
+// nothing: it logs a table from which to choose the default Margin.
 func TestFleetMarginSweep(t *testing.T) {
 	if os.Getenv("FLEET_MARGIN_SWEEP") != "1" {
 		t.Skip("set FLEET_MARGIN_SWEEP=1 to run the margin sweep")

@@ -145,7 +145,7 @@ func WithBatching(max int) RedisOption { return RedisOption{redisstore.WithBatch
 //
 // When fewer replicas acknowledge within timeout, Reserve returns an error
 // matching ErrReplicaAck: to the Transport a store failure, handled by its
-// failure policy (FailClosed by default: the request is not sent). The
+// failure policy (by default, fail closed: the request is not sent). The
 // entries stay recorded on the master, so they count against the limit
 // while the master lives, whether or not the request is sent.
 //
@@ -244,7 +244,7 @@ const EvictionRecheck = 5 * time.Minute
 // of a Redis store under EvictionRefuse (the default) while the server, or
 // a master of the Cluster, has a memory limit and a maxmemory-policy that
 // may evict the store's keys. To the throttle Transport it is a store
-// failure, handled by its failure policy (FailClosed by default: nothing is
+// failure, handled by its failure policy (by default, fail closed: nothing is
 // sent).
 //
 // Why refuse: an evicted log forgets the requests it counted, so the fleet

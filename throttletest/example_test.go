@@ -29,9 +29,9 @@ func ExampleUpstream() {
 	}
 	u, _ := url.Parse(srv.URL)
 	tr, err := throttle.New(nil, st, throttle.WithRule(throttle.Rule{
-		Host:   u.Host,
-		Limits: []throttle.Limit{throttle.PerHour(3)},
-		Mode:   throttle.FailFast,
+		Host:     u.Host,
+		Limits:   []throttle.Limit{throttle.PerHour(3)},
+		FailFast: true,
 	}))
 	if err != nil {
 		panic(err)

@@ -11,7 +11,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/throttle-go/throttle"
 	"github.com/throttle-go/throttle/internal/contract"
+	"github.com/throttle-go/throttle/operator"
 )
 
 // open parses the key flags of a command and connects: the target and the
@@ -58,7 +60,7 @@ func cmdUsage(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return code
 	}
 	defer done()
-	u, err := t.tr.Usage(ctx, t.rule, t.rateKey)
+	u, err := operator.Usage(ctx, t.tr, t.rule, t.rateKey)
 	if err != nil {
 		fmt.Fprintf(stderr, "throttle usage: %s\n", t.secrets.clean(err))
 		return exitFailed
@@ -91,7 +93,7 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
-		u, err := t.tr.Usage(ctx, t.rule, t.rateKey)
+		u, err := operator.Usage(ctx, t.tr, t.rule, t.rateKey)
 		if err != nil {
 			if ctx.Err() != nil {
 				return exitOK // interrupted
@@ -138,11 +140,11 @@ func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 // writeUsage prints a Usage as a small table and a few lines.
-func writeUsage(w io.Writer, t *target, u contract.Usage) {
+func writeUsage(w io.Writer, t *target, u operator.KeyUsage) {
 	fmt.Fprintf(w, "rule %s, key %s, algorithm %s\n", t.rule, t.shown(), u.Algorithm)
 	fmt.Fprintf(w, "redis key %s\n", t.redis)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	prev := u.Algorithm == contract.SlidingCounter
+	prev := u.Algorithm == throttle.SlidingCounter
 	head := "limit\twindow\tused\treserved\t"
 	if prev {
 		head += "previous\t"
@@ -161,7 +163,7 @@ func writeUsage(w io.Writer, t *target, u contract.Usage) {
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "next free slot: %s\n", nextText(t, u))
-	if u.Algorithm == contract.SlidingLog && u.Entries > 0 && u.Last > 0 {
+	if u.Algorithm == throttle.SlidingLog && u.Entries > 0 && u.Last > 0 {
 		fmt.Fprintf(w, "queue: the newest reservation is %s ahead\n", human(u.Last))
 	}
 	fmt.Fprintf(w, "pause: %s\n", until(u.Pause))
@@ -181,22 +183,22 @@ func writeUsage(w io.Writer, t *target, u contract.Usage) {
 }
 
 // nextText says when a request of cost 1 could go, and why.
-func nextText(t *target, u contract.Usage) string {
+func nextText(t *target, u operator.KeyUsage) string {
 	if u.Next <= 0 {
 		return "now"
 	}
 	s := "in " + human(u.Next)
 	switch u.NextCause {
-	case contract.CauseLimit:
+	case operator.CauseLimit:
 		switch {
 		case u.NextLimit < len(t.limits):
 			s += " (limit " + formatLimit(t.limits[u.NextLimit]) + ")"
 		case u.NextLimit < len(u.Limits):
 			s += " (the default pace)"
 		}
-	case contract.CauseUpstream:
+	case operator.CauseUpstream:
 		s += " (the upstream's pause or budget)"
-	case contract.CauseLearned:
+	case operator.CauseLearned:
 		s += " (the learned limit or pace)"
 	}
 	if u.Capped {
@@ -207,7 +209,7 @@ func nextText(t *target, u contract.Usage) string {
 
 // watchLine is one line of watch: the time, each limit's sends in its
 // window against N (and reservations waiting), the next slot and the pause.
-func watchLine(now time.Time, t *target, u contract.Usage) string {
+func watchLine(now time.Time, t *target, u operator.KeyUsage) string {
 	var b strings.Builder
 	b.WriteString(now.UTC().Format("15:04:05.000"))
 	for i, l := range u.Limits {
@@ -229,7 +231,7 @@ func watchLine(now time.Time, t *target, u contract.Usage) string {
 
 // rowName names the i-th limit of a Usage: the limit as given, or the pace a
 // log rule keeps by default, with its margin, after them.
-func rowName(t *target, i int, l contract.Limit) string {
+func rowName(t *target, i int, l throttle.Limit) string {
 	if i < len(t.limits) {
 		return formatLimit(t.limits[i])
 	}
@@ -240,15 +242,15 @@ func rowName(t *target, i int, l contract.Limit) string {
 }
 
 // capacity is what a limit's used units count against: N, or for a paced
-// limit the Burst+1 units that may go at once (contract.LimitUsage).
-func capacity(l contract.Limit) int {
+// limit the Burst+1 units that may go at once (operator.LimitUsage).
+func capacity(l throttle.Limit) int {
 	if l.Paced {
 		return l.Burst + 1
 	}
 	return l.N
 }
 
-func nextShort(u contract.Usage) string {
+func nextShort(u operator.KeyUsage) string {
 	if u.Next <= 0 {
 		return "now"
 	}

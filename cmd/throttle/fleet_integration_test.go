@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/throttle-go/throttle"
 	"github.com/throttle-go/throttle/internal/contract"
+	"github.com/throttle-go/throttle/internal/engine"
 	"github.com/throttle-go/throttle/internal/redistest"
 	"github.com/throttle-go/throttle/store"
 )
@@ -119,7 +119,7 @@ func TestClusterURL(t *testing.T) {
 	require.NoError(t, err)
 	for range 3 {
 		res, err := st.Reserve(context.Background(), rule+":pg1",
-			contract.Request{Limits: []contract.Limit{{N: 10, Per: time.Minute + throttle.DefaultMargin}}, Cost: 1})
+			contract.Request{Limits: []contract.Limit{{N: 10, Per: time.Minute + engine.DefaultMargin}}, Cost: 1})
 		require.NoError(t, err)
 		require.True(t, res.Allowed)
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/throttle-go/throttle"
 	"github.com/throttle-go/throttle/internal/contract"
+	"github.com/throttle-go/throttle/internal/engine"
+	"github.com/throttle-go/throttle/operator"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -137,7 +139,7 @@ func (k *keyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.rule, "rule", "", "the rule's `name` (Rule.Name)")
 	fs.Var(&k.limits, "limit", "a limit of the rule, `N/DURATION[/PRECISION]` (100/1s, 5000/1h, 5000/1h/1m for buckets); repeat for each, in the rule's order")
 	fs.StringVar(&k.alg, "alg", "log", "the rule's algorithm: log, fixed, counter or buckets")
-	fs.DurationVar(&k.margin, "margin", throttle.DefaultMargin, "the rule's Margin (0 for a rule with NoMargin)")
+	fs.DurationVar(&k.margin, "margin", engine.DefaultMargin, "the rule's Margin (0 for a rule with NoMargin)")
 	fs.BoolVar(&k.noPace, "no-default-pace", false, "the rule sets NoDefaultPace (without it, a log rule with no paced limit paces its slowest limit)")
 	fs.StringVar(&k.key, "key", "", "the rate key as the rule's KeyFunc returns it (e.g. pg1, host:api.example.com, bearer:<hash>)")
 	fs.StringVar(&k.token, "token", "", "a raw credential, hashed as the library does (prefer -token-file: a flag shows in ps)")
@@ -163,7 +165,7 @@ type target struct {
 }
 
 // resolve derives the store key exactly as a Transport with this rule does:
-// it builds one (no I/O) on st and asks it.
+// it builds one (no I/O) on st and asks the operator package.
 func (k *keyFlags) resolve(st store.Store, sec *secrets) (*target, error) {
 	if k.rule == "" {
 		return nil, errFlags{"-rule is required"}
@@ -195,7 +197,7 @@ func (k *keyFlags) resolve(st store.Store, sec *secrets) (*target, error) {
 			tok = string(b)
 		}
 		sec.add(tok)
-		if rateKey, err = throttle.CredentialKey(k.by, tok); err != nil {
+		if rateKey, err = operator.CredentialKey(k.by, tok); err != nil {
 			return nil, errFlags{sec.clean(err)}
 		}
 	}
@@ -217,7 +219,7 @@ func (k *keyFlags) resolve(st store.Store, sec *secrets) (*target, error) {
 	if err != nil {
 		return nil, errFlags{sec.clean(err)}
 	}
-	skey, err := tr.StoreKey(k.rule, rateKey)
+	skey, err := operator.StoreKey(tr, k.rule, rateKey)
 	if err != nil {
 		return nil, errFlags{sec.clean(err)}
 	}

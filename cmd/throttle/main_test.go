@@ -18,7 +18,9 @@ import (
 
 	"github.com/throttle-go/throttle"
 	"github.com/throttle-go/throttle/internal/contract"
+	"github.com/throttle-go/throttle/internal/engine"
 	"github.com/throttle-go/throttle/internal/redistest"
+	"github.com/throttle-go/throttle/operator"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -106,7 +108,7 @@ func TestKeyDerivationMatchesTransport(t *testing.T) {
 			assert.Equal(t, "throttle:{api:"+seen+"}", got.redis)
 			assert.NotContains(t, got.skey, token)
 			// And the usage the CLI reads is the request's.
-			u, err := got.tr.Usage(context.Background(), "api", got.rateKey)
+			u, err := operator.Usage(context.Background(), got.tr, "api", got.rateKey)
 			require.NoError(t, err)
 			assert.Equal(t, 1, u.Limits[0].Used+u.Limits[0].Reserved)
 		})
@@ -116,12 +118,12 @@ func TestKeyDerivationMatchesTransport(t *testing.T) {
 func TestWriteUsage(t *testing.T) {
 	tg := &target{rule: "payments", rateKey: "pg1", skey: "payments:pg1", redis: "throttle:{payments:pg1}",
 		limits: []throttle.Limit{throttle.PerSecond(100), throttle.PerHour(5000)}}
-	u := contract.Usage{
-		Limits: []contract.LimitUsage{
+	u := operator.KeyUsage{
+		Limits: []operator.LimitUsage{
 			{Limit: throttle.Per(100, time.Second+5*time.Millisecond), Used: 97, Reserved: 3},
 			{Limit: throttle.Per(5000, time.Hour+5*time.Millisecond), Used: 2345, Reserved: 3},
 		},
-		Next: 12345 * time.Microsecond, NextCause: contract.CauseLimit, Entries: 2348, Last: 11 * time.Millisecond,
+		Next: 12345 * time.Microsecond, NextCause: operator.CauseLimit, Entries: 2348, Last: 11 * time.Millisecond,
 		Pause: 1500 * time.Millisecond, Learned: throttle.PerSecond(50), LearnedFor: 59 * time.Second, Budget: 40, BudgetReset: 20 * time.Second,
 	}
 	var b bytes.Buffer
@@ -140,14 +142,14 @@ budget: 40 left until the reset in 20s
 	line := watchLine(time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC), tg, u)
 	assert.Equal(t, "03:04:05.006  100/1s 97/100 +3  5000/1h 2345/5000 +3  next 12.3ms  pause 1.5s left", line)
 	assert.Equal(t, "03:04:05.006  100/1s 0/100  next now  pause none",
-		watchLine(time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC), tg, contract.Usage{Limits: []contract.LimitUsage{{Limit: throttle.PerSecond(100)}}}))
+		watchLine(time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC), tg, operator.KeyUsage{Limits: []operator.LimitUsage{{Limit: throttle.PerSecond(100)}}}))
 
 	// The default pace after the rule's limits, and a learned pace.
 	tg.limits = tg.limits[:1]
 	pace := throttle.Paced(100, time.Second+5*time.Millisecond, 9)
-	u = contract.Usage{
-		Limits: []contract.LimitUsage{{Limit: throttle.Per(100, time.Second+5*time.Millisecond), Used: 40}, {Limit: pace, Used: 10, Reserved: 2}},
-		Next:   20 * time.Millisecond, NextCause: contract.CauseLimit, NextLimit: 1,
+	u = operator.KeyUsage{
+		Limits: []operator.LimitUsage{{Limit: throttle.Per(100, time.Second+5*time.Millisecond), Used: 40}, {Limit: pace, Used: 10, Reserved: 2}},
+		Next:   20 * time.Millisecond, NextCause: operator.CauseLimit, NextLimit: 1,
 		LearnedPace: throttle.Paced(1, 20*time.Millisecond, 0), LearnedPaceFor: time.Minute,
 	}
 	b.Reset()
@@ -183,7 +185,7 @@ func TestUsageCommand(t *testing.T) {
 	rule := fmt.Sprintf("usage%d", time.Now().UnixNano())
 	st, err := store.NewRedis(srv.Client(t))
 	require.NoError(t, err)
-	limits := []contract.Limit{{N: 100, Per: time.Minute + throttle.DefaultMargin}, {N: 5000, Per: time.Hour + throttle.DefaultMargin}}
+	limits := []contract.Limit{{N: 100, Per: time.Minute + engine.DefaultMargin}, {N: 5000, Per: time.Hour + engine.DefaultMargin}}
 	for range 7 {
 		res, err := st.Reserve(context.Background(), rule+":pg1", contract.Request{Limits: limits, Cost: 1})
 		require.NoError(t, err)
@@ -200,7 +202,7 @@ func TestUsageCommand(t *testing.T) {
 	// ended before the read are in neither column: should a window boundary
 	// (every 1m0.005s since the epoch, on this machine's clock, which is the
 	// server's) fall between the reservations and the read, try again.
-	window := int64((time.Minute + throttle.DefaultMargin) / time.Microsecond)
+	window := int64((time.Minute + engine.DefaultMargin) / time.Microsecond)
 	for attempt := 0; ; attempt++ {
 		key := fmt.Sprintf("pg2-%d", attempt)
 		before := time.Now().UnixMicro() / window
@@ -230,9 +232,9 @@ func TestUsageCommandDefaultPace(t *testing.T) {
 	st, err := store.NewRedis(srv.Client(t))
 	require.NoError(t, err)
 	// The limits a rule of 100/1m reserves: a spacing of 600.05ms.
-	pace := throttle.Paced(100, time.Minute+throttle.DefaultMargin, 9)
+	pace := throttle.Paced(100, time.Minute+engine.DefaultMargin, 9)
 	pace.SlowStart = true
-	limits := []contract.Limit{{N: 100, Per: time.Minute + throttle.DefaultMargin}, pace}
+	limits := []contract.Limit{{N: 100, Per: time.Minute + engine.DefaultMargin}, pace}
 	for range 12 {
 		res, err := st.Reserve(context.Background(), rule+":pg1", contract.Request{Limits: limits, Cost: 1, MaxWait: time.Minute})
 		require.NoError(t, err)
@@ -287,7 +289,7 @@ func TestWatchCommand(t *testing.T) {
 	st, err := store.NewRedis(srv.Client(t))
 	require.NoError(t, err)
 	for range 3 {
-		_, err := st.Reserve(context.Background(), rule+":pg1", contract.Request{Limits: []contract.Limit{{N: 10, Per: time.Minute + throttle.DefaultMargin}}, Cost: 1})
+		_, err := st.Reserve(context.Background(), rule+":pg1", contract.Request{Limits: []contract.Limit{{N: 10, Per: time.Minute + engine.DefaultMargin}}, Cost: 1})
 		require.NoError(t, err)
 	}
 	code, out, errOut := runCLI("watch", "-redis", "redis://"+srv.Addr+"/0", "-rule", rule, "-limit", "10/1m", "-no-default-pace", "-key", "pg1", "-every", "20ms", "-for", "50ms")
@@ -403,7 +405,7 @@ func TestSecretHidesPlainHash(t *testing.T) {
 	dir := t.TempDir()
 	secretFile := filepath.Join(dir, "secret")
 	require.NoError(t, os.WriteFile(secretFile, []byte("0123456789abcdef0123456789abcdef\n"), 0o600))
-	plain, err := throttle.CredentialKey("bearer", token)
+	plain, err := operator.CredentialKey("bearer", token)
 	require.NoError(t, err)
 	code, out, errOut := runCLI("usage", "-redis", "redis://"+srv.Addr+"/0", "-rule", "api", "-limit", "1/1s", "-token", token, "-secret-file", secretFile)
 	require.Equal(t, 0, code, errOut)

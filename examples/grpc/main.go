@@ -46,6 +46,7 @@ import (
 
 	"github.com/throttle-go/throttle"
 	"github.com/throttle-go/throttle/internal/examplekit"
+	"github.com/throttle-go/throttle/operator"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -180,7 +181,7 @@ func KeyByToken(ctx context.Context, method string) (string, error) {
 	for _, v := range md.Get("authorization") {
 		scheme, cred, ok := strings.Cut(strings.TrimSpace(v), " ")
 		if ok && strings.EqualFold(scheme, "Bearer") {
-			return throttle.CredentialKey("bearer", cred)
+			return operator.CredentialKey("bearer", cred)
 		}
 	}
 	return "method:" + method, nil

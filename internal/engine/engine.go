@@ -137,8 +137,8 @@ func (e *timeoutError) Error() string {
 
 func (e *timeoutError) Is(target error) bool { return target == ErrTimeout }
 
-// Failure is what a request does when the shared store fails: the public
-// StoreFailure.
+// Failure is what a request does when the shared store fails: FailClosed by
+// default, WithFailOpen's or WithFailLocal's in the public package.
 type Failure uint8
 
 const (
@@ -222,8 +222,10 @@ func (e *Engine) Learn(ctx context.Context, key string, l contract.Learned, move
 	return recorded, err
 }
 
-// DefaultMargin is the public DefaultMargin: the lateness a sample may add
-// is capped by it (lateness.go).
+// DefaultMargin is a rule's Margin when it sets none: enough on loopback and
+// a quiet LAN for the time between handing a request on and the upstream
+// counting it. The lateness a sample may add is capped by it (lateness.go);
+// the CLI and the examples take it as their -margin flag's default.
 const DefaultMargin = 5 * time.Millisecond
 
 // MaxPer is the longest window a limit may have: a year, which keeps every

@@ -35,7 +35,7 @@ func ExampleTally() {
 	// (under FailFast a retake behind the other worker's finds none), so
 	// that the line below holds on a loaded machine too.
 	tr, err := throttle.New(nil, st,
-		throttle.WithRule(throttle.Rule{Host: u.Host, Limits: []throttle.Limit{throttle.PerHour(5)}, Mode: throttle.FailFast, Margin: throttle.NoMargin}),
+		throttle.WithRule(throttle.Rule{Host: u.Host, Limits: []throttle.Limit{throttle.PerHour(5)}, FailFast: true, Margin: throttle.NoMargin}),
 		throttle.WithOnDecision(tally.OnDecision))
 	if err != nil {
 		panic(err)

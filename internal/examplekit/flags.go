@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/engine"
 )
 
 // Flags are the command-line flags of a load test of a throttled client
@@ -42,7 +43,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&f.Workers, "workers", 8, "concurrent workers in this process")
 	fs.DurationVar(&f.Duration, "duration", 10*time.Second, "how long to run")
 	fs.StringVar(&f.Mode, "mode", "wait", "wait: wait for a free slot; fail: fail fast when none is free")
-	fs.DurationVar(&f.Margin, "margin", throttle.DefaultMargin, "safety margin added to the window (0: none)")
+	fs.DurationVar(&f.Margin, "margin", engine.DefaultMargin, "safety margin added to the window (0: none)")
 	fs.DurationVar(&f.Transit, "transit", 0, "in-process upstream only: max random transit delay per request")
 	fs.DurationVar(&f.MaxWait, "maxwait", time.Minute, "wait mode: longest wait for a slot")
 }
@@ -80,14 +81,14 @@ func (f *Flags) RedisAddrs() []string {
 	return strings.Fields(strings.ReplaceAll(f.Redis, ",", " "))
 }
 
-// Apply sets the Mode, MaxWait and Margin of r from the flags.
+// Apply sets the FailFast, MaxWait and Margin of r from the flags.
 func (f *Flags) Apply(r *throttle.Rule) {
 	r.Margin = f.Margin
 	if f.Margin == 0 {
 		r.Margin = throttle.NoMargin // Margin 0 in a Rule means the default
 	}
 	if f.Mode == "fail" {
-		r.Mode = throttle.FailFast
+		r.FailFast = true
 	} else {
 		r.MaxWait = f.MaxWait
 	}

@@ -20,8 +20,8 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // drive runs 3 workers for 15s (fake time) through a throttle of 2 per 10s
-// in mode, and returns what the Tally counted.
-func drive(t *testing.T, mode throttle.Mode) examplekit.Counts {
+// (failing fast or not), and returns what the Tally counted.
+func drive(t *testing.T, failFast bool) examplekit.Counts {
 	t.Helper()
 	st, err := store.NewMemory()
 	require.NoError(t, err)
@@ -30,7 +30,7 @@ func drive(t *testing.T, mode throttle.Mode) examplekit.Counts {
 		return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Request: r}, nil
 	})
 	tr, err := throttle.New(base, st, throttle.WithOnDecision(tally.OnDecision), throttle.WithRule(throttle.Rule{
-		Host: "api.example.com", Limits: []throttle.Limit{throttle.Per(2, 10*time.Second)}, Mode: mode, Margin: throttle.NoMargin,
+		Host: "api.example.com", Limits: []throttle.Limit{throttle.Per(2, 10*time.Second)}, FailFast: failFast, Margin: throttle.NoMargin,
 	}))
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -46,16 +46,16 @@ func drive(t *testing.T, mode throttle.Mode) examplekit.Counts {
 // TestTallyCut: in Wait mode the slots are at 0, 0, 10s and 10s, and each
 // worker's next slot, at 20s, lies beyond the load's end at 15s: the
 // throttle refuses it at once (LimitError.BeyondDeadline), and the Tally
-// counts it as cut by the end, not as limited. In FailFast mode every
+// counts it as cut by the end, not as limited. With FailFast every
 // refusal is one by the limit, even near the end.
 func TestTallyCut(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		c := drive(t, throttle.WaitForSlot)
+		c := drive(t, false)
 		assert.Equal(t, "sent=4 ok=4 429=0 limited=0 cut=3 errors=0 wait_p50=0s wait_p99=10s", c.String())
 	})
 	synctest.Test(t, func(t *testing.T) {
-		c := drive(t, throttle.FailFast)
+		c := drive(t, true)
 		assert.Equal(t, "sent=4 ok=4 429=0 limited=6 cut=0 errors=0 wait_p50=0s wait_p99=0s", c.String())
 	})
 }

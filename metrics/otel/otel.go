@@ -117,10 +117,6 @@ func Register(m metric.Meter, tr Source, attrs ...attribute.KeyValue) (metric.Re
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	for _, b := range throttle.WaitBuckets() {
-		ins.bounds = append(ins.bounds, b.Seconds())
-	}
-	ins.bounds = append(ins.bounds, math.Inf(1))
 	return m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		ins.observe(o, tr.Stats())
 		return nil
@@ -132,7 +128,6 @@ type instruments struct {
 	inFlight                                                            metric.Int64ObservableCounter
 	leases                                                              metric.Int64ObservableGauge
 	waitTime                                                            metric.Float64ObservableCounter
-	bounds                                                              []float64 // of the wait buckets, in seconds, +Inf last
 	extra                                                               []attribute.KeyValue
 }
 
@@ -154,9 +149,13 @@ func (ins *instruments) observe(o metric.Observer, s throttle.Stats) {
 		}
 		o.ObserveFloat64(ins.waitTime, r.Wait.Sum.Seconds(), ins.with(rule))
 		var cum uint64
-		for i, b := range ins.bounds {
+		for i := range len(r.Wait.Bounds) + 1 { // the last bucket's bound is +Inf
 			cum += r.Wait.Counts[i]
-			o.ObserveInt64(ins.waits, clamp(cum), ins.with(rule, WaitBoundKey.Float64(b)))
+			bound := math.Inf(1)
+			if i < len(r.Wait.Bounds) {
+				bound = r.Wait.Bounds[i].Seconds()
+			}
+			o.ObserveInt64(ins.waits, clamp(cum), ins.with(rule, WaitBoundKey.Float64(bound)))
 		}
 		o.ObserveInt64(ins.retakes, clamp(r.Retakes), ins.with(rule))
 		for _, p := range []struct {
@@ -165,7 +164,7 @@ func (ins *instruments) observe(o metric.Observer, s throttle.Stats) {
 		}{{"fail_closed", r.Store.Refused}, {"fail_open", r.Store.Open}, {"fail_local", r.Store.Local}} {
 			o.ObserveInt64(ins.store, clamp(p.n), ins.with(rule, PolicyKey.String(p.name)))
 		}
-		ins.observeUpstream(o, rule, r.Upstream)
+		ins.observeUpstream(o, rule, r)
 		o.ObserveInt64(ins.pauses, clamp(r.Upstream.Pauses), ins.with(rule))
 		o.ObserveInt64(ins.tighten, clamp(r.Upstream.Tightenings), ins.with(rule))
 		o.ObserveInt64(ins.reshape, clamp(r.Upstream.Reshapes), ins.with(rule))
@@ -178,12 +177,12 @@ func (ins *instruments) observe(o metric.Observer, s throttle.Stats) {
 	rule := RuleKey.String("")
 	o.ObserveInt64(ins.requests, clamp(s.Unmatched.Requests[throttle.Unmatched]),
 		ins.with(rule, OutcomeKey.String(throttle.Unmatched.String())))
-	ins.observeUpstream(o, rule, s.Unmatched.Upstream)
+	ins.observeUpstream(o, rule, s.Unmatched)
 }
 
-func (ins *instruments) observeUpstream(o metric.Observer, rule attribute.KeyValue, f throttle.FeedbackStats) {
-	o.ObserveInt64(ins.upstream, clamp(f.TooManyRequests), ins.with(rule, StatusKey.Int(429)))
-	o.ObserveInt64(ins.upstream, clamp(f.Unavailable), ins.with(rule, StatusKey.Int(503)))
+func (ins *instruments) observeUpstream(o metric.Observer, rule attribute.KeyValue, r throttle.RuleStats) {
+	o.ObserveInt64(ins.upstream, clamp(r.Upstream.TooManyRequests), ins.with(rule, StatusKey.Int(429)))
+	o.ObserveInt64(ins.upstream, clamp(r.Upstream.Unavailable), ins.with(rule, StatusKey.Int(503)))
 }
 
 // clamp converts a count to the int64 of an instrument.

@@ -112,16 +112,16 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) collected {
 
 // TestRegister drives a transport on a memory store through sent, waited,
 // limited, unmatched and throttled requests, and one on a store that is down
-// (FailClosed), told apart by an attribute, and collects their instruments
+// (failing closed, the default), told apart by an attribute, and collects their instruments
 // with the SDK's ManualReader:
 // names, units, kinds and values; after Unregister, nothing.
 func TestRegister(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := newTransport(t, nil,
 			throttle.WithRule(throttle.Rule{Name: "api", Host: "api.example", Limits: []throttle.Limit{throttle.PerSecond(1)}, Margin: throttle.NoMargin}),
-			throttle.WithUnmatched(throttle.SendUnmatched),
+			throttle.WithUnmatchedSent(false),
 			throttle.WithRule(throttle.Rule{Name: "ff", Host: "ff.example", Limits: []throttle.Limit{throttle.PerHour(1)},
-				Mode: throttle.FailFast, IgnoreUpstream: true}))
+				FailFast: true, IgnoreUpstream: true}))
 		require.NoError(t, get(t, tr, "https://api.example/a")) // sent at once
 		require.NoError(t, get(t, tr, "https://api.example/a")) // sent after 1s and the margin
 		require.NoError(t, get(t, tr, "https://ff.example/429"))
@@ -209,14 +209,14 @@ func TestRegisterInFlightAndLimiter(t *testing.T) {
 			return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("ok")), Request: r}, nil
 		})
 		tr, err := throttle.New(withBody, m, throttle.WithRule(throttle.Rule{Name: "capped", Host: "api.example",
-			Limits: []throttle.Limit{throttle.PerSecond(100)}, Mode: throttle.FailFast, InFlight: 1}))
+			Limits: []throttle.Limit{throttle.PerSecond(100)}, FailFast: true, InFlight: 1}))
 		require.NoError(t, err)
 		req, err := http.NewRequest(http.MethodGet, "https://api.example/a", nil)
 		require.NoError(t, err)
 		open, err := tr.RoundTrip(req) // its body stays open: the lease is held
 		require.NoError(t, err)
 		require.ErrorIs(t, get(t, tr, "https://api.example/b"), throttle.ErrLimited)
-		lim, err := throttle.NewLimiter(m, throttle.Rule{Name: "jobs", Limits: []throttle.Limit{throttle.PerHour(1)}, Mode: throttle.FailFast})
+		lim, err := throttle.NewLimiter(m, throttle.Rule{Name: "jobs", Limits: []throttle.Limit{throttle.PerHour(1)}, FailFast: true})
 		require.NoError(t, err)
 		for range 2 {
 			_, err := lim.Allow(context.Background(), "queue", 1)

@@ -33,7 +33,6 @@ type Collector struct {
 	tr                                                                 Source
 	requests, wait, retakes, store, upstream, pauses, tighten, reshape *prometheus.Desc
 	leases, inFlight                                                   *prometheus.Desc
-	bounds                                                             []float64 // the wait buckets, in seconds
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -68,9 +67,6 @@ func NewCollector(tr Source) *Collector {
 			"What the cap on requests in flight did: queued (waited for a lease), refused (none within the wait), lost (a lease found expired when renewed) or reclaimed (given back because a response body was not closed in time).",
 			[]string{"rule", "event"}, nil),
 	}
-	for _, b := range throttle.WaitBuckets() {
-		c.bounds = append(c.bounds, b.Seconds())
-	}
 	return c
 }
 
@@ -98,13 +94,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				counter(c.requests, n, r.Rule, throttle.Outcome(o).String())
 			}
 		}
-		buckets := make(map[float64]uint64, len(c.bounds))
+		buckets := make(map[float64]uint64, len(r.Wait.Bounds))
 		var cum uint64
-		for i, b := range c.bounds {
+		for i, b := range r.Wait.Bounds {
 			cum += r.Wait.Counts[i]
-			buckets[b] = cum
+			buckets[b.Seconds()] = cum
 		}
-		ch <- prometheus.MustNewConstHistogram(c.wait, r.Wait.Count(), r.Wait.Sum.Seconds(), buckets, r.Rule)
+		ch <- prometheus.MustNewConstHistogram(c.wait, r.Wait.Count, r.Wait.Sum.Seconds(), buckets, r.Rule)
 		counter(c.retakes, r.Retakes, r.Rule)
 		counter(c.store, r.Store.Refused, r.Rule, "fail_closed")
 		counter(c.store, r.Store.Open, r.Rule, "fail_open")

@@ -67,7 +67,7 @@ func get(t *testing.T, tr http.RoundTripper, rawURL string) error {
 }
 
 // TestCollector drives two transports, one on a memory store and one on a
-// store that is down (FailClosed), through sent, waited, limited, failed,
+// store that is down (failing closed, the default), through sent, waited, limited, failed,
 // unmatched and throttled requests, and gathers their collectors from one
 // registry, told apart by a label: names, types, help and values as the
 // Prometheus text format would show them.
@@ -75,9 +75,9 @@ func TestCollector(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := newTransport(t, nil,
 			throttle.WithRule(throttle.Rule{Name: "api", Host: "api.example", Limits: []throttle.Limit{throttle.PerSecond(1)}, Margin: throttle.NoMargin}),
-			throttle.WithUnmatched(throttle.SendUnmatched),
+			throttle.WithUnmatchedSent(false),
 			throttle.WithRule(throttle.Rule{Name: "ff", Host: "ff.example", Limits: []throttle.Limit{throttle.PerHour(1)},
-				Mode: throttle.FailFast, IgnoreUpstream: true}))
+				FailFast: true, IgnoreUpstream: true}))
 		require.NoError(t, get(t, tr, "https://api.example/a"))  // sent at once
 		require.NoError(t, get(t, tr, "https://api.example/a"))  // sent after 1s and the margin
 		require.NoError(t, get(t, tr, "https://ff.example/429")) // sent, answered 429
@@ -169,7 +169,7 @@ throttle_upstream_responses_total{rule="ff",status="503",transport="main"} 0
 		for _, b := range h.GetBucket() {
 			cum[b.GetUpperBound()] = b.GetCumulativeCount()
 		}
-		assert.Equal(t, len(throttle.WaitBuckets()), len(h.GetBucket()))
+		assert.Equal(t, len(tr.Stats().Rules[0].Wait.Bounds), len(h.GetBucket()))
 		assert.Equal(t, uint64(1), cum[0])
 		assert.Equal(t, uint64(1), cum[0.512])
 		assert.Equal(t, uint64(2), cum[1.024])
@@ -219,7 +219,7 @@ func TestCollectorInFlightAndLimiter(t *testing.T) {
 			return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("ok")), Request: r}, nil
 		})
 		tr, err := throttle.New(withBody, m, throttle.WithRule(throttle.Rule{Name: "capped", Host: "api.example",
-			Limits: []throttle.Limit{throttle.PerSecond(100)}, Mode: throttle.FailFast, InFlight: 1}))
+			Limits: []throttle.Limit{throttle.PerSecond(100)}, FailFast: true, InFlight: 1}))
 		require.NoError(t, err)
 		req, err := http.NewRequest(http.MethodGet, "https://api.example/a", nil)
 		require.NoError(t, err)
@@ -227,7 +227,7 @@ func TestCollectorInFlightAndLimiter(t *testing.T) {
 		require.NoError(t, err)
 		require.ErrorIs(t, get(t, tr, "https://api.example/b"), throttle.ErrLimited)
 
-		lim, err := throttle.NewLimiter(m, throttle.Rule{Name: "jobs", Limits: []throttle.Limit{throttle.PerHour(1)}, Mode: throttle.FailFast})
+		lim, err := throttle.NewLimiter(m, throttle.Rule{Name: "jobs", Limits: []throttle.Limit{throttle.PerHour(1)}, FailFast: true})
 		require.NoError(t, err)
 		for range 2 {
 			_, err := lim.Allow(context.Background(), "queue", 1)

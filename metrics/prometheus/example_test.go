@@ -21,7 +21,7 @@ func Example() {
 	st, _ := store.NewMemory()
 	tr, err := throttle.New(okUpstream, st, throttle.WithRule(throttle.Rule{
 		Name: "payments", Host: "api.gateway.example",
-		Limits: []throttle.Limit{throttle.PerMinute(2)}, Mode: throttle.FailFast,
+		Limits: []throttle.Limit{throttle.PerMinute(2)}, FailFast: true,
 	}))
 	if err != nil {
 		panic(err)

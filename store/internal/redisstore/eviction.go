@@ -17,7 +17,7 @@ import (
 // of a Redis store under EvictionRefuse (the default) while the server, or
 // a master of the Cluster, has a memory limit and a maxmemory-policy that
 // may evict the store's keys. To the throttle Transport it is a store
-// failure, handled by its failure policy (FailClosed by default: nothing is
+// failure, handled by its failure policy (by default, fail closed: nothing is
 // sent).
 //
 // Why refuse: an evicted log forgets the requests it counted, so the fleet

@@ -81,7 +81,7 @@ var ErrReplicaAck = errors.New("store: too few replicas acknowledged the reserva
 //
 // When fewer replicas acknowledge within timeout, Reserve returns an error
 // matching ErrReplicaAck: to the Transport a store failure, handled by its
-// failure policy (FailClosed by default: the request is not sent). The
+// failure policy (by default, fail closed: the request is not sent). The
 // entries stay recorded on the master, so they count against the limit
 // while the master lives, whether or not the request is sent.
 //

@@ -61,7 +61,7 @@ type feedbackState struct {
 }
 
 type told struct {
-	limit  Limit
+	limit  contract.Limit
 	at     time.Time // when the limit was last recorded
 	reset  int64     // the budget's reset last recorded, in Unix seconds
 	shaped time.Time // when the key last moved to a learned pace (shape.go)
@@ -110,7 +110,7 @@ func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Res
 		return heard{}
 	}
 	fb := Feedback{Rule: r.Name, Key: k.key, Status: resp.StatusCode, Throttled: throttled,
-		Pause: l.Pause, Limit: l.Limit, Paced: l.Pace, Remaining: l.Remaining, Reset: l.Reset}
+		Pause: l.Pause, Limit: Limit(l.Limit), Paced: Limit(l.Pace), Remaining: l.Remaining, Reset: l.Reset}
 	h := heard{pause: l.Pause}
 	if l.Pause > 0 || l.Limit.N > 0 || l.Reset > 0 || l.Pace.N > 0 {
 		recorded, err := t.eng.Learn(ctx, k.skey, l, move && l.Pace.N > 0) // internal/engine: recorded, and heard by the waiters
@@ -216,7 +216,7 @@ func (r *rule) learn(sig signals, throttled bool) contract.Learned {
 		}
 		cand := Limit{N: n, Per: w + r.Margin}
 		if l.Limit.N == 0 || float64(cand.N)/float64(cand.Per) < float64(l.Limit.N)/float64(l.Limit.Per) {
-			l.Limit = cand
+			l.Limit = contract.Limit(cand)
 		}
 	}
 	for _, p := range sig.policies {

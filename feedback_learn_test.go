@@ -44,7 +44,7 @@ func TestLearnXRateLimitLimit(t *testing.T) {
 				h.Set(c.kv[i], c.kv[i+1])
 			}
 			l := r.learn(parseSignals(h, refTime), c.throttled)
-			assert.Equal(t, c.limit, l.Limit)
+			assert.Equal(t, c.limit, Limit(l.Limit))
 			assert.Equal(t, c.pause, l.Pause)
 		})
 	}
@@ -53,6 +53,6 @@ func TestLearnXRateLimitLimit(t *testing.T) {
 	require.NoError(t, err)
 	for n, want := range map[int]Limit{2499: {}, 2500: {N: 2500, Per: time.Hour + DefaultMargin}} {
 		l := r.learn(parseSignals(http.Header{"X-Ratelimit-Limit": {strconv.Itoa(n)}}, refTime), false)
-		assert.Equal(t, want, l.Limit, "X-RateLimit-Limit %d under PerHour(5000)", n)
+		assert.Equal(t, want, Limit(l.Limit), "X-RateLimit-Limit %d under PerHour(5000)", n)
 	}
 }

@@ -144,7 +144,7 @@ func TestFirstCallIsNotLockedOut(t *testing.T) {
 	require.NoError(t, err)
 	c := tr.rules[0]
 	// Another process, with an allowance of a minute, reserved just now.
-	_, err = st.Reserve(context.Background(), c.scope+"pg1", contract.Request{Limits: c.eff, Cost: 1, Allowance: time.Minute})
+	_, err = st.Reserve(context.Background(), c.scope+"pg1", contract.Request{Limits: c.plan.Limits, Cost: 1, Allowance: time.Minute})
 	require.NoError(t, err)
 
 	req, err := http.NewRequest(http.MethodGet, "https://pg.example/v1/charges", nil)

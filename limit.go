@@ -10,33 +10,54 @@ import (
 // window, not a fixed one. PerHour(5000) allows 5000 calls in every hour-long
 // interval, wherever it starts. A paced limit (Paced) spaces the units
 // instead. Build one with Per, PerSecond, PerMinute, PerHour, PerDay or
-// Paced. Its fields:
-//
-//   - N int, Per time.Duration: at most N units in any interval of length Per.
-//   - Precision time.Duration: the bucket length of the Buckets algorithm
-//     (zero: Per); the other algorithms refuse one.
-//   - Paced bool, Burst int: one unit every Per/N, with Burst units of
-//     tolerance after an idle spell (see Paced).
-//   - SlowStart bool: a paced limit earns its burst instead of starting
-//     with it (docs/pacing.md).
-//
-// String renders it as "5000/1h0m0s", "100/1s paced+10" and the like.
-type Limit = contract.Limit
+// Paced.
+type Limit struct {
+	N   int
+	Per time.Duration
+	// Precision is the bucket length of the Buckets algorithm (zero: Per);
+	// the other algorithms refuse one.
+	Precision time.Duration
+	// Paced sends one unit every Per/N, with Burst units of tolerance
+	// after an idle spell (see Paced).
+	Paced bool
+	Burst int
+	// SlowStart makes a paced limit earn its burst instead of starting
+	// with it (docs/pacing.md).
+	SlowStart bool
+}
+
+// String renders l as "5000/1h0m0s", "5000/1h0m0s/1m0s" with a Precision,
+// "100/1s paced" or "100/1s paced+10" with a burst.
+func (l Limit) String() string { return contract.Limit(l).String() }
 
 // Algorithm is how a rule counts its units (Rule.Algorithm). Only
 // SlidingLog is exact; the others keep counters instead of one entry per
 // unit, so their memory does not grow with N, and pay for it in accuracy at
-// window edges (the README gives the figures). String returns its short
-// name: "log", "fixed", "counter" or "buckets".
-type Algorithm = contract.Algorithm
+// window edges (the README gives the figures).
+type Algorithm uint8
 
 // The algorithms a Rule may choose.
 const (
-	SlidingLog     = contract.SlidingLog     // exact: every unit's send time; the default
-	FixedWindow    = contract.FixedWindow    // one counter per aligned window: up to 2N across a boundary
-	SlidingCounter = contract.SlidingCounter // the previous window weighted in
-	Buckets        = contract.Buckets        // buckets of Limit.Precision, at most 4096 per window
+	SlidingLog     Algorithm = Algorithm(contract.SlidingLog)     // exact: every unit's send time; the default
+	FixedWindow    Algorithm = Algorithm(contract.FixedWindow)    // one counter per aligned window: up to 2N across a boundary
+	SlidingCounter Algorithm = Algorithm(contract.SlidingCounter) // the previous window weighted in
+	Buckets        Algorithm = Algorithm(contract.Buckets)        // buckets of Limit.Precision, at most 4096 per window
 )
+
+// String returns a's short name: "log", "fixed", "counter" or "buckets".
+func (a Algorithm) String() string { return contract.Algorithm(a).String() }
+
+// limits is ls as the store takes them.
+func limits(ls []Limit) []contract.Limit {
+	if ls == nil {
+		return nil
+	}
+	out := make([]contract.Limit, len(ls))
+	for i, l := range ls {
+		out[i] = contract.Limit(l)
+	}
+	return out
+}
 
 // PerSecond returns a limit of n per rolling second.
 func PerSecond(n int) Limit { return Limit{N: n, Per: time.Second} }

@@ -39,8 +39,10 @@ type KeyLimit struct {
 // alsoKey is a validated KeyLimit.
 type alsoKey struct {
 	KeyLimit
-	eff   []Limit // Limits with the rule's Margin
-	scope string  // the rule's scope, then Name and ":"
+	eff []Limit // Limits with the rule's Margin
+	// limits is eff as the store takes it.
+	limits []contract.Limit
+	scope  string // the rule's scope, then Name and ":"
 }
 
 // compileAlso validates c's Also and prepares it; c.scope and c.eff are set.
@@ -61,7 +63,7 @@ func (c *rule) compileAlso() error {
 		}
 	}
 	// What the store would refuse on every request fails here instead.
-	probe := contract.Request{Limits: c.eff, Cost: 1, Also: c.parts(nil)}
+	probe := contract.Request{Limits: limits(c.eff), Cost: 1, Also: c.parts(nil)}
 	if err := probe.Validate("rule"); err != nil {
 		return c.fail("%s", strings.TrimPrefix(err.Error(), contract.ErrInvalidRequest.Error()+": "))
 	}
@@ -98,6 +100,7 @@ func (c *rule) compileAlsoKey(i int, a KeyLimit) error {
 		e := l
 		e.Per += c.Margin
 		k.eff = append(k.eff, e)
+		k.limits = append(k.limits, contract.Limit(e))
 		c.minN = min(c.minN, l.N)
 	}
 	c.also = append(c.also, k)
@@ -109,7 +112,7 @@ func (c *rule) compileAlsoKey(i int, a KeyLimit) error {
 func (c *rule) parts(keys []string) []contract.Part {
 	out := make([]contract.Part, len(c.also))
 	for i, a := range c.also {
-		out[i] = contract.Part{Key: a.scope + a.Name, Limits: a.eff}
+		out[i] = contract.Part{Key: a.scope + a.Name, Limits: a.limits}
 		if keys != nil {
 			out[i].Key = keys[i]
 		}

@@ -350,7 +350,7 @@ func TestLocalShares(t *testing.T) {
 		tr, err := New(nil, fakestore.New(), WithRule(Rule{Host: "a.example", Limits: []Limit{Per(tc.n, time.Second)}, Margin: NoMargin, NoDefaultPace: true}),
 			WithFailLocal(tc.share))
 		require.NoError(t, err)
-		assert.Equal(t, []Limit{Per(tc.want, time.Second)}, tr.eng.LocalLimits(tr.rules[0].scope), "%d × %v", tc.n, tc.share)
+		assert.Equal(t, limits([]Limit{Per(tc.want, time.Second)}), tr.eng.LocalLimits(tr.rules[0].scope), "%d × %v", tc.n, tc.share)
 	}
 }
 

@@ -186,7 +186,7 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 			return nil, err
 		}
 	}
-	c.plan = engine.Plan{Name: c.Name, Scope: c.scope, Limits: c.eff, Auto: c.auto, Algorithm: c.Algorithm,
+	c.plan = engine.Plan{Name: c.Name, Scope: c.scope, Limits: limits(c.eff), Auto: c.auto, Algorithm: contract.Algorithm(c.Algorithm),
 		Margin: c.Margin, Retake: c.retake, MaxWait: c.maxWait, MaxServerWait: c.maxServerWait,
 		InFlight: c.InFlight, LeaseFor: c.LeaseFor}
 	return c, nil
@@ -287,7 +287,7 @@ func (c *rule) compileShape() error {
 // compileAlgorithm fails here for what the store would refuse on every
 // request: an unknown algorithm, a Precision it cannot use, too many buckets.
 func (c *rule) compileAlgorithm() error {
-	probe := contract.Request{Limits: c.eff, Cost: 1, Algorithm: c.Algorithm}
+	probe := contract.Request{Limits: limits(c.eff), Cost: 1, Algorithm: contract.Algorithm(c.Algorithm)}
 	if err := probe.Validate("rule"); err != nil {
 		return c.fail("%s", strings.TrimPrefix(err.Error(), contract.ErrInvalidRequest.Error()+": "))
 	}

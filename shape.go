@@ -141,7 +141,7 @@ func (f *feedbackState) reshape(r *rule, skey string, sig signals, due, now time
 		n++ // already paced so: slow it from the first 429
 	}
 	p = slowed(p, min(n, maxSlowed))
-	l.Pace, l.PaceTTL = p, shapeTTL(p)
+	l.Pace, l.PaceTTL = contract.Limit(p), shapeTTL(p)
 	stated := sig.hasRetryAfter || sig.hasBudget && sig.remaining == 0 && sig.reset > 0 ||
 		sig.hasUsage && sig.usage >= 100
 	if !stated {

@@ -96,7 +96,7 @@ func inprocCases() []inprocCase {
 		return func(parallel bool) func(*testing.B) {
 			m, _ := store.NewMemory()
 			tr, _ := throttle.New(okTransport{}, m, throttle.WithRule(throttle.Rule{
-				Host: "api.example", Limits: []throttle.Limit{l}, Key: throttle.Fixed("k"), FailFast: true,
+				Host: "api.example", Limits: []throttle.Limit{throttle.Limit(l)}, Key: throttle.Fixed("k"), FailFast: true,
 			}))
 			req, _ := http.NewRequest(http.MethodGet, "http://api.example/v1/x", nil)
 			_, _ = tr.RoundTrip(req)

@@ -166,7 +166,7 @@ func (e *env) decisionOps(ctx context.Context) ([]decisionOp, error) {
 		return nil, err
 	}
 	tr, err := throttle.New(okTransport{}, st, throttle.WithDefault(throttle.Rule{
-		Limits:   []throttle.Limit{decisionLimit},
+		Limits:   []throttle.Limit{throttle.Limit(decisionLimit)},
 		Key:      func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil },
 		FailFast: true,
 	}))
@@ -194,7 +194,7 @@ func (e *env) decisionOps(ctx context.Context) ([]decisionOp, error) {
 	// lease rides the reservation, its release is one more call when the
 	// body is closed), and the Limiter without HTTP.
 	also, err := throttle.New(okTransport{}, st, throttle.WithDefault(throttle.Rule{
-		Name: "also", Limits: []throttle.Limit{decisionLimit}, FailFast: true,
+		Name: "also", Limits: []throttle.Limit{throttle.Limit(decisionLimit)}, FailFast: true,
 		Key: func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil },
 		Also: []throttle.KeyLimit{{Name: "app", Key: throttle.Fixed("app"),
 			Limits: []throttle.Limit{{N: decisionLimit.N * decisionKeys, Per: decisionLimit.Per}}}},
@@ -203,13 +203,13 @@ func (e *env) decisionOps(ctx context.Context) ([]decisionOp, error) {
 		return nil, err
 	}
 	capped, err := throttle.New(okTransport{}, st, throttle.WithDefault(throttle.Rule{
-		Name: "capped", Limits: []throttle.Limit{decisionLimit}, FailFast: true, InFlight: 1 << 20,
+		Name: "capped", Limits: []throttle.Limit{throttle.Limit(decisionLimit)}, FailFast: true, InFlight: 1 << 20,
 		Key: func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil },
 	}))
 	if err != nil {
 		return nil, err
 	}
-	lim, err := throttle.NewLimiter(st, throttle.Rule{Name: "limiter", Limits: []throttle.Limit{decisionLimit}, FailFast: true})
+	lim, err := throttle.NewLimiter(st, throttle.Rule{Name: "limiter", Limits: []throttle.Limit{throttle.Limit(decisionLimit)}, FailFast: true})
 	if err != nil {
 		return nil, err
 	}

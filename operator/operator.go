@@ -197,9 +197,9 @@ const (
 
 // usageOf is u as the operator's KeyUsage.
 func usageOf(u contract.Usage) KeyUsage {
-	o := KeyUsage{Algorithm: u.Algorithm, Next: u.Next, NextLimit: u.NextLimit, Capped: u.Capped,
-		Entries: u.Entries, Last: u.Last, Pause: u.Pause, Learned: u.Learned, LearnedFor: u.LearnedFor,
-		LearnedPace: u.LearnedPace, LearnedPaceFor: u.LearnedPaceFor, Budget: u.Budget, BudgetReset: u.BudgetReset}
+	o := KeyUsage{Algorithm: throttle.Algorithm(u.Algorithm), Next: u.Next, NextLimit: u.NextLimit, Capped: u.Capped,
+		Entries: u.Entries, Last: u.Last, Pause: u.Pause, Learned: throttle.Limit(u.Learned), LearnedFor: u.LearnedFor,
+		LearnedPace: throttle.Limit(u.LearnedPace), LearnedPaceFor: u.LearnedPaceFor, Budget: u.Budget, BudgetReset: u.BudgetReset}
 	switch u.NextCause {
 	case contract.CauseLimit:
 		o.NextCause = CauseLimit
@@ -209,7 +209,7 @@ func usageOf(u contract.Usage) KeyUsage {
 		o.NextCause = CauseLearned
 	}
 	for _, l := range u.Limits {
-		o.Limits = append(o.Limits, LimitUsage{Limit: l.Limit, Used: l.Used, Reserved: l.Reserved, Previous: l.Previous})
+		o.Limits = append(o.Limits, LimitUsage{Limit: throttle.Limit(l.Limit), Used: l.Used, Reserved: l.Reserved, Previous: l.Previous})
 	}
 	return o
 }

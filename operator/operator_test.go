@@ -107,7 +107,7 @@ func TestUsage(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, strings.HasPrefix(sk, "api:hmac:"), sk)
 	assert.NotContains(t, sk, "tok-1")
-	direct, err := st.Usage(context.Background(), sk, contract.Request{Limits: []contract.Limit{u.Limits[0].Limit, u.Limits[1].Limit}, Cost: 1})
+	direct, err := st.Usage(context.Background(), sk, contract.Request{Limits: []contract.Limit{contract.Limit(u.Limits[0].Limit), contract.Limit(u.Limits[1].Limit)}, Cost: 1})
 	require.NoError(t, err)
 	assert.Equal(t, 3, direct.Limits[0].Used+direct.Limits[0].Reserved)
 

@@ -205,7 +205,7 @@ func (k *keyFlags) resolve(st store.Store, sec *secrets) (*target, error) {
 	if margin == 0 {
 		margin = throttle.NoMargin
 	}
-	rule := throttle.Rule{Name: k.rule, Limits: k.limits, Margin: margin, Algorithm: alg, Key: throttle.Fixed(rateKey), NoDefaultPace: k.noPace}
+	rule := throttle.Rule{Name: k.rule, Limits: k.limits, Margin: margin, Algorithm: throttle.Algorithm(alg), Key: throttle.Fixed(rateKey), NoDefaultPace: k.noPace}
 	opts := []throttle.Option{throttle.WithDefault(rule)}
 	if k.secretFile != "" {
 		secret, err := readSecretFile(k.secretFile)

@@ -234,7 +234,7 @@ func TestUsageCommandDefaultPace(t *testing.T) {
 	// The limits a rule of 100/1m reserves: a spacing of 600.05ms.
 	pace := throttle.Paced(100, time.Minute+engine.DefaultMargin, 9)
 	pace.SlowStart = true
-	limits := []contract.Limit{{N: 100, Per: time.Minute + engine.DefaultMargin}, pace}
+	limits := []contract.Limit{{N: 100, Per: time.Minute + engine.DefaultMargin}, contract.Limit(pace)}
 	for range 12 {
 		res, err := st.Reserve(context.Background(), rule+":pg1", contract.Request{Limits: limits, Cost: 1, MaxWait: time.Minute})
 		require.NoError(t, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/throttle-go/throttle/internal/engine"
@@ -102,7 +103,7 @@ func (r *rule) decision(k keyed, v *engine.Verdict) Decision {
 		Local: v.Local, Err: r.storeErr(v.Err), InFlight: v.InFlight, Queued: v.Queued, lease: v.Lease}
 	key := k.key
 	if v.HasLimit {
-		key, d.Limit = r.limitOf(v.LimitPart, v.LimitIdx, k) // multikey.go: the rule's key or one of Also
+		key, d.Limit = r.limitOf(v.LimitPart, v.LimitIdx, k) // the rule's key or one of Also
 	}
 	switch {
 	case d.Outcome != Limited:
@@ -113,6 +114,20 @@ func (r *rule) decision(k keyed, v *engine.Verdict) Decision {
 			BeyondDeadline: v.BeyondDeadline, BeyondMaxWait: v.BeyondMaxWait}
 	}
 	return d
+}
+
+// limitOf returns the key and the limit that set a slot (the store's
+// CauseLimit), the i-th of part: the rule's own (part 0), or one of its Also.
+func (r *rule) limitOf(part, i int, k keyed) (key string, l Limit) {
+	switch {
+	case part == 0 && i < len(r.Limits):
+		return k.key, r.Limits[i]
+	case part > 0 && part <= len(r.also) && i < len(r.also[part-1].Limits):
+		a := r.also[part-1]
+		_, key, _ = strings.Cut(k.also[part-1].Key, a.scope) // without the tag and scope, as k.key
+		return key, a.Limits[i]
+	}
+	return k.key, Limit{}
 }
 
 // failed is the Decision for k under r when err, the key's or the cost's,

@@ -154,20 +154,6 @@ func (t *Transport) keyAlso(r *rule, req *http.Request, k *keyed) error {
 	return nil
 }
 
-// limitOf returns the key and the limit that set a slot (the store's
-// CauseLimit), the i-th of part: the rule's own (part 0), or one of its Also.
-func (r *rule) limitOf(part, i int, k keyed) (key string, l Limit) {
-	switch {
-	case part == 0 && i < len(r.Limits):
-		return k.key, r.Limits[i]
-	case part > 0 && part <= len(r.also) && i < len(r.also[part-1].Limits):
-		a := r.also[part-1]
-		_, key, _ = strings.Cut(k.also[part-1].Key, a.scope) // without the tag and scope, as k.key
-		return key, a.Limits[i]
-	}
-	return k.key, Limit{}
-}
-
 // checkAlso refuses, at construction, rules with Also that a sharded store
 // could not reserve: no HashTag to co-locate their keys.
 func checkAlso(st store.Store, rules []*rule) error {

@@ -91,8 +91,6 @@ type Decision struct {
 	// was refused for want of a lease (see LimitError.InFlight).
 	InFlight bool
 	Queued   time.Duration
-
-	lease *engine.Hold // a request sent under InFlight: its lease, for the response
 }
 
 // decision maps v, the engine's verdict for k under r, to the Decision and
@@ -100,7 +98,7 @@ type Decision struct {
 func (r *rule) decision(k keyed, v *engine.Verdict) Decision {
 	d := Decision{Rule: r.Name, Key: k.key, Cost: k.cost, Outcome: Outcome(v.Outcome), Delay: v.Delay,
 		Retaken: v.Retaken, Allowance: v.Allowance, RetryAfter: v.RetryAfter, Upstream: v.Upstream,
-		Local: v.Local, Err: r.storeErr(v.Err), InFlight: v.InFlight, Queued: v.Queued, lease: v.Lease}
+		Local: v.Local, Err: r.storeErr(v.Err), InFlight: v.InFlight, Queued: v.Queued}
 	key := k.key
 	if v.HasLimit {
 		key, d.Limit = r.limitOf(v.LimitPart, v.LimitIdx, k) // the rule's key or one of Also

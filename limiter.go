@@ -72,13 +72,6 @@ func newCore(st store.Store, c config, guarded bool) (*core, error) {
 // now is the engine's clock.
 func (c *core) now() time.Time { return c.eng.Now() }
 
-// admit runs one admission of k under r, waiting at most maxWait, and maps
-// its verdict to a Decision (decision.go).
-func (c *core) admit(ctx context.Context, r *rule, k keyed, maxWait time.Duration) (engine.Admission, Decision) {
-	a := c.eng.Admit(ctx, &r.plan, k.eng(), maxWait)
-	return a, r.decision(k, &a.Verdict)
-}
-
 // NewLimiter returns a Limiter that keeps its state in st, under r: its
 // Name (required: it names the limiter's logs in the store), Limits, FailFast,
 // MaxWait, MaxServerWait, Margin and Algorithm. The fields that read an
@@ -176,7 +169,8 @@ func (l *Limiter) decide(ctx context.Context, key string, cost int, maxWait time
 	if err != nil {
 		d = l.r.failed(k, err)
 	} else {
-		_, d = l.c.admit(ctx, l.r, k, maxWait) // internal/engine
+		a := l.c.eng.Admit(ctx, &l.r.plan, k.eng(), maxWait) // internal/engine
+		d = l.r.decision(k, &a.Verdict)
 	}
 	l.c.observe(ctx, l.r.stats, d)
 	return d

@@ -107,27 +107,31 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // attempt admits one send of req under r, sends it and listens to the
 // response. Attempt n > 0 is the n-th retry.
 func (t *Transport) attempt(ctx context.Context, r *rule, k keyed, n int, req *http.Request) (*http.Response, heard, error) {
-	a, d := t.admit(ctx, r, k, r.maxWait) // limiter.go: the engine's admission, its verdict mapped
-	d.Attempt = n
+	a := t.eng.Admit(ctx, &r.plan, k.eng(), r.maxWait) // internal/engine
 	if !a.Sendable() {
+		d := r.decision(k, &a.Verdict) // decision.go
+		d.Attempt = n
 		t.observe(ctx, r.stats, d)
 		closeBody(req)
 		return nil, heard{}, d.Err
 	}
-	req, w := t.onWire(ctx, req, r, k, d, a) // wire.go: checked, and retaken if late, before it is written
+	req, w := t.onWire(ctx, req, r, k, n, a) // wire.go: checked, and retaken if late, before it is written
 	if w == nil {
+		d := r.decision(k, &a.Verdict)
+		d.Attempt = n
 		t.observe(ctx, r.stats, d)
 	}
 	resp, err := t.base.RoundTrip(req)
 	if w != nil {
-		a, d = w.sent(err == nil && resp != nil) // the Decision is reported once, after the wire's check
+		a = w.sent(err == nil && resp != nil) // the wire reported the Decision once, after its check
 	}
+	lease := a.Verdict.Lease
 	if err != nil || resp == nil {
-		d.lease.Release()
+		lease.Release()
 		return resp, heard{}, err
 	}
-	bindLease(d.lease, resp)                                                // wire.go
-	return resp, t.listen(ctx, r, k, resp, d.Outcome == Sent, a.Due()), nil // feedback.go
+	bindLease(lease, resp)                                                                 // wire.go
+	return resp, t.listen(ctx, r, k, resp, a.Verdict.Outcome == engine.Sent, a.Due()), nil // feedback.go
 }
 
 // keyed is a request's rate key under its rule: as reported (key), as stored

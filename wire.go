@@ -31,15 +31,16 @@ type wire struct {
 // transport has the connection to write it on (a dial, a TLS handshake or a
 // wait for a full pool count): the part of the lateness no wake-up sees
 // (engine.Wired). The returned wire holds the admission, a, as it goes on,
-// and reports its Decision (d's attempt) after the check; it is nil when a is not
-// measured (then req is returned as it is). req itself is not modified.
+// and reports its Decision (of the attempt-th send) after the check; it is
+// nil when a is not measured (then req is returned as it is). req itself is
+// not modified.
 // (The trace cannot be pooled: net/http reads it until the response's body
 // is closed.)
-func (t *Transport) onWire(ctx context.Context, req *http.Request, r *rule, k keyed, d Decision, a engine.Admission) (*http.Request, *wire) {
+func (t *Transport) onWire(ctx context.Context, req *http.Request, r *rule, k keyed, attempt int, a engine.Admission) (*http.Request, *wire) {
 	if !a.Measured() {
 		return req, nil
 	}
-	w := &wire{t: t, ctx: ctx, r: r, k: k, attempt: d.Attempt, a: a}
+	w := &wire{t: t, ctx: ctx, r: r, k: k, attempt: attempt, a: a}
 	w.trace.GotConn = w.gotConn
 	return req.WithContext(httptrace.WithClientTrace(req.Context(), &w.trace)), w
 }
@@ -66,25 +67,23 @@ func (w *wire) gotConn(httptrace.GotConnInfo) {
 	w.mu.Unlock()
 }
 
-// sent returns the admission a request went with, and its Decision: as
-// admitted, or as a retake on the wire left them. A base that answered (ok)
-// without reporting the connection cannot be watched on the wire: the
-// engine is no longer guarded; the Decision, not yet reported, is reported
-// now.
-func (w *wire) sent(ok bool) (engine.Admission, Decision) {
+// sent returns the admission a request went with: as admitted, or as a
+// retake on the wire left it. A base that answered (ok) without reporting
+// the connection cannot be watched on the wire: the engine is no longer
+// guarded, and the Decision, not yet reported, is reported now.
+func (w *wire) sent(ok bool) engine.Admission {
 	w.checked.Wait()
 	w.mu.Lock()
 	got, a := w.got, w.a
 	w.mu.Unlock()
-	d := w.decision(&a)
 	if got {
-		return a, d
+		return a
 	}
 	if ok {
 		w.t.eng.Unguard()
 	}
-	w.t.observe(w.ctx, w.r.stats, d)
-	return a, d
+	w.t.observe(w.ctx, w.r.stats, w.decision(&a))
+	return a
 }
 
 // decision is the Decision of a, the wire's admission.

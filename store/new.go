@@ -132,7 +132,7 @@ func WithClientTime(now func() time.Time) RedisOption {
 // *redis.Ring, a failover client or any redis.UniversalClient; a
 // ClusterClient splits each pipeline by node). It cannot be combined with
 // WithReplicaAck, whose WAIT must follow each script on its own connection.
-// max must be between 2 and MaxBatch.
+// max must be between 2 and 1024.
 func WithBatching(max int) RedisOption { return RedisOption{redisstore.WithBatching(max)} }
 
 // WithReplicaAck makes every reservation wait until at least replicas
@@ -165,7 +165,7 @@ func WithReplicaAck(replicas int, timeout time.Duration) RedisOption {
 // kinds evict them).
 //
 // The store checks at the first Reserve, never in NewRedis, and again at most
-// every EvictionRecheck, on every master of a Cluster: CONFIG GET maxmemory*,
+// every 5 minutes, on every master of a Cluster: CONFIG GET maxmemory*,
 // or INFO memory where CONFIG is denied (an ACL, a managed Redis). Concurrent
 // first calls wait for the first check; later checks add nothing to any call
 // but the one that makes them. A check that gets no answer (the server is
@@ -212,9 +212,6 @@ func WithClock(now func() time.Time) MemoryOption { return MemoryOption{memstore
 // DefaultPrefix starts the name of every Redis key the Redis store writes.
 const DefaultPrefix = "throttle:"
 
-// MaxBatch is the largest batch WithBatching accepts.
-const MaxBatch = 1024
-
 // EvictionCheck is what a Redis store does when it finds that the server may
 // evict its keys (see WithEvictionCheck).
 type EvictionCheck uint8
@@ -234,11 +231,6 @@ const (
 // String returns the name of c: "EvictionRefuse", "EvictionWarn" or
 // "EvictionOff".
 func (c EvictionCheck) String() string { return redisstore.EvictionCheck(c).String() }
-
-// EvictionRecheck is how long a Redis store trusts the answer of its eviction
-// check before it checks again, in the call path of one Reserve (the others
-// go on with the answer they have).
-const EvictionRecheck = 5 * time.Minute
 
 // ErrEvictingPolicy is matched, with errors.Is, by the error of every Reserve
 // of a Redis store under EvictionRefuse (the default) while the server, or

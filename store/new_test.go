@@ -53,8 +53,8 @@ func TestPublicConstructors(t *testing.T) {
 func TestPublicNames(t *testing.T) {
 	t.Parallel()
 	assert.Equal(t, redisstore.DefaultPrefix, store.DefaultPrefix)
-	assert.Equal(t, redisstore.MaxBatch, store.MaxBatch)
-	assert.Equal(t, redisstore.EvictionRecheck, store.EvictionRecheck)
+	assert.Equal(t, 1024, redisstore.MaxBatch, "WithBatching's doc says 1024")
+	assert.Equal(t, 5*time.Minute, redisstore.EvictionRecheck, "WithEvictionCheck's doc says 5 minutes")
 	for _, c := range []struct {
 		pub store.EvictionCheck
 		own redisstore.EvictionCheck

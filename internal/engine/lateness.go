@@ -36,7 +36,7 @@ import (
 // failed call to the shared store before it is no lateness.)
 //
 // A request that gets its connection later than its allowance plus the
-// rule's retake takes a new slot before it is written (core.wired), as one that
+// rule's retake takes a new slot before it is written (Engine.Wired), as one that
 // wakes too late does: no request goes on the wire later than that after the
 // slot it is recorded at, whatever a dial or a full pool cost it. So a
 // Transport (guarded: its wire is watched) needs no guess at its first dial:
@@ -46,7 +46,7 @@ import (
 // can a Transport whose base answered a request without reporting its
 // connection (not net/http underneath): it stops being guarded. Unguarded,
 // a process that has measured nothing on the wire yet reserves with
-// InitialAllowance, for its first requests are the likeliest to dial, and
+// initialAllowance, for its first requests are the likeliest to dial, and
 // the first measurement on the wire, or the end of the first period, ends it.
 //
 // The allowance covers all but the latest tailShare-th of the samples of the
@@ -74,7 +74,7 @@ type lateness struct {
 	start time.Time                 // the current period's start; zero before any sample
 	cur   tail                      // the current period's largest samples
 	past  [latenessPeriods - 1]tail // those of the last earlier periods that had any, newest first
-	// prior is InitialAllowance while nothing was measured on the wire
+	// prior is initialAllowance while nothing was measured on the wire
 	// (from the slot to the connection the request is written on), in the
 	// first period; zero after.
 	prior    time.Duration
@@ -130,12 +130,12 @@ const latenessPeriod = time.Second
 // maxAllowance bounds the allowance (like maxMargin bounds the Margin).
 const maxAllowance = time.Minute
 
-// InitialAllowance is the allowance of a process that has measured nothing
+// initialAllowance is the allowance of a process that has measured nothing
 // yet and whose wire is not guarded: its first requests may dial a
 // connection (and shake hands over TLS) after their slots, which no wake-up
 // measures. It ends with the first measurement on the wire, or after the
 // first period.
-const InitialAllowance = 100 * time.Millisecond
+const initialAllowance = 100 * time.Millisecond
 
 // allowance returns the allowance for a reservation made at now; cold is
 // that of a guarded process that has measured nothing yet.
@@ -145,7 +145,7 @@ func (l *lateness) allowance(now time.Time, cold time.Duration) time.Duration {
 		if l.guarded.Load() {
 			return cold
 		}
-		return InitialAllowance
+		return initialAllowance
 	}
 	if now.UnixNano() < e {
 		return time.Duration(l.value.Load())
@@ -183,7 +183,7 @@ func (l *lateness) rotate(now time.Time, pending int64) {
 	case l.start.IsZero() && l.guarded.Load():
 		l.start = now // the first sample, of any kind, ends the cold start
 	case l.start.IsZero():
-		l.start, l.prior = now, InitialAllowance
+		l.start, l.prior = now, initialAllowance
 		l.hasPrior.Store(true)
 	case now.Sub(l.start) >= latenessPeriod:
 		if len(l.cur.top) > 0 {

@@ -23,9 +23,9 @@ func TestLatenessPeriods(t *testing.T) {
 	t.Parallel()
 	var l lateness
 	t0 := time.Unix(1_700_000_000, 0)
-	assert.Equal(t, InitialAllowance, l.allowance(t0, time.Millisecond), "no sample yet: cautious")
+	assert.Equal(t, initialAllowance, l.allowance(t0, time.Millisecond), "no sample yet: cautious")
 	l.observe(t0, 3*time.Millisecond, time.Hour, false)
-	assert.Equal(t, InitialAllowance, l.allowance(t0, time.Millisecond), "a wake-up does not measure the wire")
+	assert.Equal(t, initialAllowance, l.allowance(t0, time.Millisecond), "a wake-up does not measure the wire")
 	l.observe(t0.Add(time.Millisecond), 2*time.Millisecond, time.Hour, true)
 	assert.Equal(t, 3*time.Millisecond, l.allowance(t0.Add(2*time.Millisecond), time.Millisecond), "measured on the wire: the largest sample")
 	l.observe(t0.Add(1500*time.Millisecond), time.Millisecond, time.Hour, false)
@@ -53,7 +53,7 @@ func TestLatenessPeriods(t *testing.T) {
 
 	var idle lateness
 	idle.observe(t0, time.Millisecond, time.Hour, false)
-	assert.Equal(t, InitialAllowance, idle.allowance(t0.Add(500*time.Millisecond), time.Millisecond), "no measurement on the wire yet")
+	assert.Equal(t, initialAllowance, idle.allowance(t0.Add(500*time.Millisecond), time.Millisecond), "no measurement on the wire yet")
 	assert.Equal(t, time.Millisecond, idle.allowance(t0.Add(1500*time.Millisecond), time.Millisecond), "the caution lasts one period at most")
 }
 
@@ -96,5 +96,5 @@ func TestLatenessUnguardedColdStart(t *testing.T) {
 	t.Parallel()
 	var l lateness
 	t0 := time.Unix(1_700_000_000, 0)
-	assert.Equal(t, InitialAllowance, l.allowance(t0, DefaultMargin/2))
+	assert.Equal(t, initialAllowance, l.allowance(t0, DefaultMargin/2))
 }

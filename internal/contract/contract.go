@@ -328,6 +328,9 @@ type Reservation struct {
 	Moved int64
 	// AlsoKeys are the other keys the units were recorded under (Request.Also).
 	AlsoKeys []string
+	// Units are the request's units (Part.Unit), in order: what Cancel and
+	// Settle change, at Entry in each unit's log.
+	Units []Unit
 }
 
 // Decided is the store's clock when it decided an allowed reservation, in
@@ -376,6 +379,7 @@ type Store interface {
 	Feedback
 	Leases
 	Inspector
+	Settler
 	// Caps says what the store is and can do. The engine reads it when it
 	// is built, never by a type assertion on the store.
 	Caps() Caps

@@ -13,8 +13,17 @@ type Part struct {
 	// (see Redis).
 	Key string
 	// Limits must all admit the request under Key: window limits only (no
-	// Paced, no Precision), each with N >= the request's Cost.
+	// Paced, no Precision), each with N >= the request's Cost. A unit part
+	// may hold one paced limit too (Cost <= its Burst+1).
 	Limits []Limit
+	// Unit, if set, makes the part count a unit of its own (tokens,
+	// points) on the request's own key: Key is empty, and the store keeps
+	// the unit's log (and its paced time) beside the key's, under its hash
+	// tag. The request costs Cost units there (0 <= Cost <= every N),
+	// recorded as one entry of that weight: a unit's log holds one entry
+	// per request, whatever its N (units.go). Settle changes it later.
+	Unit string
+	Cost int
 }
 
 // validAlso is invalidAlso without the error, for the hot path.
@@ -24,7 +33,18 @@ func (r *Request) validAlso(key string) bool {
 	}
 	for i := range r.Also {
 		p := &r.Also[i]
-		if p.Key == "" || p.Key == key || len(p.Limits) == 0 {
+		if p.Unit != "" {
+			for j := range i {
+				if r.Also[j].Unit == p.Unit {
+					return false
+				}
+			}
+			if !unitValid(p) {
+				return false
+			}
+			continue
+		}
+		if p.Key == "" || p.Key == key || len(p.Limits) == 0 || p.Cost != 0 {
 			return false
 		}
 		for j := range i {
@@ -54,7 +74,20 @@ func (r Request) invalidAlso(key string) error {
 		return fmt.Errorf("%w: more keys (Also) need the log algorithm, not %s", ErrInvalidRequest, r.Algorithm)
 	}
 	for i, p := range r.Also {
+		if p.Unit != "" {
+			for j := range i {
+				if r.Also[j].Unit == p.Unit {
+					return fmt.Errorf("%w: Also[%d]: the unit %q of Also[%d] again", ErrInvalidRequest, i, p.Unit, j)
+				}
+			}
+			if why := unitInvalid(&p); why != "" {
+				return fmt.Errorf("%w: Also[%d]: %s", ErrInvalidRequest, i, why)
+			}
+			continue
+		}
 		switch {
+		case p.Cost != 0:
+			return fmt.Errorf("%w: Also[%d]: a Cost is for a unit part", ErrInvalidRequest, i)
 		case p.Key == "":
 			return fmt.Errorf("%w: Also[%d]: empty key", ErrInvalidRequest, i)
 		case p.Key == key:
@@ -98,11 +131,14 @@ func (r *Request) PartOf(n int) (part, limit int, ok bool) {
 	return 0, 0, false
 }
 
-// AlsoNames returns the parts' keys, for Cancel.
+// AlsoNames returns the keys of the parts that are not units, for Cancel;
+// nil when there are none.
 func (r *Request) AlsoNames() []string {
-	keys := make([]string, len(r.Also))
-	for i, p := range r.Also {
-		keys[i] = p.Key
+	var keys []string
+	for _, p := range r.Also {
+		if p.Unit == "" {
+			keys = append(keys, p.Key)
+		}
 	}
 	return keys
 }

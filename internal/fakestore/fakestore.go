@@ -24,6 +24,7 @@ type Store struct {
 	err         error         // non-nil: Reserve fails with it ...
 	dial        time.Duration // ... after this long (a connect timeout)
 	learnErr    error
+	settleErr   error
 	onReserve   func(ctx context.Context)
 	calls       []time.Time
 	inflight    int
@@ -55,6 +56,13 @@ func (s *Store) FailLearn(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.learnErr = err
+}
+
+// FailSettle makes every Settle fail with err (nil: work again).
+func (s *Store) FailSettle(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.settleErr = err
 }
 
 // OnReserve calls f with the caller's context at the start of every Reserve.
@@ -125,6 +133,17 @@ func (s *Store) Reserve(ctx context.Context, key string, req contract.Request) (
 // Cancel implements store.Store.
 func (s *Store) Cancel(ctx context.Context, r contract.Reservation) error {
 	return s.inner.Cancel(ctx, r)
+}
+
+// Settle implements contract.Settler.
+func (s *Store) Settle(ctx context.Context, r contract.Reservation, actual []int64) error {
+	s.mu.Lock()
+	err := s.settleErr
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return s.inner.Settle(ctx, r, actual)
 }
 
 // Pause implements contract.Feedback.

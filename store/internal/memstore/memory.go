@@ -31,6 +31,7 @@ type Memory struct {
 	mu       sync.Mutex
 	logs     map[string]*memLog
 	paces    map[string]*memPace // made on the first paced limit
+	units    map[string]*memUnit // the units' logs (units_memory.go), made on the first
 	counters map[counterKey]*counterState
 	// feedback holds what the upstream said, per key (feedback_memory.go).
 	feedback map[string]*memFeedback
@@ -292,7 +293,7 @@ func (c *logCall) reserve(res *contract.Reservation, paced bool) {
 		c.s = slot{last, 0, 0, contract.CauseOrder}
 	}
 	if req.Also != nil {
-		c.also = c.m.alsoSlot(req, c.now, &c.s)
+		c.also = c.m.alsoSlot(c.key, req, c.now, &c.s)
 	}
 	wait := c.s.at - c.now
 	res.Cause, res.Part, res.Limit = c.s.cause, c.s.part, c.s.limit
@@ -393,7 +394,7 @@ func (c *logCall) record(res *contract.Reservation) {
 	allowance := contract.Micros(req.Allowance)
 	rec := max(s+allowance, c.lg.last())
 	if c.also != nil {
-		rec, res.AlsoKeys = alsoRecord(c.also, req.Cost, rec), req.AlsoNames()
+		rec, res.AlsoKeys, res.Units = alsoRecord(c.also, req.Cost, rec), req.AlsoNames(), req.UnitsOf()
 	}
 	if c.t > 0 {
 		// Recorded from the latest time the units may be sent (pace.lua).
@@ -423,6 +424,9 @@ func (m *Memory) Cancel(_ context.Context, res contract.Reservation) error {
 	if ps := m.paces[res.Key]; res.TAT != 0 && ps != nil && ps.tat == res.TAT && ps.expires > m.micros() {
 		// As cancel_pace.lua: only while no later reservation moved it.
 		ps.tat -= int64(res.Cost) * res.Spacing
+	}
+	for _, u := range res.Units { // units_memory.go: settled to 0
+		m.settleUnit(res.Key, u, res.Entry, 0, m.micros())
 	}
 	for _, k := range res.AlsoKeys { // multikey.go
 		if lg := m.logs[k]; lg != nil {
@@ -475,6 +479,11 @@ func (m *Memory) sweep(now int64) {
 	for k, lg := range m.logs {
 		if lg.expires <= now {
 			delete(m.logs, k)
+		}
+	}
+	for k, u := range m.units {
+		if u.expires <= now {
+			delete(m.units, k)
 		}
 	}
 	for k, f := range m.feedback {

@@ -15,14 +15,28 @@ import (
 // arguments to the Redis script, the Cluster co-location check and the
 // Memory store's twin of the script's part (internal/script/also.lua).
 
-// alsoKeys returns the KEYS of the parts' logs.
-func (r *Redis) alsoKeys(req *contract.Request) []string {
-	keys := make([]string, len(req.Also))
-	for i, p := range req.Also {
-		keys[i] = r.logKey(p.Key)
+// alsoKeys returns the KEYS of the parts' logs, a unit's named after key
+// (its pace key after it when paced: units.lua).
+func (r *Redis) alsoKeys(key string, req *contract.Request) []string {
+	keys := make([]string, 0, len(req.Also))
+	for i := range req.Also {
+		p := &req.Also[i]
+		if p.Unit == "" {
+			keys = append(keys, r.logKey(p.Key))
+			continue
+		}
+		keys = append(keys, r.unitKey(key, p.Unit))
+		if p.UnitPace() >= 0 {
+			keys = append(keys, r.unitKey(key, p.Unit)+":pace")
+		}
 	}
 	return keys
 }
+
+// unitKey is the name of the Redis key, a LIST of pairs (time, weight),
+// that holds the log of a unit of a rate key: beside its log, under its
+// hash tag.
+func (r *Redis) unitKey(key, unit string) string { return r.logKey(key) + ":u:" + unit }
 
 // The scripts of a request with more keys (also.lua), by the names
 // Scripts gives them.
@@ -39,12 +53,12 @@ var (
 
 // alsoCall turns the reserve call of the request's own key into the call
 // with its parts: their arguments after its own, their logs after its keys.
-func (r *Redis) alsoCall(call scriptCall, req *contract.Request, paced bool) scriptCall {
+func (r *Redis) alsoCall(call scriptCall, key string, req *contract.Request, paced bool) scriptCall {
 	call.script = reserveAlsoScript
 	if paced {
 		call.script = reservePacedAlsoScript
 	}
-	call.keys = append(call.keys, r.alsoKeys(req)...)
+	call.keys = append(call.keys, r.alsoKeys(key, req)...)
 	call.args = alsoArgs(call.args, req)
 	return call
 }
@@ -68,19 +82,35 @@ func (r *Redis) cancelAlsoCall(call scriptCall, res contract.Reservation) script
 // wrong after it fails the retry (see healed).
 func (r *Redis) repairAlso(ctx context.Context, req *contract.Request) {
 	for i := range req.Also {
-		_ = r.repair(ctx, req.Also[i].Key, contract.SlidingLog, false, req.PartHorizon(&req.Also[i]))
+		if req.Also[i].Unit == "" { // a unit's log is rebuilt by no repair: the next reply says
+			_ = r.repair(ctx, req.Also[i].Key, contract.SlidingLog, false, req.PartHorizon(&req.Also[i]))
+		}
 	}
 }
 
 // alsoArgs appends the parts' arguments to the reserve script's (also.lua).
 func alsoArgs(args []any, req *contract.Request) []any {
 	n := 0
-	for _, p := range req.Also {
-		args = append(args, len(p.Limits))
-		for _, l := range p.Limits {
-			args = append(args, l.N, contract.Micros(l.Per))
+	for i := range req.Also {
+		p := &req.Also[i]
+		windows, pidx := len(p.Limits), p.UnitPace()
+		if pidx >= 0 {
+			windows--
 		}
-		n += 1 + 2*len(p.Limits)
+		if p.Unit == "" {
+			args = append(args, windows, 0, 0, 0, 0, 0, 0)
+		} else if pidx < 0 {
+			args = append(args, windows, 1, p.Cost, 0, 0, 0, p.UnitWindow())
+		} else {
+			l := p.Limits[pidx]
+			args = append(args, windows, 1, p.Cost, l.Interval(), l.Burst, pidx+1, p.UnitWindow())
+		}
+		for _, l := range p.Limits {
+			if !l.Paced {
+				args = append(args, l.N, contract.Micros(l.Per))
+			}
+		}
+		n += 7 + 2*windows
 	}
 	return append(args, len(req.Limits), n)
 }
@@ -105,6 +135,9 @@ func (r *Redis) colocated(key string, req *contract.Request) error {
 	}
 	tag := hashTag(r.logKey(key))
 	for i, p := range req.Also {
+		if p.Unit != "" {
+			continue // named after key, under its tag
+		}
 		if t := hashTag(r.logKey(p.Key)); t != tag {
 			return fmt.Errorf("%w: key %q and Also[%d] key %q have different Cluster hash tags (%q, %q): "+
 				"one request's keys must share one on a Redis Cluster or Ring; start each key with the same \"{tag}\"",

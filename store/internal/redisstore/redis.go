@@ -247,7 +247,7 @@ func (r *Redis) reserve(ctx context.Context, key string, req contract.Request) (
 	}
 	call, p := r.reserveCall(key, req)
 	if req.Also != nil {
-		call = r.alsoCall(call, &req, p >= 0) // multikey.go
+		call = r.alsoCall(call, key, &req, p >= 0) // multikey.go
 	}
 	var lease contract.Lease
 	if req.InFlight > 0 {
@@ -357,7 +357,7 @@ func (r *Redis) parseReserve(key string, req contract.Request, reply []any) (con
 			res.TAT, res.Spacing, res.Moved = tat, spacing, moved // for Cancel; moved for Reshaped
 		}
 		if req.Also != nil {
-			res.AlsoKeys = req.AlsoNames() // for Cancel
+			res.AlsoKeys, res.Units = req.AlsoNames(), req.UnitsOf() // for Cancel and Settle
 		}
 	} else {
 		res.RetryAfter = contract.FromMicros(wait)
@@ -391,7 +391,9 @@ func (r *Redis) cancel(ctx context.Context, res contract.Reservation) error {
 		call.keys = append(call.keys, r.paceKey(res.Key))
 		call.args = append(call.args, strconv.FormatInt(res.TAT, 10), int64(res.Cost)*res.Spacing)
 	}
-	if res.AlsoKeys != nil {
+	if res.Units != nil {
+		call = r.cancelUnitsCall(res) // units.go
+	} else if res.AlsoKeys != nil {
 		call = r.cancelAlsoCall(call, res) // multikey.go
 	}
 	if res.Alg != contract.SlidingLog {

@@ -11,8 +11,12 @@
 --           in the order of their parts below, under the same hash tag as
 --           KEYS[1] on a Cluster (the Go side checks it before the call).
 -- ARGV tail, after the request's own window limits:
---           for each part: m (its number of limits, >= 1), then m pairs
---           N, W as log's;
+--           for each part: m (its number of window limits), then unit (1
+--           for a unit of its own, see units; else 0), cost, t, burst,
+--           pidx, pw (a unit's cost and paced limit; 0 otherwise), then m
+--           pairs N, W as log's;
+--           a unit with a paced limit takes two KEYS, its log and its
+--           pace key;
 --           then base: the number of the request's own limits (the reply's
 --           limit numbers the parts' limits after them, from base + 1);
 --           then len: how many arguments the parts above take.
@@ -49,23 +53,33 @@ local function also_slot(more, s, limit, cause, now, cost, max_wait, allowance)
   local ORDER, LIMIT = 1, 2 -- the causes (see request), as log's
   local j = more.base
   for _, part in ipairs(more) do
-    local last, bad, marked = also_last(part.key)
-    if bad then return s, limit, cause, bad end
-    part.last, part.marked, part.max_n, part.max_w = last, marked, 0, 0
-    local latest = last or 0
-    for i = 1, #part, 2 do
-      local n, w = part[i], part[i + 1]
-      j = j + 1
-      if n > part.max_n then part.max_n = n end
-      if w > part.max_w then part.max_w = w end
-      local e, entry
-      e, entry, bad = log_after(part.key, last, n, w, cost)
+    local last, bad
+    if part.unit then
+      s, limit, cause, bad = unit_slot(part, s, limit, cause, now, max_wait, j) -- units
       if bad then return s, limit, cause, bad end
-      if entry and entry > latest then latest = entry end
-      if e and e > s then s, limit, cause = e, j, LIMIT end
-    end
-    if implausible(latest, now, max_wait, part.max_w) then
-      return s, limit, cause, redis.error_reply('KEYSTATE an entry lies implausibly far in the future')
+      j = j + #part / 2
+      if part.t > 0 then j = j + 1 end
+      last = part.last
+    else
+      local marked
+      last, bad, marked = also_last(part.key)
+      if bad then return s, limit, cause, bad end
+      part.last, part.marked, part.max_n, part.max_w = last, marked, 0, 0
+      local latest = last or 0
+      for i = 1, #part, 2 do
+        local n, w = part[i], part[i + 1]
+        j = j + 1
+        if n > part.max_n then part.max_n = n end
+        if w > part.max_w then part.max_w = w end
+        local e, entry
+        e, entry, bad = log_after(part.key, last, n, w, cost)
+        if bad then return s, limit, cause, bad end
+        if entry and entry > latest then latest = entry end
+        if e and e > s then s, limit, cause = e, j, LIMIT end
+      end
+      if implausible(latest, now, max_wait, part.max_w) then
+        return s, limit, cause, redis.error_reply('KEYSTATE an entry lies implausibly far in the future')
+      end
     end
     if allowance == 0 and last and last > s then s, limit, cause = last, 0, ORDER end
   end
@@ -80,11 +94,15 @@ local function also_record(more, rec, now, cost)
     if part.last and part.last > rec then rec = part.last end
   end
   for _, part in ipairs(more) do
-    -- A key that is another request's own may carry the feedback mark on
-    -- its last entry (see log): it stays on the last entry.
-    local entry = rec
-    if part.marked then entry = -rec end
-    log_write(part.key, entry, rec, cost, part.max_n, part.max_w, part.last, now)
+    if part.unit then
+      unit_record(part, rec, now)
+    else
+      -- A key that is another request's own may carry the feedback mark
+      -- on its last entry (see log): it stays on the last entry.
+      local entry = rec
+      if part.marked then entry = -rec end
+      log_write(part.key, entry, rec, cost, part.max_n, part.max_w, part.last, now)
+    end
   end
   return rec
 end

@@ -56,8 +56,9 @@ local NONE, ORDER, LIMIT, UPSTREAM, LEARNED, INFLIGHT = 0, 1, 2, 3, 4, 5
 --   limits   the request's own limits as a list of numbers, in pairs (N, W)
 --            or, for buckets, triples (N, P, B);
 --   pace     a paced limit: { t, burst, index, keep }, or nil;
---   more     more keys: { base, and one list per key: its limits, and key },
---            or nil (see also);
+--   more     more keys: { base, and one list per key: its window limits,
+--            key, and for a unit its cost, pace and pace_key }, or nil
+--            (see also, units);
 --   lease    a cap: { key, queue, inbox, cap, dur, held, id }, or nil (see
 --            leased).
 local function parse_request(kind, paced, also, leased)
@@ -77,15 +78,26 @@ local function parse_request(kind, paced, also, leased)
       local len = ARGV[last] + 0
       more = { base = ARGV[last - 1] + 0 }
       last = last - len - 2
-      local i = last + 1
+      local i, nk = last + 1, 0
       while i <= last + len do
         local m = ARGV[i] + 0
-        local part = {}
-        for j = 1, 2 * m do part[j] = ARGV[i + j] + 0 end
+        local part = { unit = ARGV[i + 1] == '1', cost = ARGV[i + 2] + 0, t = ARGV[i + 3] + 0,
+          burst = ARGV[i + 4] + 0, pidx = ARGV[i + 5] + 0, pw = ARGV[i + 6] + 0 }
+        for j = 1, 2 * m do part[j] = ARGV[i + 6 + j] + 0 end
         more[#more + 1] = part
-        i = i + 1 + 2 * m
+        nk = nk + 1
+        if part.t > 0 then nk = nk + 1 end
+        i = i + 7 + 2 * m
       end
-      for j, part in ipairs(more) do part.key = KEYS[nkeys - #more + j] end
+      local k = nkeys - nk
+      for _, part in ipairs(more) do
+        k = k + 1
+        part.key = KEYS[k]
+        if part.t > 0 then
+          k = k + 1
+          part.pace_key = KEYS[k]
+        end
+      end
     end
   end
   local first, head = 5, nil

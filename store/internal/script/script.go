@@ -104,16 +104,16 @@ func usageMain(paced bool, state, win string) string {
 var recipes = []recipe{
 	{"reserve log", with(logParts, "log"), logMain(false, false, false)},
 	{"reserve paced", with(logParts, "log"), logMain(true, false, false)},
-	{"reserve log+also", with(logParts, "also", "log"), logMain(false, true, false)},
-	{"reserve paced+also", with(logParts, "also", "log"), logMain(true, true, false)},
+	{"reserve log+also", with(logParts, "units", "also", "log"), logMain(false, true, false)},
+	{"reserve paced+also", with(logParts, "units", "also", "log"), logMain(true, true, false)},
 	{"reserve fixed", with(countingParts, "fixed", "counts"), countingMain(false, "counts_reserve", "fixed")},
 	{"reserve counter", with(countingParts, "counter", "counts"), countingMain(false, "counts_reserve", "counter")},
 	{"reserve buckets", with(countingParts, "buckets"), countingMain(false, "buckets_reserve", "")},
 
 	{"reserve log, leased", with(logParts, append([]string{"log"}, leaseParts...)...), logMain(false, false, true)},
 	{"reserve paced, leased", with(logParts, append([]string{"log"}, leaseParts...)...), logMain(true, false, true)},
-	{"reserve log+also, leased", with(logParts, append([]string{"also", "log"}, leaseParts...)...), logMain(false, true, true)},
-	{"reserve paced+also, leased", with(logParts, append([]string{"also", "log"}, leaseParts...)...), logMain(true, true, true)},
+	{"reserve log+also, leased", with(logParts, append([]string{"units", "also", "log"}, leaseParts...)...), logMain(false, true, true)},
+	{"reserve paced+also, leased", with(logParts, append([]string{"units", "also", "log"}, leaseParts...)...), logMain(true, true, true)},
 	{"reserve fixed, leased", with(countingParts, "fixed", "counts", "lease", "leased"), countingMain(true, "counts_reserve", "fixed")},
 	{"reserve counter, leased", with(countingParts, "counter", "counts", "lease", "leased"), countingMain(true, "counts_reserve", "counter")},
 	{"reserve buckets, leased", with(countingParts, "buckets", "lease", "leased"), countingMain(true, "buckets_reserve", "")},
@@ -130,6 +130,20 @@ return cancel_entries(KEYS[1], ARGV[1], tonumber(ARGV[2]))`},
 cancel_also(KEYS, #KEYS - tonumber(ARGV[#ARGV]) + 1, ARGV[1], tonumber(ARGV[2]))
 cancel_pace(KEYS[2], ARGV[3], ARGV[4])
 return cancel_entries(KEYS[1], ARGV[1], tonumber(ARGV[2]))`},
+	// A reservation with units (units.lua): its units settled to 0, its
+	// other keys' entries and its own removed, its paced time given back.
+	// KEYS: the log, the pace key, p other logs, the units' keys; ARGV:
+	// entry, cost, TAT (0: none), back, p, now, then per unit estimate,
+	// 0, spacing (settle.lua).
+	{"cancel units", []string{"time", "cancel", "cancel_pace", "settle"}, `
+local p = tonumber(ARGV[5])
+for i = 3, 2 + p do cancel_entries(KEYS[i], ARGV[1], tonumber(ARGV[2])) end
+settle_units(KEYS, 3 + p, ARGV, 7, tonumber(ARGV[1]), clock(ARGV[6]))
+if ARGV[3] ~= '0' then cancel_pace(KEYS[2], ARGV[3], ARGV[4]) end
+return cancel_entries(KEYS[1], ARGV[1], tonumber(ARGV[2]))`},
+	// Settle: ARGV now, entry, then per unit estimate, actual, spacing.
+	{"settle", []string{"time", "settle"}, `
+return settle_units(KEYS, 1, ARGV, 3, tonumber(ARGV[2]), clock(ARGV[1]))`},
 	{"cancel counts", []string{"floor", "cancel_counts"}, `
 return cancel_counts(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1', ARGV, 4)`},
 
@@ -222,6 +236,15 @@ func CancelAlso(paced bool) string {
 	}
 	return scripts["cancel also"]
 }
+
+// CancelUnits returns the script that cancels a reservation with units
+// (store.Part.Unit): its units settled to 0, its entries removed from its
+// other keys' logs and its own, its paced time given back.
+func CancelUnits() string { return scripts["cancel units"] }
+
+// Settle returns the script that changes the cost a reservation recorded in
+// its units from the estimate to the actual (settle.lua).
+func Settle() string { return scripts["settle"] }
 
 // CancelCounts returns the script that gives back the units of one
 // reservation of a counting algorithm.

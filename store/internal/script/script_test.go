@@ -57,7 +57,7 @@ func TestOnlyParsersReadArguments(t *testing.T) {
 func TestEveryRecipeIsServed(t *testing.T) {
 	t.Parallel()
 	served := map[string]bool{}
-	for _, src := range []string{Cancel(), CancelPaced(), CancelAlso(false), CancelAlso(true), CancelCounts(),
+	for _, src := range []string{Cancel(), CancelPaced(), CancelAlso(false), CancelAlso(true), CancelCounts(), CancelUnits(), Settle(),
 		Feedback(), Repair(), LeaseOps()} {
 		served[src] = true
 	}

@@ -1,0 +1,91 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/throttle-go/throttle/internal/contract"
+	"github.com/throttle-go/throttle/store/internal/script"
+)
+
+// This file is what the units of a request (contract.Part.Unit) add to the
+// Redis store: the cancel of a reservation with units and Settle, one
+// script call each (internal/script/units.lua, settle.lua).
+
+var (
+	cancelUnitsScript = newScript(script.CancelUnits())
+	settleScript      = newScript(script.Settle())
+)
+
+func init() {
+	alsoScripts["cancel units"] = cancelUnitsScript
+	alsoScripts["settle"] = settleScript
+}
+
+// unitKeys appends the keys of res's units to keys: each unit's log, then
+// its pace key when paced.
+func (r *Redis) unitKeys(keys []string, res contract.Reservation) []string {
+	for _, u := range res.Units {
+		k := r.unitKey(res.Key, u.Name)
+		keys = append(keys, k)
+		if u.Spacing > 0 {
+			keys = append(keys, k+":pace")
+		}
+	}
+	return keys
+}
+
+// now is the clock argument of a script: "" for the server's TIME.
+func (r *Redis) nowArg() string {
+	if r.clock != nil {
+		return strconv.FormatInt(r.clock().UnixMicro(), 10)
+	}
+	return ""
+}
+
+// cancelUnitsCall is the cancel of a reservation with units: its units
+// settled to 0, its entries removed from its other keys' logs and its
+// own, its paced time given back (script.CancelUnits).
+func (r *Redis) cancelUnitsCall(res contract.Reservation) scriptCall {
+	keys := []string{r.logKey(res.Key), r.paceKey(res.Key)}
+	for _, k := range res.AlsoKeys {
+		keys = append(keys, r.logKey(k))
+	}
+	keys = r.unitKeys(keys, res)
+	args := []any{strconv.FormatInt(res.Entry, 10), res.Cost, strconv.FormatInt(res.TAT, 10),
+		int64(res.Cost) * res.Spacing, len(res.AlsoKeys), r.nowArg()}
+	for _, u := range res.Units {
+		args = append(args, u.Cost, 0, u.Spacing)
+	}
+	return scriptCall{cancelUnitsScript, keys, args}
+}
+
+// Settle implements contract.Settler: one script call, sent at most once
+// (a settlement run twice would find no entry of the estimate the second
+// time, but would move a paced time twice).
+func (r *Redis) Settle(ctx context.Context, res contract.Reservation, actual []int64) error {
+	if err := contract.ValidSettle(res, actual); err != nil {
+		return err
+	}
+	args := []any{r.nowArg(), strconv.FormatInt(res.Entry, 10)}
+	for i, u := range res.Units {
+		args = append(args, u.Cost, actual[i], u.Spacing)
+	}
+	call := scriptCall{settleScript, r.unitKeys(nil, res), args}
+	wctx, w := r.refusals.watch(ctx)
+	var err error
+	if p, ok := r.client.(processor); ok {
+		err = runOnce(wctx, p, call)
+	} else {
+		err = call.script.Run(wctx, r.client, call.keys, call.args...).Err()
+	}
+	if refused := w.end(ctx, err != nil); refused != nil {
+		return fmt.Errorf("store: redis settle: %w", refused)
+	}
+	if err != nil {
+		r.failed(err)
+		return fmt.Errorf("store: redis settle: %w", err)
+	}
+	return nil
+}

@@ -24,10 +24,25 @@ type Limit struct {
 	// SlowStart makes a paced limit earn its burst instead of starting
 	// with it (docs/pacing.md).
 	SlowStart bool
+	// Unit is what the limit counts: empty for the rule's requests (each
+	// costs Rule.Cost), or a name such as "tokens", whose cost per request
+	// Rule.Costs gives (see Of and docs/costs.md).
+	Unit string
+}
+
+// Of returns l counting unit instead of requests:
+// PerMinute(40_000).Of("tokens") allows 40,000 tokens a minute, each
+// request costing what Rule.Costs["tokens"] estimates, settled to what the
+// response says when the rule has an Actual. A unit's limits keep one
+// entry per request, whatever their N.
+func (l Limit) Of(unit string) Limit {
+	l.Unit = unit
+	return l
 }
 
 // String renders l as "5000/1h0m0s", "5000/1h0m0s/1m0s" with a Precision,
-// "100/1s paced" or "100/1s paced+10" with a burst.
+// "100/1s paced" or "100/1s paced+10" with a burst, "40000/1m0s tokens"
+// with a unit.
 func (l Limit) String() string { return contract.Limit(l).String() }
 
 // Algorithm is how a rule counts its units (Rule.Algorithm). Only

@@ -114,7 +114,8 @@ func limiterRule(r Rule) (*rule, error) {
 		set  bool
 	}{
 		{"Host", r.Host != ""}, {"PathPrefix", r.PathPrefix != ""}, {"Method", r.Method != ""},
-		{"Key", r.Key != nil}, {"Also", r.Also != nil}, {"Cost", r.Cost != nil}, {"IgnoreUpstream", r.IgnoreUpstream}, {"Retries", r.Retries != 0},
+		{"Key", r.Key != nil}, {"Also", r.Also != nil}, {"Cost", r.Cost != nil}, {"Costs", r.Costs != nil}, {"Actual", r.Actual.set()},
+		{"IgnoreUpstream", r.IgnoreUpstream}, {"Retries", r.Retries != 0},
 	} {
 		if f.set {
 			http = append(http, f.name)

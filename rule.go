@@ -58,6 +58,15 @@ type Rule struct {
 	// Cost returns the units a request takes, 1 <= cost <= every limit's N.
 	// Nil: every request costs 1.
 	Cost func(*http.Request) int
+	// Costs estimates, by unit, what a request costs against the limits
+	// that count that unit (Limit.Of), 0 <= cost <= each of their N: e.g.
+	// the prompt's tokens plus max_tokens. Every unit of Limits needs one.
+	// See docs/costs.md.
+	Costs map[string]func(*http.Request) int
+	// Actual, if set, says where the response states what the request
+	// actually cost, per unit: the estimate is settled to it, fleet-wide
+	// (see Actual).
+	Actual Actual
 	// Also names more rate keys, each with its own limits, that must admit
 	// a request too, reserved with Key in one atomic step (SlidingLog
 	// only): e.g. per token and per app. See KeyLimit and docs/keys.md.
@@ -151,6 +160,9 @@ type rule struct {
 	plan engine.Plan
 	also []alsoKey // Also, validated (multikey.go)
 	tag  int       // the index in also of the HashTag key, -1 if none
+	// units are the limits of Limits that count a unit (cost.go), taken
+	// out of Limits.
+	units []unitRule
 }
 
 func (r *Rule) displayName(isDefault bool) string {
@@ -172,11 +184,13 @@ func (r *Rule) displayName(isDefault bool) string {
 func compile(r Rule, isDefault bool) (*rule, error) {
 	r.Name = r.displayName(isDefault)
 	c := &rule{Rule: r, auto: -1, tag: -1}
+	c.splitUnits() // cost.go: the limits of a unit apart
 	for _, step := range []func() error{
 		func() error { return c.compileMatch(isDefault) }, // Host, PathPrefix, Method
 		c.compileLimits,    // Limits and Margin
 		c.compileShape,     // the default pace and the retake
 		c.compileAlgorithm, // what the store would refuse on every request
+		c.compileUnits,     // Costs and Actual, the limits of units (cost.go)
 		c.compileWaits,     // FailFast, MaxWait, MaxServerWait, Retries
 		c.compileKey,       // Key and the scope of the rule's keys
 		c.compileAlso,      // Also (multikey.go)

@@ -131,6 +131,7 @@ func (t *Transport) attempt(ctx context.Context, r *rule, k keyed, n int, req *h
 		return resp, heard{}, err
 	}
 	bindLease(lease, resp)                                                                 // wire.go
+	t.bill(ctx, r, k, &a, resp)                                                            // cost.go: the units settled as the body passes
 	return resp, t.listen(ctx, r, k, resp, a.Verdict.Outcome == engine.Sent, a.Due()), nil // feedback.go
 }
 
@@ -140,7 +141,7 @@ func (t *Transport) attempt(ctx context.Context, r *rule, k keyed, n int, req *h
 type keyed struct {
 	key, skey string
 	cost      int
-	also      []contract.Part // the rule's Also, keyed (multikey.go)
+	also      []contract.Part // the rule's Also, keyed (multikey.go), then its units' estimates (cost.go)
 }
 
 // eng is k as the engine takes it.
@@ -163,6 +164,11 @@ func (t *Transport) keyOf(r *rule, req *http.Request) (keyed, error) {
 		}
 	}
 	k.cost, err = r.cost(req)
+	if err == nil && r.units != nil {
+		var units []contract.Part
+		units, err = r.unitCosts(req) // cost.go
+		k.also = append(k.also[:len(k.also):len(k.also)], units...)
+	}
 	return k, err
 }
 

@@ -50,12 +50,21 @@ type Limit struct {
 	// whose tolerance is not known: a burst it refuses is never the first
 	// thing it sees.
 	SlowStart bool
+	// Unit names what the limit counts when it is not the request's Cost
+	// (throttle's Limit.Of): the engine moves such a limit into a unit
+	// part (Part.Unit); a store ignores the field.
+	Unit string
 }
 
 // String renders the limit as "5000/1h0m0s", "5000/1h0m0s/1m0s" with a
 // Precision, or "100/1s paced", "100/1s paced+10" when paced with a burst
 // ("100/1s paced+10 slow start" with SlowStart).
 func (l Limit) String() string {
+	if l.Unit != "" {
+		u := l
+		u.Unit = ""
+		return u.String() + " " + l.Unit
+	}
 	switch {
 	case l.Paced && l.SlowStart:
 		return fmt.Sprintf("%d/%s paced+%d slow start", l.N, l.Per, l.Burst)

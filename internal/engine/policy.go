@@ -248,10 +248,15 @@ func (s localShare) alsoShare(parts []contract.Part, cost int) ([]contract.Part,
 	out := make([]contract.Part, len(parts))
 	for i, p := range parts {
 		cut := shareOf(p.Limits, s.share)
-		if cost > cut.minN {
+		c := cost
+		if p.Unit != "" {
+			c = p.Cost // a unit's own cost (contract.Part.Unit)
+		}
+		if c > cut.minN {
 			return nil, false
 		}
-		out[i] = contract.Part{Key: p.Key, Limits: cut.limits}
+		out[i] = p
+		out[i].Limits = cut.limits
 	}
 	return out, true
 }

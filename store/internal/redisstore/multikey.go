@@ -16,7 +16,7 @@ import (
 // Memory store's twin of the script's part (internal/script/also.lua).
 
 // alsoKeys returns the KEYS of the parts' logs, a unit's named after key
-// (its pace key after it when paced: units.lua).
+// (its sum after it, and its pace key when paced: units.lua).
 func (r *Redis) alsoKeys(key string, req *contract.Request) []string {
 	keys := make([]string, 0, len(req.Also))
 	for i := range req.Also {
@@ -25,7 +25,7 @@ func (r *Redis) alsoKeys(key string, req *contract.Request) []string {
 			keys = append(keys, r.logKey(p.Key))
 			continue
 		}
-		keys = append(keys, r.unitKey(key, p.Unit))
+		keys = append(keys, r.unitKey(key, p.Unit), r.unitKey(key, p.Unit)+":sum")
 		if p.UnitPace() >= 0 {
 			keys = append(keys, r.unitKey(key, p.Unit)+":pace")
 		}

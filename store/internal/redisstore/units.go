@@ -23,12 +23,12 @@ func init() {
 	alsoScripts["settle"] = settleScript
 }
 
-// unitKeys appends the keys of res's units to keys: each unit's log, then
-// its pace key when paced.
+// unitKeys appends the keys of res's units to keys: each unit's log, its
+// sum, then its pace key when paced.
 func (r *Redis) unitKeys(keys []string, res contract.Reservation) []string {
 	for _, u := range res.Units {
 		k := r.unitKey(res.Key, u.Name)
-		keys = append(keys, k)
+		keys = append(keys, k, k+":sum")
 		if u.Spacing > 0 {
 			keys = append(keys, k+":pace")
 		}

@@ -57,7 +57,7 @@ local NONE, ORDER, LIMIT, UPSTREAM, LEARNED, INFLIGHT = 0, 1, 2, 3, 4, 5
 --            or, for buckets, triples (N, P, B);
 --   pace     a paced limit: { t, burst, index, keep }, or nil;
 --   more     more keys: { base, and one list per key: its window limits,
---            key, and for a unit its cost, pace and pace_key }, or nil
+--            key, and for a unit its cost, sum_key, pace and pace_key }, or nil
 --            (see also, units);
 --   lease    a cap: { key, queue, inbox, cap, dur, held, id }, or nil (see
 --            leased).
@@ -86,6 +86,7 @@ local function parse_request(kind, paced, also, leased)
         for j = 1, 2 * m do part[j] = ARGV[i + 6 + j] + 0 end
         more[#more + 1] = part
         nk = nk + 1
+        if part.unit then nk = nk + 1 end
         if part.t > 0 then nk = nk + 1 end
         i = i + 7 + 2 * m
       end
@@ -93,6 +94,10 @@ local function parse_request(kind, paced, also, leased)
       for _, part in ipairs(more) do
         k = k + 1
         part.key = KEYS[k]
+        if part.unit then
+          k = k + 1
+          part.sum_key = KEYS[k]
+        end
         if part.t > 0 then
           k = k + 1
           part.pace_key = KEYS[k]

@@ -2,7 +2,7 @@
 -- from the estimate to the actual, atomically, in one call (store.Settle;
 -- Cancel settles to 0).
 --
--- KEYS      for each unit: its log, then its pace key when paced.
+-- KEYS      for each unit: its log, its sum, then its pace key when paced.
 -- ARGV[1]   now in microseconds, or "" for TIME.
 -- ARGV[2]   the entry: the time the reservation recorded at.
 -- ARGV[3..] for each unit: estimate, actual, spacing (0: not paced).
@@ -18,10 +18,10 @@
 -- always, a refund only while the entry is the newest of the unit's log:
 -- no reservation was placed on the TAT since (as cancel_pace).
 
--- settle_unit(key, pace_key, rec, est, actual, t, now) settles one unit:
+-- settle_unit(key, sum_key, pace_key, rec, est, actual, t, now) settles one unit:
 -- finds the newest pair (rec, est) by bisection on the times, sets its
 -- weight, and moves the TAT; returns 1 when found, 0 otherwise.
-local function settle_unit(key, pace_key, rec, est, actual, t, now)
+local function settle_unit(key, sum_key, pace_key, rec, est, actual, t, now)
   local pairs_n = redis.call('LLEN', key) / 2
   local lo, hi = 0, pairs_n -- the first pair later than rec
   while lo < hi do
@@ -37,6 +37,7 @@ local function settle_unit(key, pace_key, rec, est, actual, t, now)
   if i < 0 then return 0 end
   redis.call('LSET', key, 2 * i + 1, actual)
   local d = actual - est
+  if d ~= 0 then redis.call('INCRBY', sum_key, d) end
   if t > 0 and (d > 0 or d < 0 and i == pairs_n - 1) then
     local tat = tonumber(redis.call('GET', pace_key))
     if tat or d > 0 then
@@ -60,9 +61,9 @@ local function settle_units(keys, from, args, at, rec, now)
   for i = at, #args, 3 do
     local t = tonumber(args[i + 2])
     local pace_key
-    if t > 0 then pace_key = keys[k + 1] end
-    found = found + settle_unit(keys[k], pace_key, rec, tonumber(args[i]), tonumber(args[i + 1]), t, now)
-    k = k + 1
+    if t > 0 then pace_key = keys[k + 2] end
+    found = found + settle_unit(keys[k], keys[k + 1], pace_key, rec, tonumber(args[i]), tonumber(args[i + 1]), t, now)
+    k = k + 2
     if t > 0 then k = k + 1 end
   end
   return found

@@ -7,18 +7,25 @@
 --           request was recorded at (as log's entries, never marked), then
 --           its weight, the units it costs (the estimate until settled, see
 --           settle).
+-- part.sum_key  a STRING beside it: the sum of the log's weights.
 -- part.pace_key  with a paced limit: its TAT, a STRING as pace's.
 -- From ARGV (see request): part.cost; part.t, part.burst, part.pidx and
 -- part.pw, the paced limit's spacing, burst, 1-based index among the
 -- part's limits and window (t 0: none); the window limits in pairs N, W.
 --
--- The slot rule, weighted: scanning the log from its newest entry and
--- summing the weights, the first entry at which the sum exceeds N - cost
--- sets the slot to its time + W: with unit weights that is log_after's
--- (N - cost + 1)-th newest entry. The scan stops at the first entry that
--- has left the window (e + W <= now: it cannot raise a slot); so it reads
--- the entries of the last window, in LRANGEs of 64 pairs. A paced limit
--- is pace's rule with the unit's cost: s = TAT + (cost - 1 - burst) * t.
+-- The slot rule, weighted: the newest entry j at which the sum of the
+-- weights from j to the newest exceeds N - cost sets the slot to its time +
+-- W (with unit weights, log_after's (N - cost + 1)-th newest entry). With
+-- the log's sum S, that is the oldest entry at which the sum of the weights
+-- from the oldest reaches S - N + cost, the excess: none when S <= N -
+-- cost, which costs nothing to know, and otherwise found from the oldest
+-- entry, in LRANGEs of 16 pairs: a full window's excess is about one
+-- request's cost, so one LRANGE. A paced limit is pace's rule with the
+-- unit's cost: s = TAT + (cost - 1 - burst) * t.
+--
+-- Cost per reservation: LINDEX of the newest time, GET of the sum, an
+-- LRANGE per window limit when the window is full, RPUSH and INCRBY; the
+-- trim (every 8 requests) and the TTLs (every half window) as log's.
 
 -- unit_last reads the newest time of a unit's log (nil: empty), or returns
 -- nil, KEYSTATE when it is not a number.
@@ -56,38 +63,34 @@ local function unit_slot(part, s, limit, cause, now, max_wait, j)
   end
   local n = #part
   if n == 0 or not last then return s, limit, cause end
-  -- open[i]: the window limit at part[i], part[i + 1] still unresolved.
-  local open, left = {}, n / 2
-  for i = 1, n, 2 do open[i] = true end
-  local sum, from = 0, -1
-  while left > 0 do
-    local items = redis.call('LRANGE', part.key, from - 127, from)
-    local len = #items
-    for idx = len - 1, 1, -2 do
-      local e, x = tonumber(items[idx]), tonumber(items[idx + 1])
-      if not e or not x then
-        return s, limit, cause, redis.error_reply('KEYSTATE an entry is not a number')
-      end
-      sum = sum + x
-      for i = 1, n, 2 do
-        if open[i] then
-          local w = part[i + 1]
-          if e + w <= now then
-            open[i], left = false, left - 1 -- left the window: no slot from here on
-          elseif sum > part[i] - cost then
-            open[i], left = false, left - 1
-            if e + w > s then
-              local k = (i + 1) / 2
-              if part.pidx > 0 and k >= part.pidx then k = k + 1 end
-              s, limit, cause = e + w, j + k, LIMIT
-            end
+  local sum = tonumber(redis.call('GET', part.sum_key)) or 0
+  for i = 1, n, 2 do
+    local excess = sum - part[i] + cost
+    if excess > 0 then
+      -- The oldest entry at which the weights from the oldest reach excess.
+      local from, acc, e = 0, 0, nil
+      while not e do
+        local items = redis.call('LRANGE', part.key, from, from + 31)
+        if #items == 0 then break end
+        for idx = 1, #items - 1, 2 do
+          local x = tonumber(items[idx + 1])
+          if not x or not tonumber(items[idx]) then
+            return s, limit, cause, redis.error_reply('KEYSTATE an entry is not a number')
+          end
+          acc = acc + x
+          if acc >= excess then
+            e = tonumber(items[idx])
+            break
           end
         end
+        from = from + 32
       end
-      if left == 0 then break end
+      if e and e + part[i + 1] > s then
+        local k = (i + 1) / 2
+        if part.pidx > 0 and k >= part.pidx then k = k + 1 end
+        s, limit, cause = e + part[i + 1], j + k, LIMIT
+      end
     end
-    if len < 128 then break end
-    from = from - 128
   end
   return s, limit, cause
 end
@@ -98,6 +101,7 @@ end
 local function unit_record(part, rec, now)
   local key = part.key
   local len = redis.call('RPUSH', key, string.format('%.0f', rec), part.cost)
+  redis.call('INCRBY', part.sum_key, part.cost)
   local w = part.pw
   -- Trim, every 8 entries: the pairs at or before min(now, last) - w, found
   -- by bisection (a pair's time at 2i).
@@ -109,7 +113,12 @@ local function unit_record(part, rec, now)
         local mid = math.floor((lo + hi) / 2)
         if (tonumber(redis.call('LINDEX', key, 2 * mid)) or 0) <= horizon then lo = mid else hi = mid end
       end
+      local gone = 0
+      for idx, v in ipairs(redis.call('LRANGE', key, 0, 2 * lo + 1)) do
+        if idx % 2 == 0 then gone = gone + (tonumber(v) or 0) end
+      end
       redis.call('LTRIM', key, 2 * lo + 2, -1)
+      redis.call('DECRBY', part.sum_key, gone)
     end
   end
   -- A TTL once per half window, as write's (one writer's windows: no GT).
@@ -118,7 +127,9 @@ local function unit_record(part, rec, now)
   local start = rec - rec % period
   if not part.last or part.last - part.last % period < start then
     local ttl = start + period + w - now
-    redis.call('PEXPIRE', key, (ttl - ttl % 1000) / 1000 + 1)
+    ttl = (ttl - ttl % 1000) / 1000 + 1
+    redis.call('PEXPIRE', key, ttl)
+    redis.call('PEXPIRE', part.sum_key, ttl)
   end
   if part.t > 0 then pace_record(part.pace_key, part, part.tat, rec, part.cost, now) end
 end

@@ -9,6 +9,7 @@ import (
 
 	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/engine"
+	"github.com/throttle-go/throttle/internal/upstream"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -151,6 +152,8 @@ type rule struct {
 	plan engine.Plan
 	also []alsoKey // Also, validated (multikey.go)
 	tag  int       // the index in also of the HashTag key, -1 if none
+	// dialect reads the rule's responses (internal/upstream, feedback.go).
+	dialect *upstream.Dialect
 }
 
 func (r *Rule) displayName(isDefault bool) string {
@@ -189,6 +192,7 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 	c.plan = engine.Plan{Name: c.Name, Scope: c.scope, Limits: limits(c.eff), Auto: c.auto, Algorithm: contract.Algorithm(c.Algorithm),
 		Margin: c.Margin, Retake: c.retake, MaxWait: c.maxWait, MaxServerWait: c.maxServerWait,
 		InFlight: c.InFlight, LeaseFor: c.LeaseFor}
+	c.dialect = upstream.New(limits(c.Limits), c.Margin)
 	return c, nil
 }
 

@@ -26,7 +26,8 @@ type Feedback struct {
 	Key  string
 	// Status is the response's status code (0 for Limiter.Pause).
 	Status int
-	// Throttled is set for a 429, and for a 503 with Retry-After.
+	// Throttled is set for a refusal: a 429, a 503 with Retry-After, or a
+	// response the rule's Refused describes (not one its NotRefused does).
 	Throttled bool
 	// Pause is how long the key was paused for the whole fleet (zero if not).
 	Pause time.Duration
@@ -67,18 +68,20 @@ type told struct {
 // costs at most one extra store call per key).
 const maxTold = 10_000
 
-// throttledStatus reports whether a response is the upstream saying "slow
-// down": a 429, or a 503 with Retry-After.
+// throttledStatus reports whether a response to a request no rule matched
+// is the upstream saying "slow down": a 429, or a 503 with Retry-After.
 func throttledStatus(resp *http.Response) bool {
 	return resp.StatusCode == http.StatusTooManyRequests ||
 		resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != ""
 }
 
-// heard is what listen made of a response: the pause it asks for (zero if
-// none), and whether a store now holds it for the whole fleet.
+// heard is what listen made of a response: whether it is a refusal, the
+// pause it asks for (zero if none), and whether a store now holds it for
+// the whole fleet.
 type heard struct {
-	pause time.Duration
-	held  bool
+	refused bool
+	pause   time.Duration
+	held    bool
 }
 
 // listen reads resp, sent under rule r for k, records what it says through
@@ -86,27 +89,27 @@ type heard struct {
 // admitted the send (not a failed-open store), due when its slot was due
 // (zero if not measured).
 func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Response, complied bool, due time.Time) heard {
-	throttled := r.stats.count(resp)
 	now := t.now()
-	sig := upstream.Read(resp.Header, now)
-	l := r.dialect.Learn(sig, throttled)
+	sig := r.dialect.Read(resp, now) // internal/upstream: a refusal or not, and what the headers say
+	r.stats.count(resp, sig.Refused)
+	l := r.dialect.Learn(sig)
 	if r.IgnoreUpstream {
-		if throttled {
+		if sig.Refused {
 			t.report(ctx, Feedback{Rule: r.Name, Key: k.key, Status: resp.StatusCode, Throttled: true})
 		}
 		// Not recorded, but a retry still waits for it.
-		return heard{pause: l.Pause}
+		return heard{refused: sig.Refused, pause: l.Pause}
 	}
 	move := false
-	if complied && resp.StatusCode == http.StatusTooManyRequests {
+	if complied && sig.Refused && resp.StatusCode != http.StatusServiceUnavailable {
 		move = t.fb.reshape(r, k.skey, sig, due, now, &l) // shape.go
 	}
-	if !throttled && l.Pause == 0 && !t.fb.news(k.skey, l, now) {
+	if !sig.Refused && l.Pause == 0 && !t.fb.news(k.skey, l, now) {
 		return heard{}
 	}
-	fb := Feedback{Rule: r.Name, Key: k.key, Status: resp.StatusCode, Throttled: throttled,
+	fb := Feedback{Rule: r.Name, Key: k.key, Status: resp.StatusCode, Throttled: sig.Refused,
 		Pause: l.Pause, Limit: Limit(l.Limit), Paced: Limit(l.Pace), Remaining: l.Remaining, Reset: l.Reset}
-	h := heard{pause: l.Pause}
+	h := heard{refused: sig.Refused, pause: l.Pause}
 	if l.Pause > 0 || l.Limit.N > 0 || l.Reset > 0 || l.Pace.N > 0 {
 		recorded, err := t.eng.Learn(ctx, k.skey, l, move && l.Pace.N > 0) // internal/engine: recorded, and heard by the waiters
 		fb.Err = r.storeErr(err)

@@ -232,7 +232,7 @@ func (l *Limiter) Pause(ctx context.Context, key string, d time.Duration) error 
 	if err != nil {
 		return err
 	}
-	p := l.r.dialect.Learn(upstream.Said{RetryAfter: d, HasRetryAfter: d > 0}, true).Pause // internal/upstream
+	p := l.r.dialect.Learn(upstream.Said{Refused: true, RetryAfter: d, HasRetryAfter: d > 0}).Pause // internal/upstream
 	recorded, err := l.c.eng.Learn(ctx, k.skey, contract.Learned{Pause: p}, false)
 	switch {
 	case recorded:

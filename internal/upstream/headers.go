@@ -38,6 +38,8 @@ const MaxCount = 1 << 40
 
 // Said is what one response said about its key's limits.
 type Said struct {
+	// Refused says the response is a refusal (Dialect.Read).
+	Refused bool
 	// RetryAfter is the Retry-After header, if HasRetryAfter.
 	RetryAfter    time.Duration
 	HasRetryAfter bool
@@ -71,11 +73,11 @@ type Policy struct {
 	W time.Duration
 }
 
-// Read reads the rate-limit headers of a response received at now.
+// ReadHeaders reads the rate-limit headers of a response received at now.
 // Times given as dates (Retry-After, an epoch X-RateLimit-Reset) are taken
 // relative to the response's Date header when it is valid, so that the
 // client's clock skew does not matter.
-func Read(h http.Header, now time.Time) Said {
+func ReadHeaders(h http.Header, now time.Time) Said {
 	var s Said
 	// The Date header is parsed only when a date or an epoch needs it.
 	var refTime time.Time

@@ -116,7 +116,7 @@ func TestParseSignals(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, Read(tc.h, now))
+			assert.Equal(t, tc.want, ReadHeaders(tc.h, now))
 		})
 	}
 }
@@ -164,12 +164,13 @@ func FuzzParseSignals(f *testing.F) {
 		h := header("Retry-After", retry, "X-RateLimit-Limit", limit, "X-RateLimit-Remaining", remaining,
 			"X-RateLimit-Reset", reset, "RateLimit-Policy", policy, "RateLimit", rl, "X-App-Usage", usage,
 			"RateLimit-Limit", limit, "RateLimit-Remaining", remaining, "RateLimit-Reset", reset, "Date", date)
-		s := Read(h, refTime)
+		s := ReadHeaders(h, refTime)
 		checkSignals(t, s)
 		// What the rule learns from it is bounded too.
-		r := New([]contract.Limit{{N: 60, Per: time.Second}, {N: 5000, Per: time.Hour}}, testMargin)
+		r := New([]contract.Limit{{N: 60, Per: time.Second}, {N: 5000, Per: time.Hour}}, testMargin, nil, nil)
 		for _, throttled := range []bool{false, true} {
-			l := r.Learn(s, throttled)
+			s.Refused = throttled
+			l := r.Learn(s)
 			if l.Pause < 0 || l.Pause > MaxPause || l.Reset < 0 || l.Reset > MaxPause {
 				t.Fatalf("learned a wait out of bounds: %+v from %+v", l, s)
 			}
@@ -192,7 +193,7 @@ func BenchmarkParseSignals(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			for range b.N {
-				_ = Read(h, refTime)
+				_ = ReadHeaders(h, refTime)
 			}
 		})
 	}

@@ -26,19 +26,23 @@ const appUsageSlow = 80.0
 type Dialect struct {
 	limits []contract.Limit // the rule's limits, windows without the margin
 	margin time.Duration
+	// refusals describe responses beyond a 429 and a 503 with
+	// Retry-After that are refusals; notRefusals, those that are not.
+	refusals, notRefusals []Match
 }
 
 // New returns the Dialect of a rule whose limits are limits (at least one;
-// windows without the margin, a default pace included) and whose margin is
-// margin.
-func New(limits []contract.Limit, margin time.Duration) *Dialect {
-	return &Dialect{limits: limits, margin: margin}
+// windows without the margin, a default pace included), whose margin is
+// margin, and whose refusals (checked: Match.Check) are refusals and
+// notRefusals.
+func New(limits []contract.Limit, margin time.Duration, refusals, notRefusals []Match) *Dialect {
+	return &Dialect{limits: limits, margin: margin, refusals: refusals, notRefusals: notRefusals}
 }
 
 // Learn turns what a response said into what the store keeps for the rule's
 // key: never a limit the rule's own limits already imply, never a wait
-// beyond MaxPause. Throttled says the response was a refusal.
-func (d *Dialect) Learn(sig Said, throttled bool) contract.Learned {
+// beyond MaxPause.
+func (d *Dialect) Learn(sig Said) contract.Learned {
 	var l contract.Learned
 	longest := d.limits[0]
 	shortest := d.limits[0].Per
@@ -64,7 +68,7 @@ func (d *Dialect) Learn(sig Said, throttled bool) contract.Learned {
 		}
 	}
 
-	if throttled {
+	if sig.Refused {
 		switch {
 		case sig.HasRetryAfter:
 			l.Pause = max(l.Pause, sig.RetryAfter)

@@ -16,7 +16,7 @@ import (
 // its burst there, and a learned limit must not hold the fleet far below
 // its configured rate.
 func TestLearnXRateLimitLimit(t *testing.T) {
-	r := New([]contract.Limit{{N: 100, Per: time.Second}}, testMargin)
+	r := New([]contract.Limit{{N: 100, Per: time.Second}}, testMargin, nil, nil)
 	sec := time.Second + testMargin
 	for _, c := range []struct {
 		name      string
@@ -43,15 +43,17 @@ func TestLearnXRateLimitLimit(t *testing.T) {
 			for i := 0; i < len(c.kv); i += 2 {
 				h.Set(c.kv[i], c.kv[i+1])
 			}
-			l := r.Learn(Read(h, refTime), c.throttled)
+			sig := ReadHeaders(h, refTime)
+			sig.Refused = c.throttled
+			l := r.Learn(sig)
 			assert.Equal(t, c.limit, l.Limit)
 			assert.Equal(t, c.pause, l.Pause)
 		})
 	}
 	// Over the longest window, against its N.
-	r = New([]contract.Limit{{N: 100, Per: time.Second}, {N: 5000, Per: time.Hour}}, testMargin)
+	r = New([]contract.Limit{{N: 100, Per: time.Second}, {N: 5000, Per: time.Hour}}, testMargin, nil, nil)
 	for n, want := range map[int]contract.Limit{2499: {}, 2500: {N: 2500, Per: time.Hour + testMargin}} {
-		l := r.Learn(Read(http.Header{"X-Ratelimit-Limit": {strconv.Itoa(n)}}, refTime), false)
+		l := r.Learn(ReadHeaders(http.Header{"X-Ratelimit-Limit": {strconv.Itoa(n)}}, refTime))
 		assert.Equal(t, want, l.Limit, "X-RateLimit-Limit %d under PerHour(5000)", n)
 	}
 }

@@ -165,9 +165,9 @@ func (p *peek) body(resp *http.Response) []byte {
 // reads it through Read.
 type replay struct {
 	prefix *bytes.Reader
-	rest io.Reader // the original, when the prefix did not reach its end
-	err  error     // else how it ended
-	orig io.ReadCloser
+	rest   io.Reader // the original, when the prefix did not reach its end
+	err    error     // else how it ended
+	orig   io.ReadCloser
 }
 
 func (r *replay) Read(b []byte) (int, error) {

@@ -98,7 +98,7 @@ func ReadHeaders(h http.Header, now time.Time) Said {
 	// RateLimit-Limit/Remaining/Reset (reset always in seconds from now).
 	for _, p := range budgetFields {
 		lim, okL := parseCount(h.Get(p.limit))
-		rem, okR := parseCount(h.Get(p.remaining))
+		rem, okR := parseRemaining(h.Get(p.remaining))
 		reset, okT := parseReset(h.Get(p.reset), ref, p.epochOK)
 		if okL && lim > 0 && s.Limit == 0 {
 			s.Limit = lim
@@ -145,21 +145,8 @@ func parseRetryAfter(v string, ref func() time.Time) (time.Duration, bool) {
 // fraction, capped at MaxPause. Signs, exponents, hex, NaN and
 // infinities are refused.
 func parseSeconds(v string) (time.Duration, bool) {
-	if v == "" || len(v) > 32 {
-		return 0, false
-	}
-	dot := false
-	for i := 0; i < len(v); i++ {
-		switch c := v[i]; {
-		case c >= '0' && c <= '9':
-		case c == '.' && !dot && i > 0 && i < len(v)-1:
-			dot = true
-		default:
-			return 0, false
-		}
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
+	f, ok := parseDecimal(v)
+	if !ok {
 		return 0, false
 	}
 	if f >= MaxPause.Seconds() {
@@ -195,10 +182,46 @@ func parseReset(v string, ref func() time.Time, epochOK bool) (time.Duration, bo
 	if v == "" {
 		return 0, false
 	}
-	if n, ok := parseCount(v); ok && epochOK && n >= epochThreshold {
-		return capPause(time.Unix(int64(n), 0).Sub(ref())), true
+	if f, ok := parseDecimal(v); ok && epochOK && f >= epochThreshold {
+		// Discord sends its epoch with a fraction: 1470173023.123.
+		sec, frac := math.Modf(f)
+		return capPause(time.Unix(int64(sec), int64(frac*1e9)).Sub(ref())), true
 	}
 	return parseSeconds(v)
+}
+
+// parseDecimal reads a non-negative decimal number (digits, one optional
+// dot between digits) of at most 32 bytes.
+func parseDecimal(v string) (float64, bool) {
+	if v == "" || len(v) > 32 {
+		return 0, false
+	}
+	dot := false
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c >= '0' && c <= '9':
+		case c == '.' && !dot && i > 0 && i < len(v)-1:
+			dot = true
+		default:
+			return 0, false
+		}
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	return f, err == nil && f >= 0 && !math.IsInf(f, 0)
+}
+
+// parseRemaining reads a count that may come with a fraction (Reddit's
+// X-Ratelimit-Remaining: 598.0), rounded down, at most MaxCount.
+func parseRemaining(v string) (int, bool) {
+	v = strings.TrimSpace(v)
+	if n, ok := parseCount(v); ok {
+		return n, true
+	}
+	f, ok := parseDecimal(v)
+	if !ok || f > MaxCount {
+		return 0, false
+	}
+	return int(f), true
 }
 
 // parsePolicies reads RateLimit-Policy items: `"name";q=100;w=60`, several

@@ -113,6 +113,12 @@ func TestParseSignals(t *testing.T) {
 		{"X-App-Usage capped, negatives ignored", header("X-App-Usage", `{"call_count":1e9,"total_time":-4}`),
 			Said{Usage: 1000, HasUsage: true}},
 		{"X-App-Usage malformed", header("X-App-Usage", `{"call_count":"lots"`), Said{}},
+		{"Discord: an epoch reset with a fraction is an epoch",
+			header("Date", date, "X-RateLimit-Limit", "5", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", epoch(3*time.Second)+".250"),
+			Said{Limit: 5, Remaining: 0, Reset: 3250 * time.Millisecond, HasBudget: true}},
+		{"Reddit: a remaining count with a fraction",
+			header("X-Ratelimit-Used", "2", "X-Ratelimit-Remaining", "598.0", "X-Ratelimit-Reset", "412"),
+			Said{Remaining: 598, Reset: 412 * time.Second, HasBudget: true}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -143,9 +143,7 @@ func (f *feedbackState) reshape(r *rule, skey string, sig upstream.Said, due, no
 	}
 	p = slowed(p, min(n, maxSlowed))
 	l.Pace, l.PaceTTL = contract.Limit(p), shapeTTL(p)
-	stated := sig.HasRetryAfter || sig.HasBudget && sig.Remaining == 0 && sig.Reset > 0 ||
-		sig.HasUsage && sig.Usage >= 100
-	if !stated {
+	if !sig.Stated() {
 		spacing := (p.Per + time.Duration(p.N) - 1) / time.Duration(p.N)
 		l.Pause = min(l.Pause, shapePauseSpacings*spacing)
 	}

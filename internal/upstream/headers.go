@@ -51,9 +51,18 @@ type Said struct {
 	Remaining int
 	Reset     time.Duration
 	HasBudget bool
-	// Usage is the highest percentage of X-App-Usage, if HasUsage.
+	// Usage is the highest percentage of X-App-Usage and
+	// X-Business-Use-Case-Usage, if HasUsage.
 	Usage    float64
 	HasUsage bool
+	// Dims are budgets of other dimensions than the key's requests, each
+	// apart (dialects.go): tokens, a day, an org's allocation.
+	Dims []Budget
+	// Resource is GitHub's x-ratelimit-resource (core, search, graphql);
+	// Bucket is Discord's X-RateLimit-Bucket, and Global its
+	// X-RateLimit-Global: true.
+	Resource, Bucket string
+	Global           bool
 }
 
 // budgetFields are the X-RateLimit-* fields and the IETF draft's older
@@ -65,6 +74,7 @@ var budgetFields = [...]struct {
 }{
 	{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", true},
 	{"Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset", false},
+	{"X-Rate-Limit-Limit", "X-Rate-Limit-Remaining", "X-Rate-Limit-Reset", true}, // X
 }
 
 // Policy is one RateLimit-Policy item: Q units per W.
@@ -94,8 +104,13 @@ func ReadHeaders(h http.Header, now time.Time) Said {
 		s.RetryAfter, s.HasRetryAfter = parseRetryAfter(v, ref)
 	}
 
-	// X-RateLimit-* (GitHub, X and many others), else the older drafts'
-	// RateLimit-Limit/Remaining/Reset (reset always in seconds from now).
+	// The dialects whose names are their own (dialects.go); Discord's
+	// exact reset first.
+	readDialects(h, &s, ref)
+
+	// X-RateLimit-* (GitHub, Reddit and many others), else the older
+	// drafts' RateLimit-Limit/Remaining/Reset (reset always in seconds
+	// from now), else X's x-rate-limit-*.
 	for _, p := range budgetFields {
 		lim, okL := parseCount(h.Get(p.limit))
 		rem, okR := parseRemaining(h.Get(p.remaining))
@@ -110,14 +125,16 @@ func ReadHeaders(h http.Header, now time.Time) Said {
 
 	// IETF RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers).
 	if v := h.Values("Ratelimit-Policy"); len(v) > 0 {
-		s.Policies = parsePolicies(v)
+		s.Policies = append(s.Policies, parsePolicies(v)...)
 	}
 	if r, t, ok := parseRateLimit(h.Values("Ratelimit")); ok {
 		s.Remaining, s.Reset, s.HasBudget = r, t, true
 	}
 
 	if v := h.Get("X-App-Usage"); v != "" {
-		s.Usage, s.HasUsage = parseAppUsage(v)
+		if u, ok := parseAppUsage(v); ok {
+			s.Usage, s.HasUsage = max(s.Usage, u), true
+		}
 	}
 	return s
 }
@@ -152,7 +169,7 @@ func parseSeconds(v string) (time.Duration, bool) {
 	if f >= MaxPause.Seconds() {
 		return MaxPause, true
 	}
-	return time.Duration(f * float64(time.Second)), true
+	return time.Duration(math.Round(f * float64(time.Second))), true
 }
 
 // capPause clamps a wait to [0, MaxPause].
@@ -185,7 +202,7 @@ func parseReset(v string, ref func() time.Time, epochOK bool) (time.Duration, bo
 	if f, ok := parseDecimal(v); ok && epochOK && f >= epochThreshold {
 		// Discord sends its epoch with a fraction: 1470173023.123.
 		sec, frac := math.Modf(f)
-		return capPause(time.Unix(int64(sec), int64(frac*1e9)).Sub(ref())), true
+		return capPause(time.Unix(int64(sec), int64(math.Round(frac*1e9))).Sub(ref())), true
 	}
 	return parseSeconds(v)
 }

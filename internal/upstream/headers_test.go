@@ -129,10 +129,10 @@ func TestParseSignals(t *testing.T) {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// checkSignals is the fuzzers' invariant: whatever the headers say, every
+// checkSaid is the fuzzers' invariant: whatever the headers say, every
 // duration is within [0, MaxPause] (a learned window within maxWindow),
 // every count within [0, MaxCount], a usage within [0, 1000].
-func checkSignals(t *testing.T, s Said) {
+func checkSaid(t *testing.T, s Said) {
 	t.Helper()
 	if s.RetryAfter < 0 || s.RetryAfter > MaxPause || s.Reset < 0 || s.Reset > MaxPause {
 		t.Fatalf("a wait outside [0, %s]: %+v", MaxPause, s)
@@ -171,7 +171,7 @@ func FuzzParseSignals(f *testing.F) {
 			"X-RateLimit-Reset", reset, "RateLimit-Policy", policy, "RateLimit", rl, "X-App-Usage", usage,
 			"RateLimit-Limit", limit, "RateLimit-Remaining", remaining, "RateLimit-Reset", reset, "Date", date)
 		s := ReadHeaders(h, refTime)
-		checkSignals(t, s)
+		checkSaid(t, s)
 		// What the rule learns from it is bounded too.
 		r := New([]contract.Limit{{N: 60, Per: time.Second}, {N: 5000, Per: time.Hour}}, testMargin, nil, nil)
 		for _, throttled := range []bool{false, true} {

@@ -68,12 +68,22 @@ func (d *Dialect) Learn(sig Said) contract.Learned {
 		}
 	}
 
+	// Every other dimension (tokens, a day, …) with nothing left pauses
+	// the key until its own reset, and no other's.
+	for _, b := range sig.Dims {
+		if b.Remaining == 0 {
+			l.Pause = max(l.Pause, b.Reset)
+		}
+	}
+
 	if sig.Refused {
-		switch {
+		switch until := sig.Exhausted(); {
 		case sig.HasRetryAfter:
 			l.Pause = max(l.Pause, sig.RetryAfter)
-		case sig.HasBudget && sig.Remaining == 0 && sig.Reset > 0:
-			l.Pause = max(l.Pause, sig.Reset)
+		case until > 0:
+			// The budget that has nothing left: a 429 on tokens waits
+			// for the tokens' reset, not the requests'.
+			l.Pause = max(l.Pause, until)
 		default:
 			// A 429 without a wait: the upstream's window is full. One
 			// window of the rule's tightest limit from now, every request

@@ -45,11 +45,11 @@ func (m Match) Check() error {
 	case m.Status != 0 && (m.Status < 100 || m.Status > 599):
 		return fmt.Errorf("status %d is outside 100..599", m.Status)
 	case m.Value != "" && m.Header == "":
-		return errors.New("Value without Header")
+		return errors.New("a Value without Header")
 	case m.Header != "" && !isToken(m.Header):
 		return fmt.Errorf("%q is not a header name", m.Header)
 	case m.Body != "" && (strings.TrimSpace(m.Body) != m.Body || len(m.Body) > maxBodyWord):
-		return fmt.Errorf("Body %q must be a word or phrase of at most %d bytes, without spaces around it", m.Body, maxBodyWord)
+		return fmt.Errorf("the Body %q must be a word or phrase of at most %d bytes, without spaces around it", m.Body, maxBodyWord)
 	}
 	return nil
 }

@@ -37,6 +37,7 @@ func TestProfilesBuild(t *testing.T) {
 		"salesforce":    {profiles.Salesforce(100000), "https://acme.my.salesforce.com/services/data/v62.0/sobjects", [2]string{"Authorization", "Bearer t"}},
 		"hubspot":       {profiles.HubSpot(), "https://api.hubapi.com/crm/v3/objects/contacts", [2]string{"Authorization", "Bearer t"}},
 		"google-maps":   {profiles.GoogleMaps(3000), "https://maps.googleapis.com/maps/api/geocode/json?key=k&address=x", [2]string{}},
+		"meta":          {profiles.Meta(200), "https://graph.facebook.com/v19.0/me?access_token=t", [2]string{}},
 	}
 	var opts []throttle.Option
 	for name, p := range all {

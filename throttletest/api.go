@@ -43,7 +43,7 @@ type answer struct {
 	done func()
 }
 
-// newAPI returns an Upstream of d, after checking that cfg sets only what
+// newAPI returns an Upstream of d, whose answers carry a Date from its clock, after checking that cfg sets only what
 // an API's fake takes (N and Window, which default to n per w, Key, Now,
 // Transit, MaxInFlight and ServiceTime), and defaulting Key to key.
 func newAPI(name string, cfg Config, n int, w time.Duration, key func(*http.Request) string, d dialect) (*Upstream, error) {
@@ -109,6 +109,9 @@ func (u *Upstream) serveAPI(w http.ResponseWriter, r *http.Request) {
 		h[k] = v
 	}
 	h.Set("Content-Type", "application/json")
+	// The fake's clock, which may not be the client's: what an epoch
+	// reset means is read against it, as from a real API.
+	h.Set("Date", now.UTC().Format(http.TimeFormat))
 	w.WriteHeader(a.status)
 	_, _ = w.Write([]byte(a.body + "\n"))
 }

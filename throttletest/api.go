@@ -209,14 +209,6 @@ func keyQuery(param, header string) func(*http.Request) string {
 	}
 }
 
-// ceilSecond rounds t up to a whole second.
-func ceilSecond(t time.Time) time.Time {
-	if s := t.Truncate(time.Second); !s.Equal(t) {
-		return s.Add(time.Second)
-	}
-	return t
-}
-
 // ceilSeconds is d in whole seconds, rounded up.
 func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
 

@@ -13,7 +13,8 @@ import (
 //
 //   - the primary limit: N requests per Window (zero: 5,000 per hour) in a
 //     fixed window that opens at the token's first request and closes at
-//     the whole second x-ratelimit-reset announces; each resource
+//     the whole second x-ratelimit-reset announces, the last at most
+//     Window after that request; each resource
 //     (x-ratelimit-resource: search for /search, graphql for /graphql,
 //     core for the rest) has a window of its own;
 //   - the secondary limit on points: N×900/5,000 points per Window/60
@@ -62,7 +63,7 @@ func (g *github) answer(u *Upstream, r *http.Request, now time.Time) answer {
 		fw = &fixedWindow{}
 		g.primary[token+" "+resource] = fw
 	}
-	fw.at(now, func(t time.Time) time.Time { return ceilSecond(t.Add(u.cfg.Window)) })
+	fw.at(now, func(t time.Time) time.Time { return t.Add(u.cfg.Window).Truncate(time.Second) })
 	pts := g.points[token]
 	if pts == nil {
 		pts = &costLog{}

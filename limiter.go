@@ -9,6 +9,7 @@ import (
 
 	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/engine"
+	"github.com/throttle-go/throttle/internal/upstream"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -232,7 +233,7 @@ func (l *Limiter) Pause(ctx context.Context, key string, d time.Duration) error 
 	if err != nil {
 		return err
 	}
-	p := l.r.learn(signals{retryAfter: d, hasRetryAfter: d > 0}, true).Pause // feedback.go
+	p := l.r.dialect.Learn(upstream.Said{Refused: true, RetryAfter: d, HasRetryAfter: d > 0}).Pause // internal/upstream
 	recorded, err := l.c.eng.Learn(ctx, k.skey, contract.Learned{Pause: p}, false)
 	switch {
 	case recorded:

@@ -96,10 +96,14 @@ type RuleStats struct {
 	// Upstream counts what the upstream said.
 	Upstream struct {
 		// TooManyRequests counts the 429 responses received, despite the
-		// throttle: the number to keep at zero.
+		// throttle: the number to keep at zero (a 429 the rule's
+		// NotRefused describes is not counted).
 		TooManyRequests uint64
 		// Unavailable counts the 503 responses with Retry-After.
 		Unavailable uint64
+		// Refusals counts the other refusals, those the rule's Refused
+		// describes (a 403, an error code in a body): to keep at zero too.
+		Refusals uint64
 		// Pauses counts the pauses recorded (one per throttled response,
 		// plus budgets exhausted and X-App-Usage at 100%).
 		Pauses uint64
@@ -166,7 +170,7 @@ type ruleStats struct {
 
 	refused, open, local atomic.Uint64
 
-	tooMany, unavailable, pauses, tightenings, reshapes atomic.Uint64
+	tooMany, unavailable, refusals, pauses, tightenings, reshapes atomic.Uint64
 
 	leases        engine.LeaseCounters // held, queued, lost, reclaimed: the engine's
 	leasesRefused atomic.Uint64
@@ -224,25 +228,25 @@ func (s *ruleStats) record(d Decision) {
 	}
 }
 
-// count counts resp when it is a 429, or a 503 with Retry-After, and
-// reports whether it is either.
-func (s *ruleStats) count(resp *http.Response) (throttled bool) {
+// count counts resp when it is a refusal: a 429, a 503, or another that
+// a rule's Refused describes.
+func (s *ruleStats) count(resp *http.Response, refused bool) {
 	switch {
+	case !refused:
 	case resp.StatusCode == http.StatusTooManyRequests:
 		s.tooMany.Add(1)
-		return true
-	case throttledStatus(resp):
+	case resp.StatusCode == http.StatusServiceUnavailable:
 		s.unavailable.Add(1)
-		return true
+	default:
+		s.refusals.Add(1)
 	}
-	return false
 }
 
 func (s *ruleStats) snapshot() RuleStats {
 	r := RuleStats{Rule: s.name, Retakes: s.retakes.Load()}
 	r.Store.Refused, r.Store.Open, r.Store.Local = s.refused.Load(), s.open.Load(), s.local.Load()
 	u := &r.Upstream
-	u.TooManyRequests, u.Unavailable = s.tooMany.Load(), s.unavailable.Load()
+	u.TooManyRequests, u.Unavailable, u.Refusals = s.tooMany.Load(), s.unavailable.Load(), s.refusals.Load()
 	u.Pauses, u.Tightenings, u.Reshapes = s.pauses.Load(), s.tightenings.Load(), s.reshapes.Load()
 	f := &r.InFlight
 	f.Held, f.Queued, f.Refused = s.leases.Held.Load(), s.leases.Queued.Load(), s.leasesRefused.Load()
@@ -278,6 +282,7 @@ func (r *RuleStats) add(o RuleStats) {
 	r.Store.Local += o.Store.Local
 	r.Upstream.TooManyRequests += o.Upstream.TooManyRequests
 	r.Upstream.Unavailable += o.Upstream.Unavailable
+	r.Upstream.Refusals += o.Upstream.Refusals
 	r.Upstream.Pauses += o.Upstream.Pauses
 	r.Upstream.Tightenings += o.Upstream.Tightenings
 	r.Upstream.Reshapes += o.Upstream.Reshapes

@@ -19,10 +19,10 @@ const maxRetries = 10
 // longer body is not retried.
 const maxRetryBody = 64 << 10
 
-// retries reports whether a response to req may be retried under r: a
-// throttled response to a request that can be sent again.
-func (r *rule) retries(req *http.Request, resp *http.Response) bool {
-	return r.Retries > 0 && resp != nil && throttledStatus(resp) && replayable(req)
+// retries reports whether a response to req, of which listen heard h, may
+// be retried under r: a refusal of a request that can be sent again.
+func (r *rule) retries(req *http.Request, h heard) bool {
+	return r.Retries > 0 && h.refused && replayable(req)
 }
 
 // replayable reports whether req may be sent again: an idempotent method, or
@@ -50,7 +50,7 @@ func (t *Transport) retry(ctx context.Context, r *rule, k keyed, req *http.Reque
 	b.MaxInterval = r.maxServerWait
 	b.MaxElapsedTime = 0 // bounded by Retries, MaxServerWait and ctx instead
 	b.Reset()
-	for n := 1; n <= r.Retries && throttledStatus(resp); n++ {
+	for n := 1; n <= r.Retries && h.refused; n++ {
 		wait := max(b.NextBackOff(), h.pause)
 		if wait > min(r.maxServerWait, r.maxWait) || !fitsDeadline(ctx, t.now(), wait) {
 			return resp, nil

@@ -9,6 +9,7 @@ import (
 
 	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/engine"
+	"github.com/throttle-go/throttle/internal/upstream"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -100,8 +101,15 @@ type Rule struct {
 	// counted (RuleStats.Upstream, WithOnFeedback) but 429s, Retry-After and
 	// rate-limit headers change nothing.
 	IgnoreUpstream bool
-	// Retries, if positive, retries a throttled response (429, or 503 with
-	// Retry-After) up to that many times, for idempotent requests only
+	// Refused describes the upstream's refusals beyond a 429 and a 503
+	// with Retry-After (see Refusal): a response it describes is heard as
+	// a 429 is, counted (RuleStats.Upstream.Refusals), paused for and
+	// retried. NotRefused describes the responses that look like
+	// refusals but are not, such as a 429 for an object lock: they are
+	// heard as ordinary responses. See docs/feedback.md.
+	Refused, NotRefused []Refusal
+	// Retries, if positive, retries a throttled response (429, 503 with
+	// Retry-After, or one Refused describes) up to that many times, for idempotent requests only
 	// (GET, HEAD, OPTIONS, PUT, DELETE, or any request with an
 	// Idempotency-Key header) whose body, if any, can be replayed through
 	// GetBody. At most 10; not with FailFast. Zero: no retry.
@@ -163,6 +171,8 @@ type rule struct {
 	// units are the limits of Limits that count a unit (cost.go), taken
 	// out of Limits.
 	units []unitRule
+	// dialect reads the rule's responses (internal/upstream, feedback.go).
+	dialect *upstream.Dialect
 }
 
 func (r *Rule) displayName(isDefault bool) string {
@@ -195,6 +205,7 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 		c.compileKey,       // Key and the scope of the rule's keys
 		c.compileAlso,      // Also (multikey.go)
 		c.compileInFlight,  // InFlight and LeaseFor
+		c.compileRefusals,  // Refused and NotRefused, the rule's Dialect (refusal.go)
 	} {
 		if err := step(); err != nil {
 			return nil, err

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/throttle-go/throttle/internal/contract"
+	"github.com/throttle-go/throttle/internal/upstream"
 )
 
 // This file is the shape of a rule's sends: the pace it keeps by default,
@@ -130,7 +131,7 @@ func shapeTTL(p Limit) time.Duration {
 // a pause of a couple of spacings, not a window. A stated wait (Retry-After,
 // a budget's reset, X-App-Usage) is kept whole.
 // It reports whether the 429 moves the key (a new pace, not a slowing).
-func (f *feedbackState) reshape(r *rule, skey string, sig signals, due, now time.Time, l *contract.Learned) (move bool) {
+func (f *feedbackState) reshape(r *rule, skey string, sig upstream.Said, due, now time.Time, l *contract.Learned) (move bool) {
 	p, own, ok := r.shapeFor()
 	if !ok {
 		return false
@@ -142,9 +143,7 @@ func (f *feedbackState) reshape(r *rule, skey string, sig signals, due, now time
 	}
 	p = slowed(p, min(n, maxSlowed))
 	l.Pace, l.PaceTTL = contract.Limit(p), shapeTTL(p)
-	stated := sig.hasRetryAfter || sig.hasBudget && sig.remaining == 0 && sig.reset > 0 ||
-		sig.hasUsage && sig.usage >= 100
-	if !stated {
+	if !sig.Stated() {
 		spacing := (p.Per + time.Duration(p.N) - 1) / time.Duration(p.N)
 		l.Pause = min(l.Pause, shapePauseSpacings*spacing)
 	}

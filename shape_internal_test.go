@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle/internal/contract"
+	"github.com/throttle-go/throttle/internal/upstream"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -57,7 +58,7 @@ func TestReshape(t *testing.T) {
 	sec := time.Second + DefaultMargin
 	pace := Paced(100, sec, 0)
 	spacings := func(p Limit) time.Duration { return 2 * ((p.Per + 99) / 100) }
-	now := refTime
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	for _, c := range []struct {
 		name  string
 		kv    []string
@@ -73,8 +74,9 @@ func TestReshape(t *testing.T) {
 				h.Set(c.kv[i], c.kv[i+1])
 			}
 			var f feedbackState
-			sig := parseSignals(h, now)
-			l := r.learn(sig, true)
+			sig := upstream.ReadHeaders(h, now)
+			sig.Refused = true
+			l := r.dialect.Learn(sig)
 			f.reshape(r, "k", sig, now.Add(-time.Millisecond), now, &l)
 			assert.Equal(t, pace, Limit(l.Pace))
 			assert.Equal(t, 10*time.Minute, l.PaceTTL)
@@ -84,38 +86,39 @@ func TestReshape(t *testing.T) {
 	}
 
 	var f feedbackState
-	sig := parseSignals(http.Header{}, now)
-	first := r.learn(sig, true)
+	sig := upstream.ReadHeaders(http.Header{}, now)
+	sig.Refused = true
+	first := r.dialect.Learn(sig)
 	f.reshape(r, "k", sig, now.Add(-time.Millisecond), now, &first)
 	assert.Equal(t, spacings(pace), first.Pause)
-	same := r.learn(sig, true)
+	same := r.dialect.Learn(sig)
 	f.reshape(r, "k", sig, now.Add(-time.Millisecond), now.Add(time.Millisecond), &same)
 	assert.Equal(t, pace, Limit(same.Pace), "a 429 of the same burst, sent before the move")
 	at := now
 	for i, share := range []time.Duration{1, 2, 4, 8, 16, 32, 64, 64} {
 		at = at.Add(100 * time.Millisecond)
-		later := r.learn(sig, true)
+		later := r.dialect.Learn(sig)
 		f.reshape(r, "k", sig, at.Add(-time.Millisecond), at, &later)
 		want := Paced(100, sec+sec/100*share, 0)
 		assert.Equal(t, want, Limit(later.Pace), "the %d-th 429 sent under the pace", i+1)
 		assert.Equal(t, spacings(want), later.Pause)
 	}
-	other := r.learn(sig, true)
+	other := r.dialect.Learn(sig)
 	f.reshape(r, "other", sig, now.Add(100*time.Millisecond), now.Add(101*time.Millisecond), &other)
 	assert.Equal(t, pace, Limit(other.Pace), "per key")
-	expired := r.learn(sig, true)
+	expired := r.dialect.Learn(sig)
 	f.reshape(r, "k", sig, now.Add(11*time.Minute), now.Add(11*time.Minute), &expired)
 	assert.Equal(t, pace, Limit(expired.Pace), "a new move once the last one's TTL is over")
 
 	own, err := compile(Rule{Host: "h", Limits: []Limit{Paced(100, time.Second, 0)}}, false)
 	require.NoError(t, err)
-	l := own.learn(sig, true)
+	l := own.dialect.Learn(sig)
 	f.reshape(own, "o", sig, now, now, &l)
 	assert.Equal(t, Paced(100, sec+sec/100, 0), Limit(l.Pace), "paced so already: slowed at the first 429")
 
 	fixed, err := compile(Rule{Host: "h", Limits: []Limit{PerSecond(100)}, Algorithm: FixedWindow}, false)
 	require.NoError(t, err)
-	l = fixed.learn(sig, true)
+	l = fixed.dialect.Learn(sig)
 	f.reshape(fixed, "f", sig, now, now, &l)
 	assert.Equal(t, contract.Learned{Pause: sec}, l, "a counting algorithm: the pause alone")
 }

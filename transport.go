@@ -98,7 +98,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	resp, heard, err := t.attempt(ctx, r, k, 0, req)
-	if err != nil || !r.retries(req, resp) {
+	if err != nil || !r.retries(req, heard) {
 		return resp, err
 	}
 	return t.retry(ctx, r, k, req, resp, heard) // retry.go

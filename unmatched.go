@@ -63,7 +63,7 @@ func (t *Transport) sendUnmatched(ctx context.Context, req *http.Request) (*http
 	t.observe(ctx, &t.unmatchedStats, Decision{Outcome: Unmatched})
 	resp, err := t.base.RoundTrip(req)
 	if err == nil && resp != nil {
-		t.unmatchedStats.count(resp) // a 429 to an unmatched request is counted too
+		t.unmatchedStats.count(resp, throttledStatus(resp)) // a 429 to an unmatched request is counted too
 	}
 	return resp, err
 }

@@ -7,6 +7,13 @@
 // (token bucket) or in fixed windows. Serve it with net/http/httptest, point the
 // client at it, and check its Stats, or assert with RequireNoRejections and
 // AssertWithin: a client that keeps the limit meets no 429.
+//
+// NewGitHub, NewDiscord, NewMeta, NewGoogleMaps, NewStripe and NewShopify
+// return fakes of those APIs: each counts as its API documents and answers
+// in its dialect (its statuses, headers and bodies: GitHub's 403s, Google's
+// 200 OVER_QUERY_LIMIT, Stripe's lock_timeout), so that a client can be
+// tested against what the API will say, with the same Stats and
+// assertions.
 package throttletest
 
 import (
@@ -108,6 +115,7 @@ type Config struct {
 type Upstream struct {
 	cfg  Config
 	also []*Upstream // Config.Also (tiers.go)
+	api  dialect     // the API a fake of one speaks for (api.go), or nil
 
 	mu   sync.Mutex
 	keys map[string]*keyState
@@ -190,9 +198,14 @@ func NewUpstream(cfg Config) (*Upstream, error) {
 
 // ServeHTTP answers 200 with a small JSON body to an accepted request, and 429
 // with Retry-After (whole seconds, rounded up; unless NoRetryAfter) to an
-// excess one, with the rate-limit headers the Config asks for. A request
-// whose context ends during the simulated transit never arrives.
+// excess one, with the rate-limit headers the Config asks for; the fake of
+// an API answers as that API does. A request whose context ends during the
+// simulated transit never arrives.
 func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if u.api != nil {
+		u.serveAPI(w, r)
+		return
+	}
 	if u.cfg.Transit > 0 {
 		t := time.NewTimer(rand.N(u.cfg.Transit))
 		select {

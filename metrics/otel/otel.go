@@ -68,6 +68,7 @@ type Source interface {
 //	throttle.retakes              {retake}      throttle.rule
 //	throttle.store.failures       {request}     throttle.rule, throttle.store.policy
 //	throttle.upstream.responses   {response}    throttle.rule, http.response.status_code
+//	throttle.upstream.refusals    {response}    throttle.rule
 //	throttle.upstream.pauses      {pause}       throttle.rule
 //	throttle.upstream.tightenings {tightening}  throttle.rule
 //	throttle.upstream.reshapes    {reshape}     throttle.rule
@@ -102,6 +103,8 @@ func Register(m metric.Meter, tr Source, attrs ...attribute.KeyValue) (metric.Re
 		"Requests that met a failed store, or one marked down, by the policy that decided them.")
 	ins.upstream = counter("throttle.upstream.responses", "{response}",
 		"Throttled responses from the upstream: 429s, and 503s with Retry-After.")
+	ins.refusals = counter("throttle.upstream.refusals", "{response}",
+		"Other refusals from the upstream, as the rule's Refused describes them: a 403, an error code in a body.")
 	ins.pauses = counter("throttle.upstream.pauses", "{pause}",
 		"Pauses recorded for the fleet after a throttled response, an exhausted budget or X-App-Usage at 100%.")
 	ins.tighten = counter("throttle.upstream.tightenings", "{tightening}",
@@ -120,12 +123,12 @@ func Register(m metric.Meter, tr Source, attrs ...attribute.KeyValue) (metric.Re
 	return m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		ins.observe(o, tr.Stats())
 		return nil
-	}, ins.requests, ins.waitTime, ins.waits, ins.retakes, ins.store, ins.upstream, ins.pauses, ins.tighten, ins.reshape, ins.inFlight, ins.leases)
+	}, ins.requests, ins.waitTime, ins.waits, ins.retakes, ins.store, ins.upstream, ins.refusals, ins.pauses, ins.tighten, ins.reshape, ins.inFlight, ins.leases)
 }
 
 type instruments struct {
 	requests, waits, retakes, store, upstream, pauses, tighten, reshape metric.Int64ObservableCounter
-	inFlight                                                            metric.Int64ObservableCounter
+	refusals, inFlight                                                  metric.Int64ObservableCounter
 	leases                                                              metric.Int64ObservableGauge
 	waitTime                                                            metric.Float64ObservableCounter
 	extra                                                               []attribute.KeyValue
@@ -165,6 +168,7 @@ func (ins *instruments) observe(o metric.Observer, s throttle.Stats) {
 			o.ObserveInt64(ins.store, clamp(p.n), ins.with(rule, PolicyKey.String(p.name)))
 		}
 		ins.observeUpstream(o, rule, r)
+		o.ObserveInt64(ins.refusals, clamp(r.Upstream.Refusals), ins.with(rule))
 		o.ObserveInt64(ins.pauses, clamp(r.Upstream.Pauses), ins.with(rule))
 		o.ObserveInt64(ins.tighten, clamp(r.Upstream.Tightenings), ins.with(rule))
 		o.ObserveInt64(ins.reshape, clamp(r.Upstream.Reshapes), ins.with(rule))

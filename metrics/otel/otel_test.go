@@ -23,11 +23,14 @@ import (
 	"github.com/throttle-go/throttle/store"
 )
 
-// upstream answers 200, or 429 to a path under /429.
+// upstream answers 200, or 429 to a path under /429, or 403 under /403.
 var upstream = roundTripperFunc(func(r *http.Request) (*http.Response, error) {
 	status := http.StatusOK
 	if strings.HasPrefix(r.URL.Path, "/429") {
 		status = http.StatusTooManyRequests
+	}
+	if strings.HasPrefix(r.URL.Path, "/403") {
+		status = http.StatusForbidden
 	}
 	return &http.Response{StatusCode: status, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
 })
@@ -121,9 +124,12 @@ func TestRegister(t *testing.T) {
 			throttle.WithRule(throttle.Rule{Name: "api", Host: "api.example", Limits: []throttle.Limit{throttle.PerSecond(1)}, Margin: throttle.NoMargin}),
 			throttle.WithUnmatchedSent(false),
 			throttle.WithRule(throttle.Rule{Name: "ff", Host: "ff.example", Limits: []throttle.Limit{throttle.PerHour(1)},
-				FailFast: true, IgnoreUpstream: true}))
-		require.NoError(t, get(t, tr, "https://api.example/a")) // sent at once
-		require.NoError(t, get(t, tr, "https://api.example/a")) // sent after 1s and the margin
+				FailFast: true, IgnoreUpstream: true}),
+			throttle.WithRule(throttle.Rule{Name: "gh", Host: "gh.example", Limits: []throttle.Limit{throttle.PerHour(10)},
+				Refused: []throttle.Refusal{{Status: http.StatusForbidden}}}))
+		require.NoError(t, get(t, tr, "https://gh.example/403")) // sent, a refusal
+		require.NoError(t, get(t, tr, "https://api.example/a"))  // sent at once
+		require.NoError(t, get(t, tr, "https://api.example/a"))  // sent after 1s and the margin
 		require.NoError(t, get(t, tr, "https://ff.example/429"))
 		require.ErrorIs(t, get(t, tr, "https://ff.example/a"), throttle.ErrLimited)
 		require.NoError(t, get(t, tr, "https://other.example/429")) // unmatched
@@ -151,6 +157,7 @@ func TestRegister(t *testing.T) {
 			"throttle.retakes":              "{retake}",
 			"throttle.store.failures":       "{request}",
 			"throttle.upstream.responses":   "{response}",
+			"throttle.upstream.refusals":    "{response}",
 			"throttle.upstream.pauses":      "{pause}",
 			"throttle.upstream.tightenings": "{tightening}",
 			"throttle.upstream.reshapes":    "{reshape}",
@@ -166,7 +173,7 @@ func TestRegister(t *testing.T) {
 		assert.Equal(t, 1.0, req["throttle.outcome=failed,throttle.rule=down,transport=down"])
 		assert.Equal(t, 0.0, req["throttle.outcome=unmatched,throttle.rule=,transport=down"])
 		assert.Equal(t, 1.0, req["throttle.outcome=unmatched,throttle.rule="])
-		assert.Len(t, req, 3*5+2, "5 outcomes per rule, and the unmatched requests of each transport")
+		assert.Len(t, req, 4*5+2, "5 outcomes per rule, and the unmatched requests of each transport")
 
 		assert.InDelta(t, time.Second.Seconds(), got["throttle.wait.time"].points["throttle.rule=api"], 1e-9)
 		waits := got["throttle.wait.requests"].points
@@ -189,6 +196,9 @@ func TestRegister(t *testing.T) {
 		assert.Equal(t, 1.0, up["http.response.status_code=429,throttle.rule="])
 		assert.Equal(t, 0.0, up["http.response.status_code=503,throttle.rule=ff"])
 		assert.Equal(t, 0.0, got["throttle.upstream.pauses"].points["throttle.rule=ff"])
+		assert.Equal(t, 0.0, up["http.response.status_code=429,throttle.rule=gh"], "a 403 is no 429")
+		assert.Equal(t, map[string]float64{"throttle.rule=api": 0, "throttle.rule=ff": 0, "throttle.rule=gh": 1, "throttle.rule=down,transport=down": 0},
+			got["throttle.upstream.refusals"].points)
 
 		require.NoError(t, reg.Unregister())
 		require.NoError(t, regDown.Unregister())

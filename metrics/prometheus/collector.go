@@ -32,7 +32,7 @@ type Source interface {
 type Collector struct {
 	tr                                                                 Source
 	requests, wait, retakes, store, upstream, pauses, tighten, reshape *prometheus.Desc
-	leases, inFlight                                                   *prometheus.Desc
+	refusals, leases, inFlight                                         *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -55,6 +55,8 @@ func NewCollector(tr Source) *Collector {
 			[]string{"rule", "policy"}, nil),
 		upstream: prometheus.NewDesc("throttle_upstream_responses_total",
 			"Throttled responses from the upstream: 429s, and 503s with Retry-After.", []string{"rule", "status"}, nil),
+		refusals: prometheus.NewDesc("throttle_upstream_refusals_total",
+			"Other refusals from the upstream, as the rule's Refused describes them: a 403, an error code in a body.", rule, nil),
 		pauses: prometheus.NewDesc("throttle_upstream_pauses_total",
 			"Pauses recorded for the fleet after a throttled response, an exhausted budget or X-App-Usage at 100%.", rule, nil),
 		tighten: prometheus.NewDesc("throttle_upstream_tightenings_total",
@@ -72,7 +74,7 @@ func NewCollector(tr Source) *Collector {
 
 // Describe sends the descriptions of every metric of c.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.requests, c.wait, c.retakes, c.store, c.upstream, c.pauses, c.tighten, c.reshape, c.leases, c.inFlight} {
+	for _, d := range []*prometheus.Desc{c.requests, c.wait, c.retakes, c.store, c.upstream, c.refusals, c.pauses, c.tighten, c.reshape, c.leases, c.inFlight} {
 		ch <- d
 	}
 }
@@ -106,6 +108,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.store, r.Store.Open, r.Rule, "fail_open")
 		counter(c.store, r.Store.Local, r.Rule, "fail_local")
 		c.upstreamMetrics(ch, r)
+		counter(c.refusals, r.Upstream.Refusals, r.Rule)
 		counter(c.pauses, r.Upstream.Pauses, r.Rule)
 		counter(c.tighten, r.Upstream.Tightenings, r.Rule)
 		counter(c.reshape, r.Upstream.Reshapes, r.Rule)

@@ -22,11 +22,14 @@ import (
 	"github.com/throttle-go/throttle/store"
 )
 
-// upstream answers 200, or 429 to a path under /429.
+// upstream answers 200, or 429 to a path under /429, or 403 under /403.
 var upstream = roundTripperFunc(func(r *http.Request) (*http.Response, error) {
 	status := http.StatusOK
 	if strings.HasPrefix(r.URL.Path, "/429") {
 		status = http.StatusTooManyRequests
+	}
+	if strings.HasPrefix(r.URL.Path, "/403") {
+		status = http.StatusForbidden
 	}
 	return &http.Response{StatusCode: status, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
 })
@@ -77,7 +80,10 @@ func TestCollector(t *testing.T) {
 			throttle.WithRule(throttle.Rule{Name: "api", Host: "api.example", Limits: []throttle.Limit{throttle.PerSecond(1)}, Margin: throttle.NoMargin}),
 			throttle.WithUnmatchedSent(false),
 			throttle.WithRule(throttle.Rule{Name: "ff", Host: "ff.example", Limits: []throttle.Limit{throttle.PerHour(1)},
-				FailFast: true, IgnoreUpstream: true}))
+				FailFast: true, IgnoreUpstream: true}),
+			throttle.WithRule(throttle.Rule{Name: "gh", Host: "gh.example", Limits: []throttle.Limit{throttle.PerHour(10)},
+				Refused: []throttle.Refusal{{Status: http.StatusForbidden}}}))
+		require.NoError(t, get(t, tr, "https://gh.example/403")) // sent, a refusal
 		require.NoError(t, get(t, tr, "https://api.example/a"))  // sent at once
 		require.NoError(t, get(t, tr, "https://api.example/a"))  // sent after 1s and the margin
 		require.NoError(t, get(t, tr, "https://ff.example/429")) // sent, answered 429
@@ -99,18 +105,23 @@ func TestCollector(t *testing.T) {
 throttle_requests_total{outcome="canceled",rule="api",transport="down"} 0
 throttle_requests_total{outcome="canceled",rule="api",transport="main"} 0
 throttle_requests_total{outcome="canceled",rule="ff",transport="main"} 0
+throttle_requests_total{outcome="canceled",rule="gh",transport="main"} 0
 throttle_requests_total{outcome="failed",rule="api",transport="down"} 1
 throttle_requests_total{outcome="failed",rule="api",transport="main"} 0
 throttle_requests_total{outcome="failed",rule="ff",transport="main"} 0
+throttle_requests_total{outcome="failed",rule="gh",transport="main"} 0
 throttle_requests_total{outcome="failed_open",rule="api",transport="down"} 0
 throttle_requests_total{outcome="failed_open",rule="api",transport="main"} 0
 throttle_requests_total{outcome="failed_open",rule="ff",transport="main"} 0
+throttle_requests_total{outcome="failed_open",rule="gh",transport="main"} 0
 throttle_requests_total{outcome="limited",rule="api",transport="down"} 0
 throttle_requests_total{outcome="limited",rule="api",transport="main"} 0
 throttle_requests_total{outcome="limited",rule="ff",transport="main"} 1
+throttle_requests_total{outcome="limited",rule="gh",transport="main"} 0
 throttle_requests_total{outcome="sent",rule="api",transport="down"} 0
 throttle_requests_total{outcome="sent",rule="api",transport="main"} 2
 throttle_requests_total{outcome="sent",rule="ff",transport="main"} 1
+throttle_requests_total{outcome="sent",rule="gh",transport="main"} 1
 throttle_requests_total{outcome="unmatched",rule="",transport="down"} 0
 throttle_requests_total{outcome="unmatched",rule="",transport="main"} 1
 # HELP throttle_store_failures_total Requests that met a failed store, or one marked down, by the policy that decided them: fail_closed (refused), fail_open (sent uncounted) or fail_local (decided in the process).
@@ -118,12 +129,15 @@ throttle_requests_total{outcome="unmatched",rule="",transport="main"} 1
 throttle_store_failures_total{policy="fail_closed",rule="api",transport="down"} 1
 throttle_store_failures_total{policy="fail_closed",rule="api",transport="main"} 0
 throttle_store_failures_total{policy="fail_closed",rule="ff",transport="main"} 0
+throttle_store_failures_total{policy="fail_closed",rule="gh",transport="main"} 0
 throttle_store_failures_total{policy="fail_local",rule="api",transport="down"} 0
 throttle_store_failures_total{policy="fail_local",rule="api",transport="main"} 0
 throttle_store_failures_total{policy="fail_local",rule="ff",transport="main"} 0
+throttle_store_failures_total{policy="fail_local",rule="gh",transport="main"} 0
 throttle_store_failures_total{policy="fail_open",rule="api",transport="down"} 0
 throttle_store_failures_total{policy="fail_open",rule="api",transport="main"} 0
 throttle_store_failures_total{policy="fail_open",rule="ff",transport="main"} 0
+throttle_store_failures_total{policy="fail_open",rule="gh",transport="main"} 0
 # HELP throttle_upstream_responses_total Throttled responses from the upstream: 429s, and 503s with Retry-After.
 # TYPE throttle_upstream_responses_total counter
 throttle_upstream_responses_total{rule="",status="429",transport="down"} 0
@@ -136,9 +150,17 @@ throttle_upstream_responses_total{rule="api",status="503",transport="down"} 0
 throttle_upstream_responses_total{rule="api",status="503",transport="main"} 0
 throttle_upstream_responses_total{rule="ff",status="429",transport="main"} 1
 throttle_upstream_responses_total{rule="ff",status="503",transport="main"} 0
+throttle_upstream_responses_total{rule="gh",status="429",transport="main"} 0
+throttle_upstream_responses_total{rule="gh",status="503",transport="main"} 0
+# HELP throttle_upstream_refusals_total Other refusals from the upstream, as the rule's Refused describes them: a 403, an error code in a body.
+# TYPE throttle_upstream_refusals_total counter
+throttle_upstream_refusals_total{rule="api",transport="down"} 0
+throttle_upstream_refusals_total{rule="api",transport="main"} 0
+throttle_upstream_refusals_total{rule="ff",transport="main"} 0
+throttle_upstream_refusals_total{rule="gh",transport="main"} 1
 `
 		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want),
-			"throttle_requests_total", "throttle_store_failures_total", "throttle_upstream_responses_total"))
+			"throttle_requests_total", "throttle_store_failures_total", "throttle_upstream_responses_total", "throttle_upstream_refusals_total"))
 
 		// Every family, with its type.
 		families, err := reg.Gather()
@@ -153,6 +175,7 @@ throttle_upstream_responses_total{rule="ff",status="503",transport="main"} 0
 			"throttle_retakes_total":              dto.MetricType_COUNTER,
 			"throttle_store_failures_total":       dto.MetricType_COUNTER,
 			"throttle_upstream_responses_total":   dto.MetricType_COUNTER,
+			"throttle_upstream_refusals_total":    dto.MetricType_COUNTER,
 			"throttle_upstream_pauses_total":      dto.MetricType_COUNTER,
 			"throttle_upstream_tightenings_total": dto.MetricType_COUNTER,
 			"throttle_upstream_reshapes_total":    dto.MetricType_COUNTER,

@@ -1,4 +1,9 @@
-package throttle
+// Package upstream reads what an upstream's responses say about its limits:
+// whether a response is a refusal, the pause it asks for, the budgets it
+// states, the limits it implies; and turns that into what a store keeps for
+// the key (contract.Learned). It does no I/O beyond a response's headers and,
+// when a rule asks, a bounded prefix of its body.
+package upstream
 
 import (
 	"encoding/json"
@@ -13,10 +18,10 @@ import (
 // total: malformed, negative, huge or far-future values are ignored or capped,
 // never trusted blindly, and nothing panics (the parsers are fuzzed).
 
-// maxServerPause caps every wait the upstream imposes (Retry-After, a reset, a
+// MaxPause caps every wait the upstream imposes (Retry-After, a reset, a
 // pause for X-App-Usage): a larger value is cut to it. The pause ends then and
 // the next response says again what the upstream wants.
-const maxServerPause = time.Hour
+const MaxPause = time.Hour
 
 // epochThreshold tells an epoch from a delta in X-RateLimit-Reset: values at
 // or above it (2001-09-09 as seconds since 1970) are epoch seconds, smaller
@@ -24,25 +29,40 @@ const maxServerPause = time.Hour
 // from before 2001.
 const epochThreshold = 1_000_000_000
 
-// maxCount bounds the limits and remainders read from headers.
-const maxCount = 1 << 40
+// maxWindow is the longest window a policy may state: a year, the longest
+// a rule's limit may have.
+const maxWindow = 366 * 24 * time.Hour
 
-// signals is what one response said about its key's limits.
-type signals struct {
-	// retryAfter is the Retry-After header, if hasRetryAfter.
-	retryAfter    time.Duration
-	hasRetryAfter bool
-	// limit is X-RateLimit-Limit (its window unknown), 0 when not given.
-	limit int
-	// policies are the RateLimit-Policy items.
-	policies []ratePolicy
-	// remaining units until reset, if hasBudget.
-	remaining int
-	reset     time.Duration
-	hasBudget bool
-	// usage is the highest percentage of X-App-Usage, if hasUsage.
-	usage    float64
-	hasUsage bool
+// MaxCount bounds the limits and remainders read from headers.
+const MaxCount = 1 << 40
+
+// Said is what one response said about its key's limits.
+type Said struct {
+	// Refused says the response is a refusal (Dialect.Read).
+	Refused bool
+	// RetryAfter is the Retry-After header, if HasRetryAfter.
+	RetryAfter    time.Duration
+	HasRetryAfter bool
+	// Limit is X-RateLimit-Limit (its window unknown), 0 when not given.
+	Limit int
+	// Policies are the RateLimit-Policy items.
+	Policies []Policy
+	// Remaining units until Reset, if HasBudget.
+	Remaining int
+	Reset     time.Duration
+	HasBudget bool
+	// Usage is the highest percentage of X-App-Usage and
+	// X-Business-Use-Case-Usage, if HasUsage.
+	Usage    float64
+	HasUsage bool
+	// Dims are budgets of other dimensions than the key's requests, each
+	// apart (dialects.go): tokens, a day, an org's allocation.
+	Dims []Budget
+	// Resource is GitHub's x-ratelimit-resource (core, search, graphql);
+	// Bucket is Discord's X-RateLimit-Bucket, and Global its
+	// X-RateLimit-Global: true.
+	Resource, Bucket string
+	Global           bool
 }
 
 // budgetFields are the X-RateLimit-* fields and the IETF draft's older
@@ -54,20 +74,21 @@ var budgetFields = [...]struct {
 }{
 	{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", true},
 	{"Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset", false},
+	{"X-Rate-Limit-Limit", "X-Rate-Limit-Remaining", "X-Rate-Limit-Reset", true}, // X
 }
 
-// ratePolicy is one RateLimit-Policy item: q units per w.
-type ratePolicy struct {
-	q int
-	w time.Duration
+// Policy is one RateLimit-Policy item: Q units per W.
+type Policy struct {
+	Q int
+	W time.Duration
 }
 
-// parseSignals reads the rate-limit headers of a response received at now.
+// ReadHeaders reads the rate-limit headers of a response received at now.
 // Times given as dates (Retry-After, an epoch X-RateLimit-Reset) are taken
 // relative to the response's Date header when it is valid, so that the
 // client's clock skew does not matter.
-func parseSignals(h http.Header, now time.Time) signals {
-	var s signals
+func ReadHeaders(h http.Header, now time.Time) Said {
+	var s Said
 	// The Date header is parsed only when a date or an epoch needs it.
 	var refTime time.Time
 	ref := func() time.Time {
@@ -80,33 +101,40 @@ func parseSignals(h http.Header, now time.Time) signals {
 		return refTime
 	}
 	if v := h.Get("Retry-After"); v != "" {
-		s.retryAfter, s.hasRetryAfter = parseRetryAfter(v, ref)
+		s.RetryAfter, s.HasRetryAfter = parseRetryAfter(v, ref)
 	}
 
-	// X-RateLimit-* (GitHub, X and many others), else the older drafts'
-	// RateLimit-Limit/Remaining/Reset (reset always in seconds from now).
+	// The dialects whose names are their own (dialects.go); Discord's
+	// exact reset first.
+	readDialects(h, &s, ref)
+
+	// X-RateLimit-* (GitHub, Reddit and many others), else the older
+	// drafts' RateLimit-Limit/Remaining/Reset (reset always in seconds
+	// from now), else X's x-rate-limit-*.
 	for _, p := range budgetFields {
 		lim, okL := parseCount(h.Get(p.limit))
-		rem, okR := parseCount(h.Get(p.remaining))
+		rem, okR := parseRemaining(h.Get(p.remaining))
 		reset, okT := parseReset(h.Get(p.reset), ref, p.epochOK)
-		if okL && lim > 0 && s.limit == 0 {
-			s.limit = lim
+		if okL && lim > 0 && s.Limit == 0 {
+			s.Limit = lim
 		}
-		if okR && okT && !s.hasBudget {
-			s.remaining, s.reset, s.hasBudget = rem, reset, true
+		if okR && okT && !s.HasBudget {
+			s.Remaining, s.Reset, s.HasBudget = rem, reset, true
 		}
 	}
 
 	// IETF RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers).
 	if v := h.Values("Ratelimit-Policy"); len(v) > 0 {
-		s.policies = parsePolicies(v)
+		s.Policies = append(s.Policies, parsePolicies(v)...)
 	}
 	if r, t, ok := parseRateLimit(h.Values("Ratelimit")); ok {
-		s.remaining, s.reset, s.hasBudget = r, t, true
+		s.Remaining, s.Reset, s.HasBudget = r, t, true
 	}
 
 	if v := h.Get("X-App-Usage"); v != "" {
-		s.usage, s.hasUsage = parseAppUsage(v)
+		if u, ok := parseAppUsage(v); ok {
+			s.Usage, s.HasUsage = max(s.Usage, u), true
+		}
 	}
 	return s
 }
@@ -114,7 +142,7 @@ func parseSignals(h http.Header, now time.Time) signals {
 // parseRetryAfter reads Retry-After: delta seconds (fractions accepted, as
 // some APIs send them), or an HTTP date taken relative to ref (the response's
 // Date, else the local clock). A date in the past is 0; more than
-// maxServerPause is capped to it.
+// MaxPause is capped to it.
 func parseRetryAfter(v string, ref func() time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
@@ -131,9 +159,57 @@ func parseRetryAfter(v string, ref func() time.Time) (time.Duration, bool) {
 }
 
 // parseSeconds reads a non-negative number of seconds, with an optional
-// fraction, capped at maxServerPause. Signs, exponents, hex, NaN and
+// fraction, capped at MaxPause. Signs, exponents, hex, NaN and
 // infinities are refused.
 func parseSeconds(v string) (time.Duration, bool) {
+	f, ok := parseDecimal(v)
+	if !ok {
+		return 0, false
+	}
+	if f >= MaxPause.Seconds() {
+		return MaxPause, true
+	}
+	return time.Duration(math.Round(f * float64(time.Second))), true
+}
+
+// capPause clamps a wait to [0, MaxPause].
+func capPause(d time.Duration) time.Duration {
+	return min(max(d, 0), MaxPause)
+}
+
+// parseCount reads a non-negative integer, at most MaxCount.
+func parseCount(v string) (int, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" || len(v) > 20 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 || n > MaxCount || v[0] == '+' {
+		return 0, false
+	}
+	return int(n), true
+}
+
+// parseReset reads a reset: epoch seconds when epochOK and the value is at
+// least epochThreshold (taken relative to ref, the response's Date), else
+// seconds from now. A reset in the past is 0, one beyond MaxPause is
+// capped to it.
+func parseReset(v string, ref func() time.Time, epochOK bool) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if f, ok := parseDecimal(v); ok && epochOK && f >= epochThreshold {
+		// Discord sends its epoch with a fraction: 1470173023.123.
+		sec, frac := math.Modf(f)
+		return capPause(time.Unix(int64(sec), int64(math.Round(frac*1e9))).Sub(ref())), true
+	}
+	return parseSeconds(v)
+}
+
+// parseDecimal reads a non-negative decimal number (digits, one optional
+// dot between digits) of at most 32 bytes.
+func parseDecimal(v string) (float64, bool) {
 	if v == "" || len(v) > 32 {
 		return 0, false
 	}
@@ -148,64 +224,39 @@ func parseSeconds(v string) (time.Duration, bool) {
 		}
 	}
 	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, false
-	}
-	if f >= maxServerPause.Seconds() {
-		return maxServerPause, true
-	}
-	return time.Duration(f * float64(time.Second)), true
+	return f, err == nil && f >= 0 && !math.IsInf(f, 0)
 }
 
-// capPause clamps a wait to [0, maxServerPause].
-func capPause(d time.Duration) time.Duration {
-	return min(max(d, 0), maxServerPause)
-}
-
-// parseCount reads a non-negative integer, at most maxCount.
-func parseCount(v string) (int, bool) {
+// parseRemaining reads a count that may come with a fraction (Reddit's
+// X-Ratelimit-Remaining: 598.0), rounded down, at most MaxCount.
+func parseRemaining(v string) (int, bool) {
 	v = strings.TrimSpace(v)
-	if v == "" || len(v) > 20 {
+	if n, ok := parseCount(v); ok {
+		return n, true
+	}
+	f, ok := parseDecimal(v)
+	if !ok || f > MaxCount {
 		return 0, false
 	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 || n > maxCount || v[0] == '+' {
-		return 0, false
-	}
-	return int(n), true
-}
-
-// parseReset reads a reset: epoch seconds when epochOK and the value is at
-// least epochThreshold (taken relative to ref, the response's Date), else
-// seconds from now. A reset in the past is 0, one beyond maxServerPause is
-// capped to it.
-func parseReset(v string, ref func() time.Time, epochOK bool) (time.Duration, bool) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0, false
-	}
-	if n, ok := parseCount(v); ok && epochOK && n >= epochThreshold {
-		return capPause(time.Unix(int64(n), 0).Sub(ref())), true
-	}
-	return parseSeconds(v)
+	return int(f), true
 }
 
 // parsePolicies reads RateLimit-Policy items: `"name";q=100;w=60`, several
 // per field or over several fields. Items without a positive q and w, or
 // with a partition key (pk) or a quota unit (qu) other than requests, are
 // skipped: they do not describe this client's count of requests.
-func parsePolicies(fields []string) []ratePolicy {
-	var out []ratePolicy
+func parsePolicies(fields []string) []Policy {
+	var out []Policy
 	for _, it := range sfItems(fields) {
 		q, okQ := parseCount(it.params["q"])
 		w, okW := parseCount(it.params["w"])
-		if len(out) == 8 || !okQ || !okW || q < 1 || w < 1 || w > int(maxPer/time.Second) {
+		if len(out) == 8 || !okQ || !okW || q < 1 || w < 1 || w > int(maxWindow/time.Second) {
 			continue
 		}
 		if qu, ok := it.params["qu"]; ok && strings.Trim(qu, `"`) != "requests" {
 			continue
 		}
-		out = append(out, ratePolicy{q: q, w: time.Duration(w) * time.Second})
+		out = append(out, Policy{Q: q, W: time.Duration(w) * time.Second})
 	}
 	return out
 }
@@ -219,7 +270,7 @@ func parseRateLimit(fields []string) (remaining int, reset time.Duration, ok boo
 		if !okR || !okT {
 			continue
 		}
-		d := capPause(time.Duration(min(t, int(maxServerPause/time.Second))) * time.Second)
+		d := capPause(time.Duration(min(t, int(MaxPause/time.Second))) * time.Second)
 		if !ok || r < remaining || r == remaining && d > reset {
 			remaining, reset, ok = r, d, true
 		}

@@ -1,4 +1,4 @@
-package throttle
+package upstream
 
 import (
 	"net/http"
@@ -7,7 +7,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/throttle-go/throttle/internal/contract"
 )
+
+// testMargin is the rules' margin in these tests: throttle's default.
+const testMargin = 5 * time.Millisecond
 
 var refTime = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 
@@ -26,8 +31,8 @@ func TestParseRetryAfter(t *testing.T) {
 		{"HTTP date", refTime.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second, true},
 		{"RFC 850 date", refTime.Add(10 * time.Second).Format("Monday, 02-Jan-06 15:04:05 GMT"), 10 * time.Second, true},
 		{"date in the past", refTime.Add(-time.Hour).Format(http.TimeFormat), 0, true},
-		{"far-future date is capped", refTime.Add(1000 * time.Hour).Format(http.TimeFormat), maxServerPause, true},
-		{"huge seconds are capped", "99999999999999999999999", maxServerPause, true},
+		{"far-future date is capped", refTime.Add(1000 * time.Hour).Format(http.TimeFormat), MaxPause, true},
+		{"huge seconds are capped", "99999999999999999999999", MaxPause, true},
 		{"negative", "-5", 0, false},
 		{"plus sign", "+5", 0, false},
 		{"exponent", "1e3", 0, false},
@@ -67,74 +72,80 @@ func TestParseSignals(t *testing.T) {
 	tests := []struct {
 		name string
 		h    http.Header
-		want signals
+		want Said
 	}{
-		{"nothing", header(), signals{}},
+		{"nothing", header(), Said{}},
 		{"Retry-After date against the response's Date",
 			header("Date", date, "Retry-After", refTime.Add(30*time.Second).Format(http.TimeFormat)),
-			signals{retryAfter: 30 * time.Second, hasRetryAfter: true}},
+			Said{RetryAfter: 30 * time.Second, HasRetryAfter: true}},
 		{"GitHub: epoch reset against Date",
 			header("Date", date, "X-RateLimit-Limit", "5000", "X-RateLimit-Remaining", "42", "X-RateLimit-Reset", epoch(20*time.Minute)),
-			signals{limit: 5000, remaining: 42, reset: 20 * time.Minute, hasBudget: true}},
+			Said{Limit: 5000, Remaining: 42, Reset: 20 * time.Minute, HasBudget: true}},
 		{"delta-seconds reset",
 			header("X-RateLimit-Limit", "100", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "30"),
-			signals{limit: 100, remaining: 0, reset: 30 * time.Second, hasBudget: true}},
+			Said{Limit: 100, Remaining: 0, Reset: 30 * time.Second, HasBudget: true}},
 		{"a reset in the past is now",
 			header("Date", date, "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", epoch(-time.Minute)),
-			signals{remaining: 0, reset: 0, hasBudget: true}},
+			Said{Remaining: 0, Reset: 0, HasBudget: true}},
 		{"a far-future reset is capped",
 			header("Date", date, "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", epoch(100*24*time.Hour)),
-			signals{remaining: 0, reset: maxServerPause, hasBudget: true}},
+			Said{Remaining: 0, Reset: MaxPause, HasBudget: true}},
 		{"negative and malformed counts are ignored",
 			header("X-RateLimit-Limit", "-1", "X-RateLimit-Remaining", "many", "X-RateLimit-Reset", "10"),
-			signals{}},
+			Said{}},
 		{"older draft fields",
 			header("RateLimit-Limit", "10", "RateLimit-Remaining", "3", "RateLimit-Reset", "7"),
-			signals{limit: 10, remaining: 3, reset: 7 * time.Second, hasBudget: true}},
+			Said{Limit: 10, Remaining: 3, Reset: 7 * time.Second, HasBudget: true}},
 		{"IETF policy and limit",
 			header("RateLimit-Policy", `"burst";q=100;w=60, "daily";q=1000;w=86400`, "RateLimit", `"burst";r=50;t=30`),
-			signals{policies: []ratePolicy{{100, time.Minute}, {1000, 24 * time.Hour}}, remaining: 50, reset: 30 * time.Second, hasBudget: true}},
+			Said{Policies: []Policy{{100, time.Minute}, {1000, 24 * time.Hour}}, Remaining: 50, Reset: 30 * time.Second, HasBudget: true}},
 		{"IETF: tokens, several fields, the fewest remaining",
 			header("RateLimit-Policy", `default;q=10;w=1`, "RateLimit-Policy", `slow;q=100;w=60`, "RateLimit", `a;r=5;t=1, b;r=2;t=9`),
-			signals{policies: []ratePolicy{{10, time.Second}, {100, time.Minute}}, remaining: 2, reset: 9 * time.Second, hasBudget: true}},
+			Said{Policies: []Policy{{10, time.Second}, {100, time.Minute}}, Remaining: 2, Reset: 9 * time.Second, HasBudget: true}},
 		{"IETF: other quota units and broken items are skipped",
 			header("RateLimit-Policy", `"bytes";q=1;w=1;qu="content-bytes", "x";q=-1;w=5, "y";q=5;w=0, "ok";q=7;w=2`),
-			signals{policies: []ratePolicy{{7, 2 * time.Second}}}},
+			Said{Policies: []Policy{{7, 2 * time.Second}}}},
 		{"IETF: quoted commas and semicolons stay in their string",
 			header("RateLimit-Policy", `"a,b;c";q=3;w=1`),
-			signals{policies: []ratePolicy{{3, time.Second}}}},
+			Said{Policies: []Policy{{3, time.Second}}}},
 		{"X-App-Usage", header("X-App-Usage", `{"call_count":28,"total_time":91.5,"total_cputime":25}`),
-			signals{usage: 91.5, hasUsage: true}},
+			Said{Usage: 91.5, HasUsage: true}},
 		{"X-App-Usage capped, negatives ignored", header("X-App-Usage", `{"call_count":1e9,"total_time":-4}`),
-			signals{usage: 1000, hasUsage: true}},
-		{"X-App-Usage malformed", header("X-App-Usage", `{"call_count":"lots"`), signals{}},
+			Said{Usage: 1000, HasUsage: true}},
+		{"X-App-Usage malformed", header("X-App-Usage", `{"call_count":"lots"`), Said{}},
+		{"Discord: an epoch reset with a fraction is an epoch",
+			header("Date", date, "X-RateLimit-Limit", "5", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", epoch(3*time.Second)+".250"),
+			Said{Limit: 5, Remaining: 0, Reset: 3250 * time.Millisecond, HasBudget: true}},
+		{"Reddit: a remaining count with a fraction",
+			header("X-Ratelimit-Used", "2", "X-Ratelimit-Remaining", "598.0", "X-Ratelimit-Reset", "412"),
+			Said{Remaining: 598, Reset: 412 * time.Second, HasBudget: true}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, parseSignals(tc.h, now))
+			assert.Equal(t, tc.want, ReadHeaders(tc.h, now))
 		})
 	}
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// checkSignals is the fuzzers' invariant: whatever the headers say, every
-// duration is within [0, maxServerPause] (a learned window within maxPer),
-// every count within [0, maxCount], a usage within [0, 1000].
-func checkSignals(t *testing.T, s signals) {
+// checkSaid is the fuzzers' invariant: whatever the headers say, every
+// duration is within [0, MaxPause] (a learned window within maxWindow),
+// every count within [0, MaxCount], a usage within [0, 1000].
+func checkSaid(t *testing.T, s Said) {
 	t.Helper()
-	if s.retryAfter < 0 || s.retryAfter > maxServerPause || s.reset < 0 || s.reset > maxServerPause {
-		t.Fatalf("a wait outside [0, %s]: %+v", maxServerPause, s)
+	if s.RetryAfter < 0 || s.RetryAfter > MaxPause || s.Reset < 0 || s.Reset > MaxPause {
+		t.Fatalf("a wait outside [0, %s]: %+v", MaxPause, s)
 	}
-	for _, p := range s.policies {
-		if p.q < 1 || p.q > maxCount || p.w < time.Second || p.w > maxPer {
+	for _, p := range s.Policies {
+		if p.Q < 1 || p.Q > MaxCount || p.W < time.Second || p.W > maxWindow {
 			t.Fatalf("a policy out of bounds: %+v", s)
 		}
 	}
-	if len(s.policies) > 8 || s.limit < 0 || s.limit > maxCount || s.remaining < 0 || s.remaining > maxCount {
+	if len(s.Policies) > 8 || s.Limit < 0 || s.Limit > MaxCount || s.Remaining < 0 || s.Remaining > MaxCount {
 		t.Fatalf("a limit out of bounds: %+v", s)
 	}
-	if s.usage < 0 || s.usage > 1000 {
+	if s.Usage < 0 || s.Usage > 1000 {
 		t.Fatalf("a usage out of bounds: %+v", s)
 	}
 }
@@ -145,7 +156,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, v string) {
 		d, ok := parseRetryAfter(v, func() time.Time { return refTime })
-		if d < 0 || d > maxServerPause || !ok && d != 0 {
+		if d < 0 || d > MaxPause || !ok && d != 0 {
 			t.Fatalf("parseRetryAfter(%q) = %s, %v", v, d, ok)
 		}
 	})
@@ -159,19 +170,17 @@ func FuzzParseSignals(f *testing.F) {
 		h := header("Retry-After", retry, "X-RateLimit-Limit", limit, "X-RateLimit-Remaining", remaining,
 			"X-RateLimit-Reset", reset, "RateLimit-Policy", policy, "RateLimit", rl, "X-App-Usage", usage,
 			"RateLimit-Limit", limit, "RateLimit-Remaining", remaining, "RateLimit-Reset", reset, "Date", date)
-		s := parseSignals(h, refTime)
-		checkSignals(t, s)
+		s := ReadHeaders(h, refTime)
+		checkSaid(t, s)
 		// What the rule learns from it is bounded too.
-		r, err := compile(Rule{Host: "h", Limits: []Limit{PerSecond(60), PerHour(5000)}}, false)
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := New([]contract.Limit{{N: 60, Per: time.Second}, {N: 5000, Per: time.Hour}}, testMargin, nil, nil)
 		for _, throttled := range []bool{false, true} {
-			l := r.learn(s, throttled)
-			if l.Pause < 0 || l.Pause > maxServerPause || l.Reset < 0 || l.Reset > maxServerPause {
+			s.Refused = throttled
+			l := r.Learn(s)
+			if l.Pause < 0 || l.Pause > MaxPause || l.Reset < 0 || l.Reset > MaxPause {
 				t.Fatalf("learned a wait out of bounds: %+v from %+v", l, s)
 			}
-			if l.Limit.N < 0 || l.Limit.N > 0 && l.Limit.Per > time.Hour+DefaultMargin {
+			if l.Limit.N < 0 || l.Limit.N > 0 && l.Limit.Per > time.Hour+testMargin {
 				t.Fatalf("learned a limit beyond the rule's longest window: %+v", l)
 			}
 			if err := l.Validate("k"); err != nil {
@@ -190,7 +199,7 @@ func BenchmarkParseSignals(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			for range b.N {
-				_ = parseSignals(h, refTime)
+				_ = ReadHeaders(h, refTime)
 			}
 		})
 	}

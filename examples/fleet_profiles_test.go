@@ -1,0 +1,184 @@
+//go:build integration
+
+package examples_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/profiles"
+	"github.com/throttle-go/throttle/store"
+	"github.com/throttle-go/throttle/throttletest"
+)
+
+// TestFleetProfiles runs a profile family against the fake of its API
+// (throttletest) over real HTTP: 3 groups of 4 workers, each group on a
+// Transport and a Redis client of its own (a process each, but for the
+// binary), one real redis-server, limits scaled down so that a run lasts a
+// few seconds. It counts the fake's refusals after the first window and
+// the share of the binding limit the fleet used after it.
+//
+//	go test -tags integration -run 'TestFleetProfiles' -v ./examples/
+//
+// FLEET_PROFILE_REPS=10 repeats every family (cold: a fresh key each run).
+func TestFleetProfiles(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the profiles' fleet runs for about 40s")
+	}
+	reps := 1
+	if v := os.Getenv("FLEET_PROFILE_REPS"); v != "" {
+		var err error
+		reps, err = strconv.Atoi(v)
+		require.NoError(t, err, "FLEET_PROFILE_REPS")
+	}
+	srv, _ := startRedis(t)
+	families := []struct {
+		name string
+		// make returns the rule, the fake, what a worker sends, and the
+		// binding limit (n per w).
+		make     func() (throttle.Rule, *throttletest.Upstream, string, string, [2]string, int, time.Duration)
+		duration time.Duration
+	}{
+		{"GitHub: hourly window (3s), points, in flight, 403s", func() (throttle.Rule, *throttletest.Upstream, string, string, [2]string, int, time.Duration) {
+			// 300 per 3s and 54 points per 50ms: GitHub's proportions.
+			up, err := throttletest.NewGitHub(throttletest.Config{N: 300, Window: 3 * time.Second})
+			require.NoError(t, err)
+			r := profiles.GitHub()
+			r.Limits = []throttle.Limit{throttle.Per(300, 3*time.Second), throttle.Per(54, 50*time.Millisecond)}
+			return r, up, http.MethodGet, "https://api.github.com/repos/a/b", [2]string{"Authorization", "Bearer t"}, 300, 3 * time.Second
+		}, 10500 * time.Millisecond},
+		{"Discord: a route's bucket (10 per 3s), the global limit", func() (throttle.Rule, *throttletest.Upstream, string, string, [2]string, int, time.Duration) {
+			up, err := throttletest.NewDiscord(throttletest.Config{N: 10, Window: 3 * time.Second})
+			require.NoError(t, err)
+			return profiles.Discord(), up, http.MethodPost, "https://discord.com/api/v10/channels/1/messages", [2]string{"Authorization", "Bot t"}, 10, 3 * time.Second
+		}, 10500 * time.Millisecond},
+		{"Meta: usage percentages (100 per rolling 2s)", func() (throttle.Rule, *throttletest.Upstream, string, string, [2]string, int, time.Duration) {
+			up, err := throttletest.NewMeta(throttletest.Config{N: 100, Window: 2 * time.Second})
+			require.NoError(t, err)
+			r := profiles.Meta(100)
+			r.Limits = []throttle.Limit{throttle.Per(100, 2*time.Second)}
+			return r, up, http.MethodGet, "https://graph.facebook.com/v19.0/me?access_token=app", [2]string{}, 100, 2 * time.Second
+		}, 7 * time.Second},
+		{"Google Maps: a 200 that says OVER_QUERY_LIMIT (100 per aligned 2s)", func() (throttle.Rule, *throttletest.Upstream, string, string, [2]string, int, time.Duration) {
+			up, err := throttletest.NewGoogleMaps(throttletest.Config{N: 100, Window: 2 * time.Second})
+			require.NoError(t, err)
+			r := profiles.GoogleMaps(100)
+			r.Limits = []throttle.Limit{throttle.Per(100, 2*time.Second)}
+			return r, up, http.MethodGet, "https://maps.googleapis.com/maps/api/geocode/json?key=k&address=x", [2]string{}, 100, 2 * time.Second
+		}, 7 * time.Second},
+	}
+	for _, f := range families {
+		t.Run(f.name, func(t *testing.T) {
+			var lates []int
+			var shares []float64
+			for rep := range reps {
+				rule, up, method, target, hdr, n, w := f.make()
+				// A fresh key each run: the store is cold.
+				rule.Name = rule.Name + "-" + strconv.Itoa(rep) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+				late, share := runProfileFleet(t, srv.Addr, rule, up, method, target, hdr, n, w, f.duration)
+				lates, shares = append(lates, late), append(shares, share)
+			}
+			slices.Sort(lates)
+			slices.Sort(shares)
+			t.Logf("%d runs: refusals after the first window %v (median %d); share of the binding limit %.3f (median %.3f)",
+				reps, lates, lates[len(lates)/2], shares, shares[len(shares)/2])
+		})
+	}
+}
+
+// runProfileFleet runs one cold fleet and returns the fake's refusals after
+// the first window of n per w, and the steady share of n per w the fake
+// accepted (steadyShare: w over the mean time from an accepted request to
+// the n-th after it).
+func runProfileFleet(t *testing.T, redisAddr string, rule throttle.Rule, up *throttletest.Upstream, method, target string, hdr [2]string, n int, w, d time.Duration) (late int, share float64) {
+	t.Helper()
+	api := httptest.NewServer(up)
+	defer api.Close()
+	apiURL, err := url.Parse(api.URL)
+	require.NoError(t, err)
+	wire := &http.Transport{MaxIdleConnsPerHost: 16}
+	defer wire.CloseIdleConnections()
+	// base sends every request to the fake, whatever its host.
+	base := roundTripper(func(r *http.Request) (*http.Response, error) {
+		r = r.Clone(r.Context())
+		r.URL.Scheme, r.URL.Host = apiURL.Scheme, apiURL.Host
+		return wire.RoundTrip(r)
+	})
+	// Each key of a run is new: the rule's name is the key's prefix.
+	rule.Key = prefixed(rule.Name, rule.Key)
+	end := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for range 3 {
+		st, closeStore, err := store.NewRedisURL("redis://" + redisAddr)
+		require.NoError(t, err)
+		defer func() { _ = closeStore.Close() }()
+		tr, err := throttle.New(base, st, throttle.WithRule(rule))
+		require.NoError(t, err)
+		for range 4 {
+			wg.Go(func() {
+				for time.Now().Before(end) {
+					ctx, cancel := context.WithDeadline(context.Background(), end)
+					req, err := http.NewRequestWithContext(ctx, method, target, nil)
+					if err != nil {
+						t.Error(err)
+						cancel()
+						return
+					}
+					if hdr[0] != "" {
+						req.Header.Set(hdr[0], hdr[1])
+					}
+					resp, err := tr.RoundTrip(req)
+					var le *throttle.LimitError
+					switch {
+					case errors.As(err, &le):
+						select {
+						case <-time.After(max(le.RetryAfter, time.Millisecond)):
+						case <-ctx.Done():
+						}
+					case err == nil:
+						_, _ = io.Copy(io.Discard, resp.Body)
+						_ = resp.Body.Close()
+					}
+					cancel()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	total := up.Stats().Total
+	edge := total.FirstAccepted.Add(w)
+	for _, at := range total.RejectedAt {
+		if !at.Before(edge) {
+			late++
+		}
+	}
+	share = steadyShare(n, w, total.Arrivals)
+	t.Logf("%s: %d accepted, %d refused (%d after the first window), %.3f of %d per %s",
+		rule.Name, total.Accepted, total.Rejected, late, share, n, w)
+	return late, share
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// prefixed keys as key does, behind prefix.
+func prefixed(prefix string, key throttle.KeyFunc) throttle.KeyFunc {
+	return func(r *http.Request) (string, error) {
+		k, err := key(r)
+		return prefix + ":" + k, err
+	}
+}

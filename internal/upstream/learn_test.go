@@ -1,0 +1,59 @@
+package upstream
+
+import (
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/throttle-go/throttle/internal/contract"
+)
+
+// X-RateLimit-Limit is read as a limit over the rule's longest window only
+// from half of that window's configured N: a GCRA or a token bucket sends
+// its burst there, and a learned limit must not hold the fleet far below
+// its configured rate.
+func TestLearnXRateLimitLimit(t *testing.T) {
+	r := New([]contract.Limit{{N: 100, Per: time.Second}}, testMargin, nil, nil)
+	sec := time.Second + testMargin
+	for _, c := range []struct {
+		name      string
+		throttled bool
+		kv        []string
+		limit     contract.Limit
+		pause     time.Duration
+	}{
+		{"throttled GCRA burst 0, 429: a pause, no limit", true,
+			[]string{"Retry-After", "1", "X-RateLimit-Limit", "1", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1"}, contract.Limit{}, time.Second},
+		{"throttled GCRA burst 0, 200: nothing", false,
+			[]string{"X-RateLimit-Limit", "1", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1"}, contract.Limit{}, 0},
+		{"a bucket of 10 in the older draft's field: nothing", false,
+			[]string{"RateLimit-Limit", "10", "RateLimit-Remaining", "3", "RateLimit-Reset", "1"}, contract.Limit{}, 0},
+		{"49: a burst size", false, []string{"X-RateLimit-Limit", "49"}, contract.Limit{}, 0},
+		{"50: a limit per window", false, []string{"X-RateLimit-Limit", "50"}, contract.Limit{N: 50, Per: sec}, 0},
+		{"80 on a 429: a limit per window and a pause", true,
+			[]string{"Retry-After", "1", "X-RateLimit-Limit", "80"}, contract.Limit{N: 80, Per: sec}, time.Second},
+		{"throttled GCRA burst 99 (100): implied, nothing", false,
+			[]string{"X-RateLimit-Limit", "100", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1"}, contract.Limit{}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := http.Header{}
+			for i := 0; i < len(c.kv); i += 2 {
+				h.Set(c.kv[i], c.kv[i+1])
+			}
+			sig := ReadHeaders(h, refTime)
+			sig.Refused = c.throttled
+			l := r.Learn(sig)
+			assert.Equal(t, c.limit, l.Limit)
+			assert.Equal(t, c.pause, l.Pause)
+		})
+	}
+	// Over the longest window, against its N.
+	r = New([]contract.Limit{{N: 100, Per: time.Second}, {N: 5000, Per: time.Hour}}, testMargin, nil, nil)
+	for n, want := range map[int]contract.Limit{2499: {}, 2500: {N: 2500, Per: time.Hour + testMargin}} {
+		l := r.Learn(ReadHeaders(http.Header{"X-Ratelimit-Limit": {strconv.Itoa(n)}}, refTime))
+		assert.Equal(t, want, l.Limit, "X-RateLimit-Limit %d under PerHour(5000)", n)
+	}
+}

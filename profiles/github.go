@@ -1,0 +1,52 @@
+package profiles
+
+import (
+	"time"
+
+	"github.com/throttle-go/throttle"
+)
+
+// githubRefusals are GitHub's refusals beyond a 429: a 403 with
+// x-ratelimit-remaining: 0 (the primary limit) or with retry-after (a
+// secondary limit).
+var githubRefusals = []throttle.Refusal{
+	{Status: 403, Header: "X-RateLimit-Remaining", Value: "0"},
+	{Status: 403, Header: "Retry-After"},
+}
+
+// GitHub returns the rule of GitHub's REST API (api.github.com) for a
+// token: 5,000 requests per hour (a fixed window that GitHub resets at the
+// epoch it sends, so the rule sends without a default pace), 900 per minute
+// (the secondary limit's points, for GET requests: a POST costs 5 points,
+// which a per-limit cost will express), and 100 requests in flight at once.
+// A 403 with x-ratelimit-remaining: 0 or with retry-after is a refusal.
+// Search has budgets apart: use GitHubSearch for /search. Documented at
+// docs.github.com, "Rate limits for the REST API", as of 2026-05.
+func GitHub() throttle.Rule {
+	return throttle.Rule{
+		Name:          "github",
+		Host:          "api.github.com",
+		Key:           throttle.ByAuthorization(),
+		Limits:        []throttle.Limit{throttle.PerHour(5000), throttle.PerMinute(900)},
+		NoDefaultPace: true,
+		InFlight:      100,
+		Refused:       githubRefusals,
+		MaxServerWait: time.Minute,
+	}
+}
+
+// GitHubSearch returns the rule of GitHub's search API (api.github.com,
+// /search): 30 requests per minute for a token, a budget apart from the
+// REST API's (x-ratelimit-resource: search). Documented at docs.github.com,
+// "Rate limits for the REST API" and "REST API endpoints for search", as of
+// 2026-05.
+func GitHubSearch() throttle.Rule {
+	return throttle.Rule{
+		Name:       "github-search",
+		Host:       "api.github.com",
+		PathPrefix: "/search",
+		Key:        throttle.ByAuthorization(),
+		Limits:     []throttle.Limit{throttle.PerMinute(30)},
+		Refused:    githubRefusals,
+	}
+}

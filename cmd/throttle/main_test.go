@@ -378,10 +378,11 @@ func TestCheckCommand(t *testing.T) {
 	require.NoError(t, c.ConfigSet(ctx, "maxmemory", "1gb").Err())
 	defer c.ConfigSet(ctx, "maxmemory", old["maxmemory"])
 	code, out, _ = runCLI("check", "-redis", "redis://"+srv.Addr+"/0")
-	assert.Equal(t, 0, code, "a warning is not a failure")
-	assert.Contains(t, out, "warn  ")
-	assert.Contains(t, out, "allkeys-lru")
+	assert.Equal(t, exitFailed, code, "the library refuses this server: check fails\n%s", out)
+	assert.Regexp(t, `(?m)^FAIL  eviction: .*allkeys-lru.*ErrEvictingPolicy`, out)
 	assert.Contains(t, out, "ok    latency", "the latency is measured all the same")
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory", old["maxmemory"]).Err())
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory-policy", old["maxmemory-policy"]).Err())
 
 	// Under store.ACLRule (no PING, no CONFIG), the check runs.
 	aclUser := fmt.Sprintf("rule%d", time.Now().UnixNano())

@@ -71,7 +71,8 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 // check runs every check on rdb, reporting to r.
 func check(ctx context.Context, r *report, rdb redis.UniversalClient, prefix, addr string) {
-	// TIME, not PING: store.ACLRule grants the one and not the other.
+	// TIME, not PING: a user made with an older store.ACLRule may lack
+	// PING.
 	if err := rdb.Time(ctx).Err(); err != nil && !strings.Contains(err.Error(), "NOPERM") {
 		r.fail("connect to %s: %v", addr, err)
 		return
@@ -194,7 +195,7 @@ func checkLatency(ctx context.Context, r *report, rdb redis.UniversalClient, pre
 		r.fail("store: %v", err)
 		return
 	}
-	// PING, or TIME where the user may not PING (store.ACLRule).
+	// PING, or TIME where the user may not PING (an older store.ACLRule).
 	base, ping := "PING", func() error { return rdb.Ping(ctx).Err() }
 	if err := ping(); err != nil && strings.Contains(err.Error(), "NOPERM") {
 		base, ping = "TIME", func() error { return rdb.Time(ctx).Err() }

@@ -116,18 +116,16 @@ func (c *conn) open(extra ...store.RedisOption) (redis.UniversalClient, contract
 	}
 	sec := &secrets{}
 	sec.addURL(url)
-	st, closer, err := store.NewRedisURL(url, append([]store.RedisOption{store.WithPrefix(c.prefix)}, extra...)...)
+	st, client, err := store.NewRedisURL(url, append([]store.RedisOption{store.WithPrefix(c.prefix)}, extra...)...)
 	if err != nil {
 		// NewRedisURL's errors never quote the URL or its password.
 		return nil, nil, nil, fmt.Errorf("%w: %s", errBadURL, sec.clean(err))
 	}
-	// NewRedisURL's closer is the client it made, and its store the Redis
-	// store, which has the operator's side.
-	client, ok := closer.(redis.UniversalClient)
-	adm, isAdmin := st.(contract.Admin)
-	if !ok || !isAdmin {
-		_ = closer.Close()
-		return nil, nil, nil, fmt.Errorf("throttle: unexpected client %T or store %T", closer, st)
+	// NewRedisURL's store is the Redis store, which has the operator's side.
+	adm, ok := st.(contract.Admin)
+	if !ok {
+		_ = client.Close()
+		return nil, nil, nil, fmt.Errorf("throttle: unexpected store %T", st)
 	}
 	return client, adm, sec, nil
 }

@@ -147,6 +147,7 @@ func (r *rule) storeErr(err error) error {
 // requests), and reports it to the hook and the logger, if any. Repeated
 // lines above Debug are summed up (logs.go).
 func (c *core) observe(ctx context.Context, s *ruleStats, d Decision) {
+	c.pub.touch() // publish.go
 	s.record(d)
 	if c.onDecision != nil {
 		c.onDecision(d)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,7 +39,8 @@ type core struct {
 	onDecision func(Decision)
 	onFeedback func(Feedback)
 	logger     *slog.Logger
-	keySecret  []byte // nil: keys are hashed only when long (keyfunc.go)
+	keySecret  []byte     // nil: keys are hashed only when long (keyfunc.go)
+	pub        *publisher // the rules published in the store (publish.go)
 }
 
 // newCore builds the core of c's rules on st; guarded says the sends are
@@ -66,6 +68,11 @@ func newCore(st store.Store, c config, guarded bool) (*core, error) {
 		return nil, err
 	}
 	k.eng = e
+	kind, rules := "limiter", append(c.rules[:len(c.rules):len(c.rules)], c.def)
+	if guarded {
+		kind = "transport"
+	}
+	k.pub = newPublisher(st, kind, slices.DeleteFunc(rules, func(r *rule) bool { return r == nil }), c.keySecret != nil, e.Now)
 	return k, nil
 }
 

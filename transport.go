@@ -155,6 +155,7 @@ func (t *Transport) keyOf(r *rule, req *http.Request) (keyed, error) {
 	if err != nil {
 		return keyed{}, &KeyError{Rule: r.Name, Reason: err.Error()}
 	}
+	t.pub.noteKey(r.Name, key)       // publish.go: its scheme, never the key
 	k := keyed{key: t.storeKey(key)} // keyfunc.go: HMAC with a secret, else long keys hashed
 	k.skey = r.scope + k.key
 	if r.also != nil {

@@ -3,6 +3,8 @@
 //
 //	go install github.com/throttle-go/throttle/cmd/throttle@latest
 //
+//	throttle rules
+//	throttle usage -rule NAME (-key RATEKEY | -token-file F) [-secret-file F]
 //	throttle usage -rule NAME -limit 100/1s [-limit 5000/1h] (-key RATEKEY | -token-file F -by KIND) [-secret-file F]
 //	throttle watch …the same flags… [-every 1s] [-for DURATION]
 //	throttle reset …the same flags… [-yes]
@@ -49,6 +51,7 @@ const (
 const usageText = `usage: throttle <command> [flags]
 
 commands:
+  rules   list the rules the running processes publish; warn where they disagree
   usage   print the usage of one rate key, per limit
   watch   print it every interval until interrupted (or -for)
   reset   delete the state of one rate key (asks unless -yes)
@@ -76,6 +79,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		cmd = cmdReset
 	case "check":
 		cmd = cmdCheck
+	case "rules":
+		cmd = cmdRules
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usageText)
 		return exitOK

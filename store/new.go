@@ -37,6 +37,10 @@ import (
 //	p{k}:fixed    HASH: FixedWindow's counters (":counter", ":buckets" alike)
 //	p{k}:p        HASH: what the upstream said (pauses, learned limits)
 //
+// and, outside any rate key's braces, the rules each process publishes for
+// the operator's tools: p + "rules" (HASH: process → expiry) and
+// p + "rules:" + process (STRING, with a TTL).
+//
 // The braces make k its own Cluster hash tag, so all of a rate key's Redis
 // keys land in the same slot. A rate key that starts with its own hash tag,
 // "{tag}rest", is used as it is (p{tag}rest, p{tag}rest:pace, ...), so that

@@ -81,7 +81,7 @@ func (c *core) now() time.Time { return c.eng.Now() }
 
 // NewLimiter returns a Limiter that keeps its state in st, under r: its
 // Name (required: it names the limiter's logs in the store), Limits, FailFast,
-// MaxWait, MaxServerWait, Margin and Algorithm. The fields that read an
+// MaxWait, MaxServerWait, Margin, Algorithm and Shadow. The fields that read an
 // HTTP request (Host, PathPrefix, Method, Key, Also, Cost, IgnoreUpstream,
 // Retries) are a *ConfigError, and so are the options for a Transport's
 // requests (WithRule, WithDefault, WithUnmatchedSent). It does no I/O.
@@ -147,7 +147,7 @@ func limiterRule(r Rule) (*rule, error) {
 // ErrInvalidCost for a cost outside 1 to the least N of the limits.
 func (l *Limiter) Wait(ctx context.Context, key string, cost int) error {
 	d := l.decide(ctx, key, cost, l.r.maxWait)
-	if d.Outcome == Sent || d.Outcome == FailedOpen {
+	if d.Outcome == Sent || d.Outcome == FailedOpen || d.Shadow {
 		return nil
 	}
 	return d.Err
@@ -159,6 +159,9 @@ func (l *Limiter) Wait(ctx context.Context, key string, cost int) error {
 // ErrInvalidCost; under WithFailOpen a failed store allows.
 func (l *Limiter) Allow(ctx context.Context, key string, cost int) (bool, error) {
 	d := l.decide(ctx, key, cost, 0)
+	if d.Shadow {
+		return true, nil
+	}
 	switch d.Outcome {
 	case Sent, FailedOpen:
 		return true, nil
@@ -175,6 +178,8 @@ func (l *Limiter) decide(ctx context.Context, key string, cost int, maxWait time
 	var d Decision
 	if err != nil {
 		d = l.r.failed(k, err)
+	} else if l.r.Shadow {
+		d = l.c.shadowed(ctx, l.r, k, maxWait) // shadow.go: recorded, never waited for
 	} else {
 		a := l.c.eng.Admit(ctx, &l.r.plan, k.eng(), maxWait) // internal/engine
 		d = l.r.decision(k, &a.Verdict)
@@ -208,6 +213,8 @@ func (l *Limiter) Reserve(ctx context.Context, key string, cost int) (*Reservati
 	rv := &Reservation{l: l, k: k}
 	if err != nil {
 		rv.d = l.r.failed(k, err)
+	} else if l.r.Shadow {
+		rv.d = l.c.shadowed(ctx, l.r, k, l.r.maxWait) // shadow.go
 	} else if rv.a = l.c.eng.Reserve(ctx, &l.r.plan, k.eng(), l.r.maxWait); rv.a.Held() { // internal/engine: the slot, not the wait
 		return rv, nil
 	} else {
@@ -215,7 +222,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, cost int) (*Reservati
 	}
 	rv.done = true
 	l.c.observe(ctx, l.r.stats, rv.d)
-	if rv.d.Outcome == FailedOpen {
+	if rv.d.Outcome == FailedOpen || rv.d.Shadow {
 		return rv, nil
 	}
 	return nil, rv.d.Err
@@ -295,7 +302,7 @@ func (r *Reservation) Wait(ctx context.Context) error {
 		r.d = r.l.r.decision(r.k, &r.a.Verdict)
 		c.observe(ctx, r.l.r.stats, r.d)
 	}
-	if r.d.Outcome == Sent || r.d.Outcome == FailedOpen {
+	if r.d.Outcome == Sent || r.d.Outcome == FailedOpen || r.d.Shadow {
 		return nil
 	}
 	return r.d.Err

@@ -55,13 +55,16 @@ type Stats struct {
 	Unmatched RuleStats
 }
 
-// Total returns the sum of the counts of every rule and of Unmatched. Its
-// Rule is empty.
+// Total returns the sum of the counts of every enforced rule and of
+// Unmatched: shadow rules (Rule.Shadow) are left out, since their requests
+// are the enforced rules' too. Its Rule is empty.
 func (s Stats) Total() RuleStats {
 	t := s.Unmatched
 	t.Wait.Bounds = slices.Clone(t.Wait.Bounds)
 	for _, r := range s.Rules {
-		t.add(r)
+		if !r.Shadow {
+			t.add(r)
+		}
 	}
 	t.Rule = ""
 	return t
@@ -70,6 +73,9 @@ func (s Stats) Total() RuleStats {
 // RuleStats counts what happened to the requests of one rule.
 type RuleStats struct {
 	Rule string
+	// Shadow is set for a shadow rule (Rule.Shadow): its counts are what
+	// it would have done, not what was done to the requests.
+	Shadow bool
 	// Requests counts the decisions by outcome, one per attempt (a
 	// retry is counted again): Requests[Limited] is the number refused
 	// by a limit.
@@ -159,6 +165,7 @@ func (t *Transport) Stats() Stats {
 // request path, read by Stats.
 type ruleStats struct {
 	name     string
+	shadow   bool
 	outcomes [numOutcomes]atomic.Uint64 // but Sent: the sum of wait
 	wait     [numWaitBuckets]atomic.Uint64
 	waitSum  atomic.Uint64 // nanoseconds
@@ -183,7 +190,7 @@ func bindStats(rules []*rule, def *rule) []*ruleStats {
 		}
 		s := byName[r.Name]
 		if s == nil {
-			s = &ruleStats{name: r.Name}
+			s = &ruleStats{name: r.Name, shadow: r.Shadow}
 			byName[r.Name] = s
 			list = append(list, s)
 		}
@@ -239,7 +246,7 @@ func (s *ruleStats) count(resp *http.Response) (throttled bool) {
 }
 
 func (s *ruleStats) snapshot() RuleStats {
-	r := RuleStats{Rule: s.name, Retakes: s.retakes.Load()}
+	r := RuleStats{Rule: s.name, Shadow: s.shadow, Retakes: s.retakes.Load()}
 	r.Store.Refused, r.Store.Open, r.Store.Local = s.refused.Load(), s.open.Load(), s.local.Load()
 	u := &r.Upstream
 	u.TooManyRequests, u.Unavailable = s.tooMany.Load(), s.unavailable.Load()

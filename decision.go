@@ -154,6 +154,7 @@ func (r *rule) storeErr(err error) error {
 func (c *core) observe(ctx context.Context, s *ruleStats, d Decision) {
 	c.pub.touch() // publish.go
 	s.record(d)
+	s.recent.note(c.eng.Now, d) // saturation.go
 	if c.onDecision != nil {
 		c.onDecision(d)
 	}

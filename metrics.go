@@ -12,8 +12,9 @@ import (
 	"github.com/throttle-go/throttle/internal/engine"
 )
 
-// This file is the transport's counters: per rule name, atomic, no lock and
-// no allocation on the request path; Stats reads them. The adapters in
+// This file is the transport's counters: per rule name, atomic, no
+// allocation on the request path, and no lock but the short one of the
+// recent windows (saturation.go); Stats reads them. The adapters in
 // metrics/prometheus and metrics/otel (modules of their own) export them.
 
 // numOutcomes is the number of Outcome values.
@@ -135,6 +136,23 @@ type RuleStats struct {
 		// each).
 		Reclaimed uint64
 	}
+	// Recent says how close the rule runs to its limits, from this
+	// process's own decisions (no store call): see docs/operations.md,
+	// "Saturation". Stats.Total leaves it empty.
+	Recent struct {
+		// Limits are the rule's, in its order; Used[i] is the units this
+		// process sent under the rule in the last window of Limits[i]
+		// (its Per, ending now), divided by its N: 1 is the whole limit.
+		// It counts every key of the rule together, so it is the share
+		// of the key's limit for a rule with one key (Fixed, ByHost of
+		// one host), and a bound above any one key's share otherwise.
+		// A shadow rule counts what it would have sent.
+		Limits []Limit
+		Used   []float64
+		// Wait is the mean wait of the requests this process sent under
+		// the rule in the last 10 seconds; zero when none waited.
+		Wait time.Duration
+	}
 }
 
 // WaitHistogram is a distribution of waits.
@@ -177,6 +195,8 @@ type ruleStats struct {
 
 	leases        engine.LeaseCounters // held, queued, lost, reclaimed: the engine's
 	leasesRefused atomic.Uint64
+
+	recent *recent // the sends of the last windows (saturation.go); nil for unmatched requests
 }
 
 // bindStats gives every rule the counters of its name, shared by the rules of
@@ -190,7 +210,7 @@ func bindStats(rules []*rule, def *rule) []*ruleStats {
 		}
 		s := byName[r.Name]
 		if s == nil {
-			s = &ruleStats{name: r.Name, shadow: r.Shadow}
+			s = &ruleStats{name: r.Name, shadow: r.Shadow, recent: newRecent(r)}
 			byName[r.Name] = s
 			list = append(list, s)
 		}
@@ -264,6 +284,7 @@ func (s *ruleStats) snapshot() RuleStats {
 	}
 	r.Requests[Sent] = r.Wait.Count
 	r.Wait.Sum = time.Duration(min(s.waitSum.Load(), math.MaxInt64))
+	s.recent.read(&r)
 	return r
 }
 

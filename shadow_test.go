@@ -14,6 +14,7 @@ import (
 
 	"github.com/throttle-go/throttle"
 	"github.com/throttle-go/throttle/internal/fakestore"
+	"github.com/throttle-go/throttle/operator"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -226,4 +227,22 @@ func TestShadowLimiter(t *testing.T) {
 		assert.Equal(t, throttle.Outcomes{throttle.Sent: 2, throttle.Limited: 3}, s.Requests)
 		require.Error(t, l.Wait(ctx, "", 1), "bad input is still an error")
 	})
+}
+
+// TestShadowPublished: a shadow rule is published as one, with its key
+// scheme once it has derived a key.
+func TestShadowPublished(t *testing.T) {
+	st := newMemory(t)
+	tr := newTransport(t, roundTripperFunc(func(r *http.Request) (*http.Response, error) { return okResponse(r), nil }), st,
+		throttle.WithRule(throttle.Rule{Name: "api", Host: "api.example", Limits: per(10)}),
+		throttle.WithRule(throttle.Rule{Name: "try", Host: "api.example", Limits: per(5), Shadow: true}))
+	send(t, tr, "https://api.example/x")
+	ps, err := operator.Published(context.Background(), st)
+	require.NoError(t, err)
+	require.Len(t, ps, 1)
+	require.Len(t, ps[0].Rules, 2)
+	assert.False(t, ps[0].Rules[0].Shadow)
+	assert.Equal(t, operator.PublishedRule{Name: "try", Match: "host api.example", Limits: per(5), Algorithm: throttle.SlidingLog,
+		Margin: throttle.DefaultMargin, Key: "host", Shadow: true}, ps[0].Rules[1])
+	require.NoError(t, tr.Close())
 }

@@ -51,6 +51,9 @@ type PublishedRule struct {
 	// HashTag names the Also key whose value starts every key of the rule.
 	HashTag string
 	Also    []PublishedAlso
+	// Shadow says the rule is a shadow rule (throttle.Rule.Shadow): it
+	// records what it would do, and enforces nothing.
+	Shadow bool
 }
 
 // PublishedAlso is one Also key of a published rule.
@@ -85,7 +88,7 @@ func Published(ctx context.Context, st store.Store) ([]Process, error) {
 				continue
 			}
 			pr := PublishedRule{Name: r.Name, Match: r.Match, Algorithm: throttle.Algorithm(alg), Margin: time.Duration(r.Margin),
-				NoDefaultPace: r.NoDefaultPace, Key: r.Key, KeySecret: r.KeySecret, HashTag: r.HashTag}
+				NoDefaultPace: r.NoDefaultPace, Key: r.Key, KeySecret: r.KeySecret, HashTag: r.HashTag, Shadow: r.Shadow}
 			for _, l := range r.Limits {
 				pr.Limits = append(pr.Limits, throttle.Limit(l))
 			}
@@ -120,7 +123,7 @@ func Same(a, b PublishedRule) bool {
 		ka, kb = "", ""
 	}
 	return a.Name == b.Name && slices.Equal(a.Limits, b.Limits) && a.Algorithm == b.Algorithm && a.Margin == b.Margin &&
-		a.NoDefaultPace == b.NoDefaultPace && ka == kb && a.KeySecret == b.KeySecret && a.HashTag == b.HashTag &&
+		a.NoDefaultPace == b.NoDefaultPace && ka == kb && a.KeySecret == b.KeySecret && a.HashTag == b.HashTag && a.Shadow == b.Shadow &&
 		slices.EqualFunc(a.Also, b.Also, func(x, y PublishedAlso) bool {
 			return x.Name == y.Name && x.HashTag == y.HashTag && slices.Equal(x.Limits, y.Limits)
 		})

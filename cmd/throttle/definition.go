@@ -133,6 +133,9 @@ func describe(r operator.PublishedRule) string {
 		}
 		s += " also " + a.Name + " " + strings.Join(als, " ")
 	}
+	if r.Shadow {
+		s += " shadow (records, enforces nothing)"
+	}
 	return s
 }
 

@@ -54,8 +54,6 @@ func TestRecent(t *testing.T) {
 		time.Sleep(10 * time.Second)
 		used, wait = recent()
 		assert.Zero(t, wait, "no send in the last 10 s")
-		used, _ = recent()
-		assert.Zero(t, used[0])
-		assert.InDelta(t, 0.2, used[1], 1e-9)
+		assert.InDelta(t, 0.2, used[1], 1e-9, "the minute's window still holds them")
 	})
 }

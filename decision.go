@@ -91,6 +91,11 @@ type Decision struct {
 	// was refused for want of a lease (see LimitError.InFlight).
 	InFlight bool
 	Queued   time.Duration
+	// Shadow is set for the decision of a shadow rule (Rule.Shadow): what
+	// the rule would have done, had it been enforced. Its Outcome, Delay
+	// and Err are the would-be ones; the request was neither delayed nor
+	// refused by it.
+	Shadow bool
 }
 
 // decision maps v, the engine's verdict for k under r, to the Decision and
@@ -147,7 +152,9 @@ func (r *rule) storeErr(err error) error {
 // requests), and reports it to the hook and the logger, if any. Repeated
 // lines above Debug are summed up (logs.go).
 func (c *core) observe(ctx context.Context, s *ruleStats, d Decision) {
+	c.pub.touch() // publish.go
 	s.record(d)
+	s.recent.note(c.eng.Now, d) // saturation.go
 	if c.onDecision != nil {
 		c.onDecision(d)
 	}
@@ -181,6 +188,9 @@ func (c *core) observe(ctx context.Context, s *ruleStats, d Decision) {
 	}
 	if d.Local {
 		attrs = append(attrs, slog.Bool("local", true))
+	}
+	if d.Shadow {
+		attrs = append(attrs, slog.Bool("shadow", true))
 	}
 	if d.Delay > 0 {
 		attrs = append(attrs, slog.Duration("delay", d.Delay))

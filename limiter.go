@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,7 +40,8 @@ type core struct {
 	onDecision func(Decision)
 	onFeedback func(Feedback)
 	logger     *slog.Logger
-	keySecret  []byte // nil: keys are hashed only when long (keyfunc.go)
+	keySecret  []byte     // nil: keys are hashed only when long (keyfunc.go)
+	pub        *publisher // the rules published in the store (publish.go)
 }
 
 // newCore builds the core of c's rules on st; guarded says the sends are
@@ -67,6 +69,11 @@ func newCore(st store.Store, c config, guarded bool) (*core, error) {
 		return nil, err
 	}
 	k.eng = e
+	kind, rules := "limiter", append(c.rules[:len(c.rules):len(c.rules)], c.def)
+	if guarded {
+		kind = "transport"
+	}
+	k.pub = newPublisher(st, kind, slices.DeleteFunc(rules, func(r *rule) bool { return r == nil }), c.keySecret != nil, e.Now)
 	return k, nil
 }
 
@@ -75,7 +82,7 @@ func (c *core) now() time.Time { return c.eng.Now() }
 
 // NewLimiter returns a Limiter that keeps its state in st, under r: its
 // Name (required: it names the limiter's logs in the store), Limits, FailFast,
-// MaxWait, MaxServerWait, Margin and Algorithm. The fields that read an
+// MaxWait, MaxServerWait, Margin, Algorithm and Shadow. The fields that read an
 // HTTP request (Host, PathPrefix, Method, Key, Also, Cost, IgnoreUpstream,
 // Retries) are a *ConfigError, and so are the options for a Transport's
 // requests (WithRule, WithDefault, WithUnmatchedSent). It does no I/O.
@@ -142,7 +149,7 @@ func limiterRule(r Rule) (*rule, error) {
 // ErrInvalidCost for a cost outside 1 to the least N of the limits.
 func (l *Limiter) Wait(ctx context.Context, key string, cost int) error {
 	d := l.decide(ctx, key, cost, l.r.maxWait)
-	if d.Outcome == Sent || d.Outcome == FailedOpen {
+	if d.Outcome == Sent || d.Outcome == FailedOpen || d.Shadow {
 		return nil
 	}
 	return d.Err
@@ -154,6 +161,9 @@ func (l *Limiter) Wait(ctx context.Context, key string, cost int) error {
 // ErrInvalidCost; under WithFailOpen a failed store allows.
 func (l *Limiter) Allow(ctx context.Context, key string, cost int) (bool, error) {
 	d := l.decide(ctx, key, cost, 0)
+	if d.Shadow {
+		return true, nil
+	}
 	switch d.Outcome {
 	case Sent, FailedOpen:
 		return true, nil
@@ -170,6 +180,8 @@ func (l *Limiter) decide(ctx context.Context, key string, cost int, maxWait time
 	var d Decision
 	if err != nil {
 		d = l.r.failed(k, err)
+	} else if l.r.Shadow {
+		d = l.c.shadowed(ctx, l.r, k, maxWait) // shadow.go: recorded, never waited for
 	} else {
 		a := l.c.eng.Admit(ctx, &l.r.plan, k.eng(), maxWait) // internal/engine
 		d = l.r.decision(k, &a.Verdict)
@@ -203,6 +215,8 @@ func (l *Limiter) Reserve(ctx context.Context, key string, cost int) (*Reservati
 	rv := &Reservation{l: l, k: k}
 	if err != nil {
 		rv.d = l.r.failed(k, err)
+	} else if l.r.Shadow {
+		rv.d = l.c.shadowed(ctx, l.r, k, l.r.maxWait) // shadow.go
 	} else if rv.a = l.c.eng.Reserve(ctx, &l.r.plan, k.eng(), l.r.maxWait); rv.a.Held() { // internal/engine: the slot, not the wait
 		return rv, nil
 	} else {
@@ -210,7 +224,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, cost int) (*Reservati
 	}
 	rv.done = true
 	l.c.observe(ctx, l.r.stats, rv.d)
-	if rv.d.Outcome == FailedOpen {
+	if rv.d.Outcome == FailedOpen || rv.d.Shadow {
 		return rv, nil
 	}
 	return nil, rv.d.Err
@@ -290,7 +304,7 @@ func (r *Reservation) Wait(ctx context.Context) error {
 		r.d = r.l.r.decision(r.k, &r.a.Verdict)
 		c.observe(ctx, r.l.r.stats, r.d)
 	}
-	if r.d.Outcome == Sent || r.d.Outcome == FailedOpen {
+	if r.d.Outcome == Sent || r.d.Outcome == FailedOpen || r.d.Shadow {
 		return nil
 	}
 	return r.d.Err

@@ -12,8 +12,9 @@ import (
 	"github.com/throttle-go/throttle/internal/engine"
 )
 
-// This file is the transport's counters: per rule name, atomic, no lock and
-// no allocation on the request path; Stats reads them. The adapters in
+// This file is the transport's counters: per rule name, atomic, no
+// allocation on the request path, and no lock but the short one of the
+// recent windows (saturation.go); Stats reads them. The adapters in
 // metrics/prometheus and metrics/otel (modules of their own) export them.
 
 // numOutcomes is the number of Outcome values.
@@ -55,13 +56,16 @@ type Stats struct {
 	Unmatched RuleStats
 }
 
-// Total returns the sum of the counts of every rule and of Unmatched. Its
-// Rule is empty.
+// Total returns the sum of the counts of every enforced rule and of
+// Unmatched: shadow rules (Rule.Shadow) are left out, since their requests
+// are the enforced rules' too. Its Rule is empty.
 func (s Stats) Total() RuleStats {
 	t := s.Unmatched
 	t.Wait.Bounds = slices.Clone(t.Wait.Bounds)
 	for _, r := range s.Rules {
-		t.add(r)
+		if !r.Shadow {
+			t.add(r)
+		}
 	}
 	t.Rule = ""
 	return t
@@ -70,6 +74,9 @@ func (s Stats) Total() RuleStats {
 // RuleStats counts what happened to the requests of one rule.
 type RuleStats struct {
 	Rule string
+	// Shadow is set for a shadow rule (Rule.Shadow): its counts are what
+	// it would have done, not what was done to the requests.
+	Shadow bool
 	// Requests counts the decisions by outcome, one per attempt (a
 	// retry is counted again): Requests[Limited] is the number refused
 	// by a limit.
@@ -133,6 +140,23 @@ type RuleStats struct {
 		// each).
 		Reclaimed uint64
 	}
+	// Recent says how close the rule runs to its limits, from this
+	// process's own decisions (no store call): see docs/operations.md,
+	// "Saturation". Stats.Total leaves it empty.
+	Recent struct {
+		// Limits are the rule's, in its order; Used[i] is the units this
+		// process sent under the rule in the last window of Limits[i]
+		// (its Per, ending now), divided by its N: 1 is the whole limit.
+		// It counts every key of the rule together, so it is the share
+		// of the key's limit for a rule with one key (Fixed, ByHost of
+		// one host), and a bound above any one key's share otherwise.
+		// A shadow rule counts what it would have sent.
+		Limits []Limit
+		Used   []float64
+		// Wait is the mean wait of the requests this process sent under
+		// the rule in the last 10 seconds; zero when none waited.
+		Wait time.Duration
+	}
 }
 
 // WaitHistogram is a distribution of waits.
@@ -163,6 +187,7 @@ func (t *Transport) Stats() Stats {
 // request path, read by Stats.
 type ruleStats struct {
 	name     string
+	shadow   bool
 	outcomes [numOutcomes]atomic.Uint64 // but Sent: the sum of wait
 	wait     [numWaitBuckets]atomic.Uint64
 	waitSum  atomic.Uint64 // nanoseconds
@@ -174,6 +199,8 @@ type ruleStats struct {
 
 	leases        engine.LeaseCounters // held, queued, lost, reclaimed: the engine's
 	leasesRefused atomic.Uint64
+
+	recent *recent // the sends of the last windows (saturation.go); nil for unmatched requests
 }
 
 // bindStats gives every rule the counters of its name, shared by the rules of
@@ -187,7 +214,7 @@ func bindStats(rules []*rule, def *rule) []*ruleStats {
 		}
 		s := byName[r.Name]
 		if s == nil {
-			s = &ruleStats{name: r.Name}
+			s = &ruleStats{name: r.Name, shadow: r.Shadow, recent: newRecent(r)}
 			byName[r.Name] = s
 			list = append(list, s)
 		}
@@ -243,7 +270,7 @@ func (s *ruleStats) count(resp *http.Response, refused bool) {
 }
 
 func (s *ruleStats) snapshot() RuleStats {
-	r := RuleStats{Rule: s.name, Retakes: s.retakes.Load()}
+	r := RuleStats{Rule: s.name, Shadow: s.shadow, Retakes: s.retakes.Load()}
 	r.Store.Refused, r.Store.Open, r.Store.Local = s.refused.Load(), s.open.Load(), s.local.Load()
 	u := &r.Upstream
 	u.TooManyRequests, u.Unavailable, u.Refusals = s.tooMany.Load(), s.unavailable.Load(), s.refusals.Load()
@@ -261,6 +288,7 @@ func (s *ruleStats) snapshot() RuleStats {
 	}
 	r.Requests[Sent] = r.Wait.Count
 	r.Wait.Sum = time.Duration(min(s.waitSum.Load(), math.MaxInt64))
+	s.recent.read(&r)
 	return r
 }
 

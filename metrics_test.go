@@ -122,6 +122,14 @@ func TestStats(t *testing.T) {
 			Unmatched: unmatched,
 		}
 		got := tr.Stats()
+		// Recent, the share of each limit used in its last window
+		// (saturation_test.go), as the waits above leave it.
+		recent := map[string][]float64{}
+		for i := range got.Rules {
+			recent[got.Rules[i].Rule] = got.Rules[i].Recent.Used
+			got.Rules[i].Recent.Limits, got.Rules[i].Recent.Used, got.Rules[i].Recent.Wait = nil, nil, 0
+		}
+		assert.Equal(t, map[string][]float64{"api": {0}, "ff": {1}, "up": {0.01}, "cost": {0}}, recent)
 		assert.Equal(t, want, got)
 		assert.Equal(t, upstreamStats(2, 1, 2, 0, 1).Upstream, got.Total().Upstream)
 		total := got.Total()

@@ -164,7 +164,9 @@ func WithKeySecret(secret []byte) Option {
 
 // WithFailOpen makes a request that meets a failed store, or one marked
 // down, go out uncounted (Outcome FailedOpen) instead of being refused with a
-// *StoreError, the default. It cannot be given with WithFailLocal.
+// *StoreError, the default. A store that answers but refuses its server
+// (store.ErrEvictingPolicy) has not failed: its requests are refused all the
+// same. It cannot be given with WithFailLocal.
 func WithFailOpen() Option {
 	return optionFunc(func(c *config) error {
 		c.failOpen = true
@@ -180,8 +182,9 @@ func WithFailOpen() Option {
 // within the limit once every worker is local. While the shared store is up,
 // every send it admits is recorded locally too, so that a switch to local
 // starts from this process's recent sends. Decision.Local says that the
-// local limiter decided. share must be in (0, 1]. It cannot be given with
-// WithFailOpen.
+// local limiter decided. As under WithFailOpen, a store that refuses its
+// server (store.ErrEvictingPolicy) has not failed. share must be in (0, 1].
+// It cannot be given with WithFailOpen.
 func WithFailLocal(share float64) Option {
 	return optionFunc(func(c *config) error {
 		if math.IsNaN(share) || share <= 0 || share > 1 {

@@ -78,7 +78,7 @@ func TestBadKeyIsOneKey(t *testing.T) {
 					return err
 				}
 				require.NoError(t, do("a.example"))
-				logs, err := admin.Keys(ctx, store.DefaultPrefix+name+":*").Result()
+				logs, err := admin.Keys(ctx, store.DefaultPrefix+name+":{*").Result() // the logs, not the published rules
 				require.NoError(t, err)
 				require.Len(t, logs, 1)
 				require.NoError(t, admin.Set(ctx, logs[0], "not a log", 0).Err())
@@ -103,7 +103,7 @@ func TestBadKeyIsOneKey(t *testing.T) {
 					assert.NotErrorAs(t, d.Err, &se, "no request met a store marked down")
 					assert.NotEqual(t, throttle.FailedOpen, d.Outcome, "nothing sent uncounted")
 				}
-				all, err := admin.Keys(ctx, store.DefaultPrefix+name+":*").Result()
+				all, err := admin.Keys(ctx, store.DefaultPrefix+name+":{*").Result() // the logs, not the published rules
 				require.NoError(t, err)
 				require.Len(t, all, 2)
 				logB := all[0]

@@ -144,6 +144,17 @@ type Rule struct {
 	// back, with a warning). From 100ms to 24h; zero: 30 seconds
 	// (InFlight only).
 	LeaseFor time.Duration
+
+	// Shadow makes the rule a trial run of a limit: it reserves and
+	// records its slots exactly as if enforced, and reports its decisions
+	// (Decision.Shadow) and its counters (RuleStats.Shadow), but never
+	// delays or refuses a request. It is matched apart from the enforced
+	// rules, among the shadow rules, so that a request gets both its
+	// enforced rule and at most one shadow rule; its name must differ from
+	// theirs. A Limiter of a shadow rule lets every use go at once (Wait
+	// returns nil, Allow true) and records it. See docs/reference.md,
+	// "Shadow rules".
+	Shadow bool
 }
 
 // rule is a validated Rule, ready to match and reserve.

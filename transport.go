@@ -29,6 +29,7 @@ type Transport struct {
 	base      http.RoundTripper
 	rules     []*rule
 	def       *rule
+	shadows   []*rule // the shadow rules, matched apart (shadow.go)
 	fb        feedbackState
 	unmatched unmatchedPolicy
 	warned    warnedHosts // the hosts warned of (unmatched.go)
@@ -62,6 +63,9 @@ func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, er
 	if err := checkNames(rules); err != nil {
 		return nil, err
 	}
+	if err := checkShadows(c.rules, c.def); err != nil { // shadow.go
+		return nil, err
+	}
 	if err := checkAlso(st, rules); err != nil { // multikey.go
 		return nil, err
 	}
@@ -72,7 +76,8 @@ func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, er
 	if err != nil {
 		return nil, err
 	}
-	t := &Transport{core: k, base: base, rules: c.rules, def: c.def, unmatched: c.unmatched}
+	t := &Transport{core: k, base: base, def: c.def, unmatched: c.unmatched}
+	t.rules, t.shadows = splitShadows(c.rules)
 	t.stats = bindStats(c.rules, c.def)
 	return t, nil
 }
@@ -87,6 +92,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, errors.New("throttle: nil request or URL")
 	}
 	ctx := req.Context()
+	t.shadow(ctx, req) // shadow.go: what a shadow rule would do; it never holds req back
 	r := t.match(req)
 	if r == nil {
 		return t.sendUnmatched(ctx, req) // unmatched.go: refuse, send, or warn and send
@@ -156,6 +162,7 @@ func (t *Transport) keyOf(r *rule, req *http.Request) (keyed, error) {
 	if err != nil {
 		return keyed{}, &KeyError{Rule: r.Name, Reason: err.Error()}
 	}
+	t.pub.noteKey(r.Name, key)       // publish.go: its scheme, never the key
 	k := keyed{key: t.storeKey(key)} // keyfunc.go: HMAC with a secret, else long keys hashed
 	k.skey = r.scope + k.key
 	if r.also != nil {

@@ -9,8 +9,9 @@ import (
 // the LIST commands of the log (LLEN for Usage), the HASH commands of the
 // counters and the feedback, GET and SET for a paced limit's state, PEXPIRE
 // and PTTL for the TTLs, and TYPE, LRANGE and DEL for the repair of a key in
-// a wrong state; INFO for the eviction check.
-const aclCommands = "-@all +evalsha +eval +time" +
+// a wrong state; INFO for the eviction check; PING for a program's check at
+// start-up.
+const aclCommands = "-@all +evalsha +eval +time +ping" +
 	" +lindex +lrange +llen +rpush +lrem +lset +ltrim" +
 	" +hget +hmget +hgetall +hset +hdel +hincrby +get +set" +
 	" +pexpire +pttl +type +del +info"
@@ -19,7 +20,7 @@ const aclCommands = "-@all +evalsha +eval +time" +
 // store with the given key prefix (DefaultPrefix unless WithPrefix) needs,
 // for ACL SETUSER or an ACL file:
 //
-//	ACL SETUSER throttle on >password resetkeys ~throttle:* resetchannels -@all +evalsha +eval +time +lindex +lrange +llen +rpush +lrem +lset +ltrim +hget +hmget +hgetall +hset +hdel +hincrby +get +set +pexpire +pttl +type +del +info
+//	ACL SETUSER throttle on >password resetkeys ~throttle:* resetchannels -@all +evalsha +eval +time +ping +lindex +lrange +llen +rpush +lrem +lset +ltrim +hget +hmget +hgetall +hset +hdel +hincrby +get +set +pexpire +pttl +type +del +info
 //
 // The eviction check reads the policy with INFO memory where CONFIG GET is
 // denied, which it is under this rule (CONFIG GET would also show other

@@ -2,7 +2,6 @@ package store
 
 import (
 	"crypto/tls"
-	"io"
 	"log/slog"
 	"time"
 
@@ -38,6 +37,10 @@ import (
 //	p{k}:fixed    HASH: FixedWindow's counters (":counter", ":buckets" alike)
 //	p{k}:p        HASH: what the upstream said (pauses, learned limits)
 //
+// and, outside any rate key's braces, the rules each process publishes for
+// the operator's tools: p + "rules" (HASH: process → expiry) and
+// p + "rules:" + process (STRING, with a TTL).
+//
 // The braces make k its own Cluster hash tag, so all of a rate key's Redis
 // keys land in the same slot. A rate key that starts with its own hash tag,
 // "{tag}rest", is used as it is (p{tag}rest, p{tag}rest:pace, ...), so that
@@ -51,8 +54,9 @@ func NewRedis(client redis.Scripter, opts ...RedisOption) (Store, error) {
 }
 
 // NewRedisURL returns a Redis store on a client it makes from rawURL, and
-// that client as the io.Closer to close when the store is no longer used. It
-// does no I/O. The URL says which client:
+// that client, to ping at start-up (its Ping; the user of ACLRule may) and
+// to close when the store is no longer used. It does no I/O. The URL says
+// which client:
 //
 //	redis://[user:password@]host:port[/db][?options]            one server
 //	rediss://...                                                the same over TLS
@@ -63,8 +67,9 @@ func NewRedis(client redis.Scripter, opts ...RedisOption) (Store, error) {
 //	unix://[user:password@]/path/to/redis.sock[?db=N]
 //
 // The options are go-redis's (redis.ParseURL, redis.ParseFailoverURL,
-// redis.ParseClusterURL): dial_timeout, read_timeout, pool_size, and so on.
-// In a Sentinel URL the userinfo authenticates to the Sentinels and the
+// redis.ParseClusterURL): dial_timeout, read_timeout, pool_size, and so on;
+// dialer_retries and dialer_retry_timeout are taken by every scheme (go-redis
+// takes them only for Sentinel and Cluster). In a Sentinel URL the userinfo authenticates to the Sentinels and the
 // username and password options to the master. Options that would send the
 // store's writes to a replica (replica_only, route_by_latency,
 // route_randomly) are refused.
@@ -74,7 +79,7 @@ func NewRedis(client redis.Scripter, opts ...RedisOption) (Store, error) {
 //
 // No error it returns contains the password: the URL is never quoted, and
 // what the parsers quote is left out.
-func NewRedisURL(rawURL string, opts ...RedisOption) (Store, io.Closer, error) {
+func NewRedisURL(rawURL string, opts ...RedisOption) (Store, redis.UniversalClient, error) {
 	r, c, err := redisstore.NewRedisURL(rawURL, redisOptions(opts)...)
 	if err != nil {
 		return nil, nil, err

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle/internal/redistest"
+	"github.com/throttle-go/throttle/store"
 	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
@@ -169,4 +170,48 @@ func TestNewRedisURLClients(t *testing.T) {
 	assert.ErrorContains(t, err, "WithTLSConfig is for NewRedisURL")
 	_, _, err = redisstore.NewRedisURL("redis://127.0.0.1:6379", redisstore.WithBatching(1))
 	assert.ErrorContains(t, err, "WithBatching(1)")
+}
+
+// TestNewRedisURLChecklist: the production checklist's advice combines. A
+// URL carries dialer_retries and dialer_retry_timeout for every kind of
+// client; the client NewRedisURL returns pings at start-up, as the ACL user
+// of ACLRule too, and closes.
+func TestNewRedisURLChecklist(t *testing.T) {
+	srv := redistest.Start(t, "--requirepass", urlSecret)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: urlSecret})
+	t.Cleanup(func() { _ = admin.Close() })
+	setUser(t, admin, "throttle", urlSecret+"2", store.DefaultPrefix)
+
+	st, client, err := store.NewRedisURL("redis://throttle:" + urlSecret + "2@" + srv.Addr + "?dialer_retries=1&dialer_retry_timeout=10ms&dial_timeout=1s")
+	require.NoError(t, err)
+	c, ok := client.(*redis.Client)
+	require.True(t, ok, "%T", client)
+	assert.Equal(t, 1, c.Options().DialerRetries)
+	assert.Equal(t, 10*time.Millisecond, c.Options().DialerRetryTimeout)
+	assert.Equal(t, time.Second, c.Options().DialTimeout)
+	require.NoError(t, client.Ping(ctx).Err(), "a ping at start-up, as the store's ACL user")
+	res, err := st.Reserve(ctx, uniqueKey(t), req(1, 0, lim(1, time.Second)))
+	require.NoError(t, err)
+	assert.True(t, res.Allowed)
+	require.NoError(t, client.Close())
+
+	for u, want := range map[string]int{
+		"unix:///run/redis.sock?dialer_retries=2":                         2,
+		"redis-sentinel://127.0.0.1:26379?master_name=m&dialer_retries=1": 1,
+		"redis-cluster://127.0.0.1:7000?dialer_retries=1":                 1,
+	} {
+		_, client, err := store.NewRedisURL(u)
+		require.NoError(t, err, u)
+		switch c := client.(type) {
+		case *redis.Client:
+			assert.Equal(t, want, c.Options().DialerRetries, u)
+		case *redis.ClusterClient:
+			assert.Equal(t, want, c.Options().DialerRetries, u)
+		}
+		require.NoError(t, client.Close())
+	}
+	for _, u := range []string{"redis://127.0.0.1:6379?dialer_retries=x", "redis://127.0.0.1:6379?dialer_retry_timeout=soon"} {
+		_, _, err := store.NewRedisURL(u)
+		assert.ErrorContains(t, err, "store: NewRedisURL: ", u)
+	}
 }

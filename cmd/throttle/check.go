@@ -71,7 +71,8 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 // check runs every check on rdb, reporting to r.
 func check(ctx context.Context, r *report, rdb redis.UniversalClient, prefix, addr string) {
-	// TIME, not PING: store.ACLRule grants the one and not the other.
+	// TIME, not PING: a user made with an older store.ACLRule may lack
+	// PING.
 	if err := rdb.Time(ctx).Err(); err != nil && !strings.Contains(err.Error(), "NOPERM") {
 		r.fail("connect to %s: %v", addr, err)
 		return
@@ -109,7 +110,8 @@ func infoField(info, name string) string {
 
 // checkEviction asks the store itself, as a reservation on a scratch key
 // would: its check reads maxmemory and maxmemory-policy (CONFIG GET, else INFO
-// memory) and refuses a server that may evict throttle's keys.
+// memory) and refuses a server that may evict throttle's keys. A refusal
+// fails the check: the library would refuse every request.
 func checkEviction(ctx context.Context, r *report, rdb redis.UniversalClient, prefix string) {
 	st, err := redisAdmin(rdb, store.WithPrefix(prefix))
 	if err != nil {
@@ -121,7 +123,9 @@ func checkEviction(ctx context.Context, r *report, rdb redis.UniversalClient, pr
 	_, err = st.Reserve(ctx, key, contract.Request{Limits: []contract.Limit{{N: 1_000_000, Per: time.Second}}, Cost: 1})
 	switch {
 	case errors.Is(err, store.ErrEvictingPolicy):
-		r.warn("%v; the store refuses this server unless WithEvictionCheck says otherwise", err)
+		// The library's own refusal: every reservation on this server
+		// fails, so the check does too.
+		r.fail("eviction: %v; every request through a store on this server fails with store.ErrEvictingPolicy (unless WithEvictionCheck says otherwise)", err)
 	case err != nil:
 		r.warn("eviction: not checked (%v)", err)
 	default:
@@ -191,7 +195,7 @@ func checkLatency(ctx context.Context, r *report, rdb redis.UniversalClient, pre
 		r.fail("store: %v", err)
 		return
 	}
-	// PING, or TIME where the user may not PING (store.ACLRule).
+	// PING, or TIME where the user may not PING (an older store.ACLRule).
 	base, ping := "PING", func() error { return rdb.Ping(ctx).Err() }
 	if err := ping(); err != nil && strings.Contains(err.Error(), "NOPERM") {
 		base, ping = "TIME", func() error { return rdb.Time(ctx).Err() }

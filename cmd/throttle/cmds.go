@@ -18,7 +18,7 @@ import (
 
 // open parses the key flags of a command and connects: the target and the
 // store, or an exit code.
-func open(name string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (*target, contract.Admin, func(), int) {
+func open(ctx context.Context, name string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (*target, contract.Admin, func(), int) {
 	fs := flag.NewFlagSet("throttle "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var k keyFlags
@@ -36,12 +36,14 @@ func open(name string, args []string, stderr io.Writer, extra func(*flag.FlagSet
 		fmt.Fprintf(stderr, "throttle %s: unexpected arguments %q\n", name, fs.Args())
 		return nil, nil, nil, exitUsage
 	}
+	k.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { k.set[f.Name] = true })
 	rdb, st, sec, err := k.open()
 	if err != nil {
 		fmt.Fprintf(stderr, "throttle %s: %v\n", name, err)
 		return nil, nil, nil, exitUsage
 	}
-	t, err := k.resolve(st, sec)
+	t, err := k.resolve(ctx, st, sec)
 	if err != nil {
 		_ = rdb.Close()
 		fmt.Fprintf(stderr, "throttle %s: %s\n", name, sec.clean(err))
@@ -51,11 +53,29 @@ func open(name string, args []string, stderr io.Writer, extra func(*flag.FlagSet
 		}
 		return nil, nil, nil, exitFailed
 	}
+	t.exists = func(ctx context.Context) (bool, error) {
+		n, err := rdb.Exists(ctx, st.Keys(t.skey)...).Result()
+		return n > 0, err
+	}
 	return t, st, func() { _ = rdb.Close() }, -1
 }
 
+// header prints which definition of the rule t uses, and its warnings.
+func header(w io.Writer, t *target) {
+	fmt.Fprintf(w, "definition: %s\n", t.source)
+	for _, m := range t.warnings {
+		fmt.Fprintf(w, "warn: %s\n", m)
+	}
+}
+
+// noState is what usage, watch and reset say when nothing is stored under
+// the key they computed.
+func noState(t *target) string {
+	return fmt.Sprintf("no state under %s: nothing is stored for this key (a wrong -rule, -key, -by or -secret-file gives another key; throttle rules shows the rules)", t.redis)
+}
+
 func cmdUsage(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	t, _, done, code := open("usage", args, stderr, nil)
+	t, _, done, code := open(ctx, "usage", args, stderr, nil)
 	if code >= 0 {
 		return code
 	}
@@ -65,13 +85,18 @@ func cmdUsage(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "throttle usage: %s\n", t.secrets.clean(err))
 		return exitFailed
 	}
+	header(stdout, t)
+	if ok, err := t.exists(ctx); err == nil && !ok {
+		fmt.Fprintln(stdout, noState(t))
+		return exitFailed
+	}
 	writeUsage(stdout, t, u)
 	return exitOK
 }
 
 func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var every, total time.Duration
-	t, _, done, code := open("watch", args, stderr, func(fs *flag.FlagSet) {
+	t, _, done, code := open(ctx, "watch", args, stderr, func(fs *flag.FlagSet) {
 		fs.DurationVar(&every, "every", time.Second, "how often to print a line")
 		fs.DurationVar(&total, "for", 0, "stop after this long (0: until interrupted)")
 	})
@@ -89,6 +114,7 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if total > 0 {
 		end = time.After(total)
 	}
+	header(stdout, t)
 	fmt.Fprintf(stdout, "watching %s every %s\n", t.redis, every)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
@@ -101,7 +127,11 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			fmt.Fprintf(stderr, "throttle watch: %s\n", t.secrets.clean(err))
 			return exitFailed
 		}
-		fmt.Fprintln(stdout, watchLine(time.Now(), t, u))
+		line := watchLine(time.Now(), t, u)
+		if ok, err := t.exists(ctx); err == nil && !ok {
+			line += "  (no state under this key)"
+		}
+		fmt.Fprintln(stdout, line)
 		select {
 		case <-ctx.Done():
 			return exitOK
@@ -114,13 +144,18 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var yes bool
-	t, st, done, code := open("reset", args, stderr, func(fs *flag.FlagSet) {
+	t, st, done, code := open(ctx, "reset", args, stderr, func(fs *flag.FlagSet) {
 		fs.BoolVar(&yes, "yes", false, "do not ask for confirmation")
 	})
 	if code >= 0 {
 		return code
 	}
 	defer done()
+	header(stdout, t)
+	if ok, err := t.exists(ctx); err == nil && !ok {
+		fmt.Fprintln(stdout, noState(t)+"; nothing deleted")
+		return exitFailed
+	}
 	keys := st.Keys(t.skey)
 	if !yes {
 		fmt.Fprintf(stdout, "delete %s (%s)? Every process starts this key afresh. [y/N] ", strings.Join(keys, ", "), t.shown())
@@ -133,6 +168,10 @@ func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	n, err := st.Delete(ctx, t.skey)
 	if err != nil {
 		fmt.Fprintf(stderr, "throttle reset: %s\n", t.secrets.clean(err))
+		return exitFailed
+	}
+	if n == 0 {
+		fmt.Fprintln(stdout, noState(t)+"; nothing deleted")
 		return exitFailed
 	}
 	fmt.Fprintf(stdout, "deleted %d Redis keys of %s\n", n, t.redis)

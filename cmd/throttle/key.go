@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -132,19 +133,20 @@ type keyFlags struct {
 	tokenFile  string
 	by         string
 	secretFile string
+	set        map[string]bool // the flags given, by name
 }
 
 func (k *keyFlags) register(fs *flag.FlagSet) {
 	k.conn.register(fs)
 	fs.StringVar(&k.rule, "rule", "", "the rule's `name` (Rule.Name)")
-	fs.Var(&k.limits, "limit", "a limit of the rule, `N/DURATION[/PRECISION]` (100/1s, 5000/1h, 5000/1h/1m for buckets); repeat for each, in the rule's order")
+	fs.Var(&k.limits, "limit", "a limit of the rule, `N/DURATION[/PRECISION]` (100/1s, 5000/1h, 5000/1h/1m for buckets); repeat for each, in the rule's order (default: the definition the processes publish)")
 	fs.StringVar(&k.alg, "alg", "log", "the rule's algorithm: log, fixed, counter or buckets")
 	fs.DurationVar(&k.margin, "margin", engine.DefaultMargin, "the rule's Margin (0 for a rule with NoMargin)")
 	fs.BoolVar(&k.noPace, "no-default-pace", false, "the rule sets NoDefaultPace (without it, a log rule with no paced limit paces its slowest limit)")
 	fs.StringVar(&k.key, "key", "", "the rate key as the rule's KeyFunc returns it (e.g. pg1, host:api.example.com, bearer:<hash>)")
 	fs.StringVar(&k.token, "token", "", "a raw credential, hashed as the library does (prefer -token-file: a flag shows in ps)")
 	fs.StringVar(&k.tokenFile, "token-file", "", "a `file` holding the raw credential (- for stdin)")
-	fs.StringVar(&k.by, "by", "bearer", "with -token: how the rule keys it: bearer, query:<param> or header:<Name>")
+	fs.StringVar(&k.by, "by", "bearer", "with -token: how the rule keys it: bearer, query:<param> or header:<Name> (default: as the processes publish, else bearer)")
 	fs.StringVar(&k.secretFile, "secret-file", "", "a `file` holding the WithKeySecret secret (one trailing newline is dropped)")
 }
 
@@ -155,23 +157,31 @@ func (e errFlags) Error() string { return e.msg }
 
 // target is a resolved key: the store's key and how to read it.
 type target struct {
-	rule    string
-	rateKey string           // as the KeyFunc returns it (hashed for a token)
-	skey    string           // the store's key
-	redis   string           // the Redis key of the log or counters, for display
-	limits  []throttle.Limit // as given, without the margin
-	tr      *throttle.Transport
-	secrets *secrets
+	// source says which definition of the rule is used: published by the
+	// processes, or given on the command line; warnings, what disagrees.
+	source   string
+	warnings []string
+	rule     string
+	rateKey  string           // as the KeyFunc returns it (hashed for a token)
+	skey     string           // the store's key
+	redis    string           // the Redis key of the log or counters, for display
+	limits   []throttle.Limit // as given, without the margin
+	tr       *throttle.Transport
+	secrets  *secrets
+	// exists reports whether anything is stored under the key.
+	exists func(context.Context) (bool, error)
 }
 
 // resolve derives the store key exactly as a Transport with this rule does:
-// it builds one (no I/O) on st and asks the operator package.
-func (k *keyFlags) resolve(st store.Store, sec *secrets) (*target, error) {
+// it builds one (no I/O) on st and asks the operator package. The rule's
+// definition is the one its processes publish unless -limit gives one.
+func (k *keyFlags) resolve(ctx context.Context, st store.Store, sec *secrets) (*target, error) {
 	if k.rule == "" {
 		return nil, errFlags{"-rule is required"}
 	}
-	if len(k.limits) == 0 {
-		return nil, errFlags{"at least one -limit is required"}
+	src, warnings, err := k.definition(ctx, st)
+	if err != nil {
+		return nil, err
 	}
 	alg, err := contract.ParseAlgorithm(k.alg)
 	if err != nil {
@@ -223,7 +233,7 @@ func (k *keyFlags) resolve(st store.Store, sec *secrets) (*target, error) {
 	if err != nil {
 		return nil, errFlags{sec.clean(err)}
 	}
-	t := &target{rule: k.rule, rateKey: rateKey, skey: skey, limits: k.limits, tr: tr, secrets: sec}
+	t := &target{source: src, warnings: warnings, rule: k.rule, rateKey: rateKey, skey: skey, limits: k.limits, tr: tr, secrets: sec}
 	t.redis = k.prefix + "{" + skey + "}"
 	if alg != contract.SlidingLog {
 		t.redis += ":" + alg.String()

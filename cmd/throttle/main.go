@@ -3,6 +3,8 @@
 //
 //	go install github.com/throttle-go/throttle/cmd/throttle@latest
 //
+//	throttle rules
+//	throttle usage -rule NAME (-key RATEKEY | -token-file F) [-secret-file F]
 //	throttle usage -rule NAME -limit 100/1s [-limit 5000/1h] (-key RATEKEY | -token-file F -by KIND) [-secret-file F]
 //	throttle watch …the same flags… [-every 1s] [-for DURATION]
 //	throttle reset …the same flags… [-yes]
@@ -49,6 +51,7 @@ const (
 const usageText = `usage: throttle <command> [flags]
 
 commands:
+  rules   list the rules the running processes publish; warn where they disagree
   usage   print the usage of one rate key, per limit
   watch   print it every interval until interrupted (or -for)
   reset   delete the state of one rate key (asks unless -yes)
@@ -76,6 +79,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		cmd = cmdReset
 	case "check":
 		cmd = cmdCheck
+	case "rules":
+		cmd = cmdRules
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usageText)
 		return exitOK
@@ -116,18 +121,16 @@ func (c *conn) open(extra ...store.RedisOption) (redis.UniversalClient, contract
 	}
 	sec := &secrets{}
 	sec.addURL(url)
-	st, closer, err := store.NewRedisURL(url, append([]store.RedisOption{store.WithPrefix(c.prefix)}, extra...)...)
+	st, client, err := store.NewRedisURL(url, append([]store.RedisOption{store.WithPrefix(c.prefix)}, extra...)...)
 	if err != nil {
 		// NewRedisURL's errors never quote the URL or its password.
 		return nil, nil, nil, fmt.Errorf("%w: %s", errBadURL, sec.clean(err))
 	}
-	// NewRedisURL's closer is the client it made, and its store the Redis
-	// store, which has the operator's side.
-	client, ok := closer.(redis.UniversalClient)
-	adm, isAdmin := st.(contract.Admin)
-	if !ok || !isAdmin {
-		_ = closer.Close()
-		return nil, nil, nil, fmt.Errorf("throttle: unexpected client %T or store %T", closer, st)
+	// NewRedisURL's store is the Redis store, which has the operator's side.
+	adm, ok := st.(contract.Admin)
+	if !ok {
+		_ = client.Close()
+		return nil, nil, nil, fmt.Errorf("throttle: unexpected store %T", st)
 	}
 	return client, adm, sec, nil
 }

@@ -102,7 +102,7 @@ func TestKeyDerivationMatchesTransport(t *testing.T) {
 			var k keyFlags
 			k.register(fs)
 			require.NoError(t, fs.Parse(append([]string{"-rule", "api", "-limit", "10/1m", "-token", token, "-by", c.by}, c.args...)))
-			got, err := k.resolve(st, &secrets{})
+			got, err := k.resolve(context.Background(), st, &secrets{})
 			require.NoError(t, err)
 			assert.Equal(t, "api:"+seen, got.skey)
 			assert.Equal(t, "throttle:{api:"+seen+"}", got.redis)
@@ -273,8 +273,9 @@ func TestNoSecretsInOutput(t *testing.T) {
 	code, _, errOut := runCLI("usage", "-redis", "redis://user:"+password+"@[::1/0", "-rule", "r", "-limit", "1/1s", "-key", "k")
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, errOut, "invalid -redis URL")
-	code, _, _ = runCLI("usage", "-rule", "r", "-key", "k")
-	assert.Equal(t, exitUsage, code, "no -limit")
+	code, _, errOut = runCLI("usage", "-redis", "redis://"+srv.Addr+"/0", "-rule", "r-not-published", "-key", "k")
+	assert.Equal(t, exitFailed, code, "no -limit, and no process publishes the rule")
+	assert.Contains(t, errOut, "no running process publishes rule r-not-published")
 	code, _, _ = runCLI("usage", "-rule", "r", "-limit", "1/1s", "-key", "k", "-token", "t")
 	assert.Equal(t, exitUsage, code, "-key and -token")
 	code, _, _ = runCLI("nope")
@@ -295,9 +296,10 @@ func TestWatchCommand(t *testing.T) {
 	code, out, errOut := runCLI("watch", "-redis", "redis://"+srv.Addr+"/0", "-rule", rule, "-limit", "10/1m", "-no-default-pace", "-key", "pg1", "-every", "20ms", "-for", "50ms")
 	require.Equal(t, 0, code, errOut)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	require.GreaterOrEqual(t, len(lines), 2, "the header and the first line:\n%s", out)
-	assert.Equal(t, "watching throttle:{"+rule+":pg1} every 20ms", lines[0])
-	for _, l := range lines[1:] {
+	require.GreaterOrEqual(t, len(lines), 3, "the header and the first line:\n%s", out)
+	assert.Equal(t, "definition: given on the command line", lines[0])
+	assert.Equal(t, "watching throttle:{"+rule+":pg1} every 20ms", lines[1])
+	for _, l := range lines[2:] {
 		assert.Regexp(t, `^\d\d:\d\d:\d\d\.\d{3}  10/1m 3/10  next now  pause none$`, l)
 	}
 }
@@ -378,23 +380,27 @@ func TestCheckCommand(t *testing.T) {
 	require.NoError(t, c.ConfigSet(ctx, "maxmemory", "1gb").Err())
 	defer c.ConfigSet(ctx, "maxmemory", old["maxmemory"])
 	code, out, _ = runCLI("check", "-redis", "redis://"+srv.Addr+"/0")
-	assert.Equal(t, 0, code, "a warning is not a failure")
-	assert.Contains(t, out, "warn  ")
-	assert.Contains(t, out, "allkeys-lru")
+	assert.Equal(t, exitFailed, code, "the library refuses this server: check fails\n%s", out)
+	assert.Regexp(t, `(?m)^FAIL  eviction: .*allkeys-lru.*ErrEvictingPolicy`, out)
 	assert.Contains(t, out, "ok    latency", "the latency is measured all the same")
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory", old["maxmemory"]).Err())
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory-policy", old["maxmemory-policy"]).Err())
 
-	// Under store.ACLRule (no PING, no CONFIG), the check runs.
-	aclUser := fmt.Sprintf("rule%d", time.Now().UnixNano())
-	setuser := []any{"acl", "setuser", aclUser, "on", ">" + password}
-	for _, f := range strings.Fields(store.ACLRule(store.DefaultPrefix)) {
-		setuser = append(setuser, f)
+	// Under store.ACLRule (no CONFIG), the check runs; without PING (an
+	// older ACLRule), it times TIME instead.
+	for extra, base := range map[string]string{"": "PING", "-ping": "TIME"} {
+		aclUser := fmt.Sprintf("rule%d", time.Now().UnixNano())
+		setuser := []any{"acl", "setuser", aclUser, "on", ">" + password}
+		for _, f := range strings.Fields(store.ACLRule(store.DefaultPrefix) + " " + extra) {
+			setuser = append(setuser, f)
+		}
+		require.NoError(t, c.Do(ctx, setuser...).Err())
+		defer c.Do(ctx, "acl", "deluser", aclUser)
+		code, out, _ = runCLI("check", "-redis", "redis://"+aclUser+":"+password+"@"+srv.Addr+"/0")
+		assert.Contains(t, out, "ok    latency, median of 20: "+base+" ", out)
+		assert.Contains(t, out, "warn  SCRIPT LOAD not allowed", out)
+		assert.Equal(t, 0, code, out)
 	}
-	require.NoError(t, c.Do(ctx, setuser...).Err())
-	defer c.Do(ctx, "acl", "deluser", aclUser)
-	code, out, _ = runCLI("check", "-redis", "redis://"+aclUser+":"+password+"@"+srv.Addr+"/0")
-	assert.Contains(t, out, "ok    latency, median of 20: TIME ", out)
-	assert.Contains(t, out, "warn  SCRIPT LOAD not allowed", out)
-	assert.Equal(t, 0, code, out)
 }
 
 // With a key secret, only the HMAC'd key is shown, never the token's plain
@@ -408,8 +414,8 @@ func TestSecretHidesPlainHash(t *testing.T) {
 	plain, err := operator.CredentialKey("bearer", token)
 	require.NoError(t, err)
 	code, out, errOut := runCLI("usage", "-redis", "redis://"+srv.Addr+"/0", "-rule", "api", "-limit", "1/1s", "-token", token, "-secret-file", secretFile)
-	require.Equal(t, 0, code, errOut)
-	assert.Contains(t, out, "rule api, key hmac:")
+	require.Equal(t, exitFailed, code, errOut)
+	assert.Contains(t, out, "no state under throttle:{api:hmac:")
 	assert.NotContains(t, out, plain)
 	assert.NotContains(t, out, strings.TrimPrefix(plain, "bearer:"))
 	assert.NotContains(t, out, token)

@@ -149,6 +149,14 @@ func (p *policy) reserve(ctx context.Context, r *Plan, skey string, req contract
 			// nothing is sent uncounted.
 			p.health.succeeded()
 			return grant{err: err}
+		case errors.Is(err, store.ErrEvictingPolicy):
+			// The store answered and refuses the server: a configuration
+			// to fix, not an outage. Every policy fails closed, so that no
+			// request is sent uncounted or under a local share while the
+			// fleet believes it is counted; nothing is marked down.
+			p.health.succeeded()
+			down := &Down{Err: err}
+			return grant{err: down, down: down}
 		}
 		p.health.failed(try, p.health.now(), err)
 		cause = err

@@ -36,14 +36,9 @@ func StartRedis(ctx context.Context, addrs ...string) (*Redis, error) {
 	r := &Redis{desc: "Redis at "}
 	switch {
 	case len(addrs) == 1 && strings.Contains(addrs[0], "://"):
-		_, closer, err := store.NewRedisURL(addrs[0])
+		_, c, err := store.NewRedisURL(addrs[0])
 		if err != nil {
 			return nil, fmt.Errorf("examplekit: %w", err)
-		}
-		c, ok := closer.(redis.UniversalClient)
-		if !ok {
-			_ = closer.Close()
-			return nil, fmt.Errorf("examplekit: the URL made a %T, not a Redis client", closer)
 		}
 		r.Client, r.desc = c, "Redis at "+withoutUserinfo(addrs[0])
 		return r, r.ping(ctx)

@@ -3,8 +3,10 @@
 // metric.Meter, observed from their Stats at each collection. It lives in a module of its own,
 // so that the throttle module does not depend on OpenTelemetry.
 //
-// Its attributes are rule names and fixed values only, never a rate key:
-// their number is bounded by the rules configured in code.
+// Its attributes are rule names, their limits and fixed values only, never
+// a rate key: their number is bounded by the rules configured in code. A
+// shadow rule's points carry throttle.shadow=true: leave them out of a sum
+// of the requests sent.
 //
 //	reg, err := throttleotel.Register(provider.Meter("throttle"), tr)
 //	...
@@ -51,6 +53,13 @@ const (
 	// EventKey is what a cap on requests in flight did: queued, refused or
 	// lost.
 	EventKey = attribute.Key("throttle.in_flight.event")
+	// ShadowKey is true on every point of a shadow rule
+	// (throttle.Rule.Shadow), whose counts are what it would have done;
+	// absent for the others.
+	ShadowKey = attribute.Key("throttle.shadow")
+	// LimitKey is one of a rule's limits, as throttle.Limit.String
+	// writes it: "100/1s".
+	LimitKey = attribute.Key("throttle.limit")
 )
 
 // Source is what Register observes: a *throttle.Transport or a
@@ -74,9 +83,14 @@ type Source interface {
 //	throttle.upstream.reshapes    {reshape}     throttle.rule
 //	throttle.in_flight.leases     {lease}       throttle.rule
 //	throttle.in_flight.events     {request}     throttle.rule, throttle.in_flight.event
+//	throttle.limit.used           1             throttle.rule, throttle.limit
+//	throttle.wait.recent          s             throttle.rule
 //
 // throttle.in_flight.leases, the leases held now under Rule.InFlight, is a
-// gauge; the others are cumulative counters. Unregister the Registration to
+// gauge, and so are throttle.limit.used and throttle.wait.recent
+// (RuleStats.Recent: the share of each limit this process used in its last
+// window, and the mean wait of its sends in the last 10 seconds); the
+// others are cumulative counters. Unregister the Registration to
 // stop.
 func Register(m metric.Meter, tr Source, attrs ...attribute.KeyValue) (metric.Registration, error) {
 	if m == nil || tr == nil {
@@ -117,13 +131,21 @@ func Register(m metric.Meter, tr Source, attrs ...attribute.KeyValue) (metric.Re
 		metric.WithDescription("Leases this process holds under Rule.InFlight: requests whose response body is not yet closed."))
 	errs = append(errs, err)
 	ins.leases = leases
+	used, err := m.Float64ObservableGauge("throttle.limit.used", metric.WithUnit("1"),
+		metric.WithDescription("Units this process sent under the rule in the last window of the limit, over its N (1: the whole limit), all the rule's keys together."))
+	errs = append(errs, err)
+	ins.used = used
+	recent, err := m.Float64ObservableGauge("throttle.wait.recent", metric.WithUnit("s"),
+		metric.WithDescription("Mean wait of the requests this process sent under the rule in the last 10 seconds."))
+	errs = append(errs, err)
+	ins.recentWait = recent
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		ins.observe(o, tr.Stats())
 		return nil
-	}, ins.requests, ins.waitTime, ins.waits, ins.retakes, ins.store, ins.upstream, ins.refusals, ins.pauses, ins.tighten, ins.reshape, ins.inFlight, ins.leases)
+	}, ins.requests, ins.waitTime, ins.waits, ins.retakes, ins.store, ins.upstream, ins.refusals, ins.pauses, ins.tighten, ins.reshape, ins.inFlight, ins.leases, ins.used, ins.recentWait)
 }
 
 type instruments struct {
@@ -131,6 +153,7 @@ type instruments struct {
 	refusals, inFlight                                                  metric.Int64ObservableCounter
 	leases                                                              metric.Int64ObservableGauge
 	waitTime                                                            metric.Float64ObservableCounter
+	used, recentWait                                                    metric.Float64ObservableGauge
 	extra                                                               []attribute.KeyValue
 }
 
@@ -145,12 +168,18 @@ func (ins *instruments) with(kv ...attribute.KeyValue) metric.MeasurementOption 
 func (ins *instruments) observe(o metric.Observer, s throttle.Stats) {
 	for _, r := range s.Rules {
 		rule := RuleKey.String(r.Rule)
-		for i, n := range r.Requests {
-			if oc := throttle.Outcome(i); oc != throttle.Unmatched {
-				o.ObserveInt64(ins.requests, clamp(n), ins.with(rule, OutcomeKey.String(oc.String())))
+		with := ins.with
+		if r.Shadow {
+			with = func(kv ...attribute.KeyValue) metric.MeasurementOption {
+				return ins.with(append(kv, ShadowKey.Bool(true))...)
 			}
 		}
-		o.ObserveFloat64(ins.waitTime, r.Wait.Sum.Seconds(), ins.with(rule))
+		for i, n := range r.Requests {
+			if oc := throttle.Outcome(i); oc != throttle.Unmatched {
+				o.ObserveInt64(ins.requests, clamp(n), with(rule, OutcomeKey.String(oc.String())))
+			}
+		}
+		o.ObserveFloat64(ins.waitTime, r.Wait.Sum.Seconds(), with(rule))
 		var cum uint64
 		for i := range len(r.Wait.Bounds) + 1 { // the last bucket's bound is +Inf
 			cum += r.Wait.Counts[i]
@@ -158,35 +187,39 @@ func (ins *instruments) observe(o metric.Observer, s throttle.Stats) {
 			if i < len(r.Wait.Bounds) {
 				bound = r.Wait.Bounds[i].Seconds()
 			}
-			o.ObserveInt64(ins.waits, clamp(cum), ins.with(rule, WaitBoundKey.Float64(bound)))
+			o.ObserveInt64(ins.waits, clamp(cum), with(rule, WaitBoundKey.Float64(bound)))
 		}
-		o.ObserveInt64(ins.retakes, clamp(r.Retakes), ins.with(rule))
+		o.ObserveInt64(ins.retakes, clamp(r.Retakes), with(rule))
 		for _, p := range []struct {
 			name string
 			n    uint64
 		}{{"fail_closed", r.Store.Refused}, {"fail_open", r.Store.Open}, {"fail_local", r.Store.Local}} {
-			o.ObserveInt64(ins.store, clamp(p.n), ins.with(rule, PolicyKey.String(p.name)))
+			o.ObserveInt64(ins.store, clamp(p.n), with(rule, PolicyKey.String(p.name)))
 		}
-		ins.observeUpstream(o, rule, r)
-		o.ObserveInt64(ins.refusals, clamp(r.Upstream.Refusals), ins.with(rule))
-		o.ObserveInt64(ins.pauses, clamp(r.Upstream.Pauses), ins.with(rule))
-		o.ObserveInt64(ins.tighten, clamp(r.Upstream.Tightenings), ins.with(rule))
-		o.ObserveInt64(ins.reshape, clamp(r.Upstream.Reshapes), ins.with(rule))
-		o.ObserveInt64(ins.leases, r.InFlight.Held, ins.with(rule))
-		o.ObserveInt64(ins.inFlight, clamp(r.InFlight.Queued), ins.with(rule, EventKey.String("queued")))
-		o.ObserveInt64(ins.inFlight, clamp(r.InFlight.Refused), ins.with(rule, EventKey.String("refused")))
-		o.ObserveInt64(ins.inFlight, clamp(r.InFlight.Lost), ins.with(rule, EventKey.String("lost")))
-		o.ObserveInt64(ins.inFlight, clamp(r.InFlight.Reclaimed), ins.with(rule, EventKey.String("reclaimed")))
+		ins.observeUpstream(o, with, rule, r)
+		o.ObserveInt64(ins.refusals, clamp(r.Upstream.Refusals), with(rule))
+		o.ObserveInt64(ins.pauses, clamp(r.Upstream.Pauses), with(rule))
+		o.ObserveInt64(ins.tighten, clamp(r.Upstream.Tightenings), with(rule))
+		o.ObserveInt64(ins.reshape, clamp(r.Upstream.Reshapes), with(rule))
+		o.ObserveInt64(ins.leases, r.InFlight.Held, with(rule))
+		o.ObserveInt64(ins.inFlight, clamp(r.InFlight.Queued), with(rule, EventKey.String("queued")))
+		o.ObserveInt64(ins.inFlight, clamp(r.InFlight.Refused), with(rule, EventKey.String("refused")))
+		o.ObserveInt64(ins.inFlight, clamp(r.InFlight.Lost), with(rule, EventKey.String("lost")))
+		o.ObserveInt64(ins.inFlight, clamp(r.InFlight.Reclaimed), with(rule, EventKey.String("reclaimed")))
+		for i, l := range r.Recent.Limits {
+			o.ObserveFloat64(ins.used, r.Recent.Used[i], with(rule, LimitKey.String(l.String())))
+		}
+		o.ObserveFloat64(ins.recentWait, r.Recent.Wait.Seconds(), with(rule))
 	}
 	rule := RuleKey.String("")
 	o.ObserveInt64(ins.requests, clamp(s.Unmatched.Requests[throttle.Unmatched]),
 		ins.with(rule, OutcomeKey.String(throttle.Unmatched.String())))
-	ins.observeUpstream(o, rule, s.Unmatched)
+	ins.observeUpstream(o, ins.with, rule, s.Unmatched)
 }
 
-func (ins *instruments) observeUpstream(o metric.Observer, rule attribute.KeyValue, r throttle.RuleStats) {
-	o.ObserveInt64(ins.upstream, clamp(r.Upstream.TooManyRequests), ins.with(rule, StatusKey.Int(429)))
-	o.ObserveInt64(ins.upstream, clamp(r.Upstream.Unavailable), ins.with(rule, StatusKey.Int(503)))
+func (ins *instruments) observeUpstream(o metric.Observer, with func(...attribute.KeyValue) metric.MeasurementOption, rule attribute.KeyValue, r throttle.RuleStats) {
+	o.ObserveInt64(ins.upstream, clamp(r.Upstream.TooManyRequests), with(rule, StatusKey.Int(429)))
+	o.ObserveInt64(ins.upstream, clamp(r.Upstream.Unavailable), with(rule, StatusKey.Int(503)))
 }
 
 // clamp converts a count to the int64 of an instrument.

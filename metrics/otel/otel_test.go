@@ -104,6 +104,10 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) collected {
 				for _, p := range d.DataPoints {
 					ins.points[p.Attributes.Encoded(enc)] = float64(p.Value)
 				}
+			case metricdata.Gauge[float64]:
+				for _, p := range d.DataPoints {
+					ins.points[p.Attributes.Encoded(enc)] = p.Value
+				}
 			default:
 				t.Fatalf("%s: unexpected %T", m.Name, m.Data)
 			}
@@ -163,6 +167,8 @@ func TestRegister(t *testing.T) {
 			"throttle.upstream.reshapes":    "{reshape}",
 			"throttle.in_flight.events":     "{request}",
 			"throttle.in_flight.leases":     "{lease}",
+			"throttle.limit.used":           "1",
+			"throttle.wait.recent":          "s",
 		}, units)
 
 		req := got["throttle.requests"].points
@@ -263,4 +269,34 @@ func TestRegisterNil(t *testing.T) {
 	_, err = throttleotel.Register(nil, newTransport(t, nil,
 		throttle.WithRule(throttle.Rule{Host: "api.example", Limits: []throttle.Limit{throttle.PerSecond(1)}})))
 	assert.Error(t, err)
+}
+
+// TestRegisterShadowAndRecent: every point of a shadow rule carries
+// throttle.shadow=true, and every rule has the share of each limit it used
+// and its recent mean wait.
+func TestRegisterShadowAndRecent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newTransport(t, nil,
+			throttle.WithRule(throttle.Rule{Name: "api", Host: "api.example", Limits: []throttle.Limit{throttle.PerSecond(4)}, NoDefaultPace: true, Margin: throttle.NoMargin}),
+			throttle.WithRule(throttle.Rule{Name: "try", Host: "api.example", Limits: []throttle.Limit{throttle.PerSecond(2)}, FailFast: true, Shadow: true}))
+		for range 3 {
+			require.NoError(t, get(t, tr, "https://api.example/a"))
+		}
+		reader := sdkmetric.NewManualReader()
+		_, err := throttleotel.Register(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("throttle"), tr)
+		require.NoError(t, err)
+		got := collect(t, reader)
+		reqs := got["throttle.requests"].points
+		assert.Equal(t, 3.0, reqs["throttle.outcome=sent,throttle.rule=api"])
+		assert.Equal(t, 2.0, reqs["throttle.outcome=sent,throttle.rule=try,throttle.shadow=true"])
+		assert.Equal(t, 1.0, reqs["throttle.outcome=limited,throttle.rule=try,throttle.shadow=true"])
+		assert.Equal(t, map[string]float64{
+			"throttle.limit=4/1s,throttle.rule=api":                      0.75,
+			"throttle.limit=2/1s,throttle.rule=try,throttle.shadow=true": 1,
+		}, got["throttle.limit.used"].points)
+		assert.Equal(t, map[string]float64{
+			"throttle.rule=api":                      0,
+			"throttle.rule=try,throttle.shadow=true": 0,
+		}, got["throttle.wait.recent"].points)
+	})
 }

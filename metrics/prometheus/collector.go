@@ -3,8 +3,11 @@
 // Stats at each scrape. It lives in a module of its own, so that the throttle module does
 // not depend on the Prometheus client.
 //
-// Its labels are rule names and fixed values only, never a rate key: their
-// number is bounded by the rules configured in code.
+// Its labels are rule names, their limits and fixed values only, never a
+// rate key: their number is bounded by the rules configured in code. The
+// decisions and waits of a shadow rule (throttle.Rule.Shadow), which are
+// what it would have done, carry shadow="true"; leave them out of a sum of
+// the requests sent with shadow="false".
 //
 //	reg.MustRegister(throttleprom.NewCollector(tr))
 //
@@ -16,6 +19,8 @@
 package throttleprom
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/throttle-go/throttle"
@@ -33,6 +38,7 @@ type Collector struct {
 	tr                                                                 Source
 	requests, wait, retakes, store, upstream, pauses, tighten, reshape *prometheus.Desc
 	refusals, leases, inFlight                                         *prometheus.Desc
+	used, recentWait                                                   *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -44,10 +50,16 @@ func NewCollector(tr Source) *Collector {
 	c := &Collector{
 		tr: tr,
 		requests: prometheus.NewDesc("throttle_requests_total",
-			"Requests by what the transport did with them (one per attempt); outcome is sent, limited, canceled, failed, failed_open or unmatched.",
-			[]string{"rule", "outcome"}, nil),
+			"Requests by what the transport did with them (one per attempt); outcome is sent, limited, canceled, failed, failed_open or unmatched; shadow is true for a shadow rule's would-be decisions.",
+			[]string{"rule", "outcome", "shadow"}, nil),
 		wait: prometheus.NewDesc("throttle_wait_seconds",
-			"How long the requests sent waited for their slot.", rule, nil),
+			"How long the requests sent waited for their slot (a shadow rule's: would have waited).", []string{"rule", "shadow"}, nil),
+		used: prometheus.NewDesc("throttle_limit_used_ratio",
+			"Units this process sent under the rule in the last window of the limit, over its N (1: the whole limit), all the rule's keys together; sum by rule and limit for the fleet.",
+			[]string{"rule", "limit", "shadow"}, nil),
+		recentWait: prometheus.NewDesc("throttle_recent_wait_seconds",
+			"Mean wait of the requests this process sent under the rule in the last 10 seconds.",
+			[]string{"rule", "shadow"}, nil),
 		retakes: prometheus.NewDesc("throttle_retakes_total",
 			"Slots given back because the process woke too late for them, or because a pause or a stricter pace came after they were placed.", rule, nil),
 		store: prometheus.NewDesc("throttle_store_failures_total",
@@ -74,7 +86,7 @@ func NewCollector(tr Source) *Collector {
 
 // Describe sends the descriptions of every metric of c.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.requests, c.wait, c.retakes, c.store, c.upstream, c.refusals, c.pauses, c.tighten, c.reshape, c.leases, c.inFlight} {
+	for _, d := range []*prometheus.Desc{c.requests, c.wait, c.retakes, c.store, c.upstream, c.refusals, c.pauses, c.tighten, c.reshape, c.leases, c.inFlight, c.used, c.recentWait} {
 		ch <- d
 	}
 }
@@ -91,9 +103,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	for _, r := range s.Rules {
+		shadow := strconv.FormatBool(r.Shadow)
 		for o, n := range r.Requests {
 			if throttle.Outcome(o) != throttle.Unmatched {
-				counter(c.requests, n, r.Rule, throttle.Outcome(o).String())
+				counter(c.requests, n, r.Rule, throttle.Outcome(o).String(), shadow)
 			}
 		}
 		buckets := make(map[float64]uint64, len(r.Wait.Bounds))
@@ -102,7 +115,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			cum += r.Wait.Counts[i]
 			buckets[b.Seconds()] = cum
 		}
-		ch <- prometheus.MustNewConstHistogram(c.wait, r.Wait.Count, r.Wait.Sum.Seconds(), buckets, r.Rule)
+		ch <- prometheus.MustNewConstHistogram(c.wait, r.Wait.Count, r.Wait.Sum.Seconds(), buckets, r.Rule, shadow)
+		for i, l := range r.Recent.Limits {
+			ch <- prometheus.MustNewConstMetric(c.used, prometheus.GaugeValue, r.Recent.Used[i], r.Rule, l.String(), shadow)
+		}
+		ch <- prometheus.MustNewConstMetric(c.recentWait, prometheus.GaugeValue, r.Recent.Wait.Seconds(), r.Rule, shadow)
 		counter(c.retakes, r.Retakes, r.Rule)
 		counter(c.store, r.Store.Refused, r.Rule, "fail_closed")
 		counter(c.store, r.Store.Open, r.Rule, "fail_open")
@@ -118,7 +135,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.inFlight, r.InFlight.Lost, r.Rule, "lost")
 		counter(c.inFlight, r.InFlight.Reclaimed, r.Rule, "reclaimed")
 	}
-	counter(c.requests, s.Unmatched.Requests[throttle.Unmatched], "", throttle.Unmatched.String())
+	counter(c.requests, s.Unmatched.Requests[throttle.Unmatched], "", throttle.Unmatched.String(), "false")
 	c.upstreamMetrics(ch, s.Unmatched)
 }
 

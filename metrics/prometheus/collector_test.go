@@ -100,30 +100,30 @@ func TestCollector(t *testing.T) {
 		}
 
 		const want = `
-# HELP throttle_requests_total Requests by what the transport did with them (one per attempt); outcome is sent, limited, canceled, failed, failed_open or unmatched.
+# HELP throttle_requests_total Requests by what the transport did with them (one per attempt); outcome is sent, limited, canceled, failed, failed_open or unmatched; shadow is true for a shadow rule's would-be decisions.
 # TYPE throttle_requests_total counter
-throttle_requests_total{outcome="canceled",rule="api",transport="down"} 0
-throttle_requests_total{outcome="canceled",rule="api",transport="main"} 0
-throttle_requests_total{outcome="canceled",rule="ff",transport="main"} 0
-throttle_requests_total{outcome="canceled",rule="gh",transport="main"} 0
-throttle_requests_total{outcome="failed",rule="api",transport="down"} 1
-throttle_requests_total{outcome="failed",rule="api",transport="main"} 0
-throttle_requests_total{outcome="failed",rule="ff",transport="main"} 0
-throttle_requests_total{outcome="failed",rule="gh",transport="main"} 0
-throttle_requests_total{outcome="failed_open",rule="api",transport="down"} 0
-throttle_requests_total{outcome="failed_open",rule="api",transport="main"} 0
-throttle_requests_total{outcome="failed_open",rule="ff",transport="main"} 0
-throttle_requests_total{outcome="failed_open",rule="gh",transport="main"} 0
-throttle_requests_total{outcome="limited",rule="api",transport="down"} 0
-throttle_requests_total{outcome="limited",rule="api",transport="main"} 0
-throttle_requests_total{outcome="limited",rule="ff",transport="main"} 1
-throttle_requests_total{outcome="limited",rule="gh",transport="main"} 0
-throttle_requests_total{outcome="sent",rule="api",transport="down"} 0
-throttle_requests_total{outcome="sent",rule="api",transport="main"} 2
-throttle_requests_total{outcome="sent",rule="ff",transport="main"} 1
-throttle_requests_total{outcome="sent",rule="gh",transport="main"} 1
-throttle_requests_total{outcome="unmatched",rule="",transport="down"} 0
-throttle_requests_total{outcome="unmatched",rule="",transport="main"} 1
+throttle_requests_total{outcome="canceled",rule="api",shadow="false",transport="down"} 0
+throttle_requests_total{outcome="canceled",rule="api",shadow="false",transport="main"} 0
+throttle_requests_total{outcome="canceled",rule="ff",shadow="false",transport="main"} 0
+throttle_requests_total{outcome="canceled",rule="gh",shadow="false",transport="main"} 0
+throttle_requests_total{outcome="failed",rule="api",shadow="false",transport="down"} 1
+throttle_requests_total{outcome="failed",rule="api",shadow="false",transport="main"} 0
+throttle_requests_total{outcome="failed",rule="ff",shadow="false",transport="main"} 0
+throttle_requests_total{outcome="failed",rule="gh",shadow="false",transport="main"} 0
+throttle_requests_total{outcome="failed_open",rule="api",shadow="false",transport="down"} 0
+throttle_requests_total{outcome="failed_open",rule="api",shadow="false",transport="main"} 0
+throttle_requests_total{outcome="failed_open",rule="ff",shadow="false",transport="main"} 0
+throttle_requests_total{outcome="failed_open",rule="gh",shadow="false",transport="main"} 0
+throttle_requests_total{outcome="limited",rule="api",shadow="false",transport="down"} 0
+throttle_requests_total{outcome="limited",rule="api",shadow="false",transport="main"} 0
+throttle_requests_total{outcome="limited",rule="ff",shadow="false",transport="main"} 1
+throttle_requests_total{outcome="limited",rule="gh",shadow="false",transport="main"} 0
+throttle_requests_total{outcome="sent",rule="api",shadow="false",transport="down"} 0
+throttle_requests_total{outcome="sent",rule="api",shadow="false",transport="main"} 2
+throttle_requests_total{outcome="sent",rule="ff",shadow="false",transport="main"} 1
+throttle_requests_total{outcome="sent",rule="gh",shadow="false",transport="main"} 1
+throttle_requests_total{outcome="unmatched",rule="",shadow="false",transport="down"} 0
+throttle_requests_total{outcome="unmatched",rule="",shadow="false",transport="main"} 1
 # HELP throttle_store_failures_total Requests that met a failed store, or one marked down, by the policy that decided them: fail_closed (refused), fail_open (sent uncounted) or fail_local (decided in the process).
 # TYPE throttle_store_failures_total counter
 throttle_store_failures_total{policy="fail_closed",rule="api",transport="down"} 1
@@ -181,6 +181,8 @@ throttle_upstream_refusals_total{rule="gh",transport="main"} 1
 			"throttle_upstream_reshapes_total":    dto.MetricType_COUNTER,
 			"throttle_in_flight_leases":           dto.MetricType_GAUGE,
 			"throttle_in_flight_total":            dto.MetricType_COUNTER,
+			"throttle_limit_used_ratio":           dto.MetricType_GAUGE,
+			"throttle_recent_wait_seconds":        dto.MetricType_GAUGE,
 		}, types)
 
 		// The waits of rule api (no margin, so no allowance either): one of
@@ -279,22 +281,67 @@ throttle_in_flight_total{event="refused",rule="jobs",source="limiter"} 0
 		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "throttle_in_flight_leases", "throttle_in_flight_total"))
 		// The limiter's refused Allow counts as the Transport's refusal does.
 		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP throttle_requests_total Requests by what the transport did with them (one per attempt); outcome is sent, limited, canceled, failed, failed_open or unmatched.
+# HELP throttle_requests_total Requests by what the transport did with them (one per attempt); outcome is sent, limited, canceled, failed, failed_open or unmatched; shadow is true for a shadow rule's would-be decisions.
 # TYPE throttle_requests_total counter
-throttle_requests_total{outcome="canceled",rule="capped",source="transport"} 0
-throttle_requests_total{outcome="failed",rule="capped",source="transport"} 0
-throttle_requests_total{outcome="failed_open",rule="capped",source="transport"} 0
-throttle_requests_total{outcome="limited",rule="capped",source="transport"} 1
-throttle_requests_total{outcome="sent",rule="capped",source="transport"} 1
-throttle_requests_total{outcome="unmatched",rule="",source="transport"} 0
-throttle_requests_total{outcome="canceled",rule="jobs",source="limiter"} 0
-throttle_requests_total{outcome="failed",rule="jobs",source="limiter"} 0
-throttle_requests_total{outcome="failed_open",rule="jobs",source="limiter"} 0
-throttle_requests_total{outcome="limited",rule="jobs",source="limiter"} 1
-throttle_requests_total{outcome="sent",rule="jobs",source="limiter"} 1
-throttle_requests_total{outcome="unmatched",rule="",source="limiter"} 0
+throttle_requests_total{outcome="canceled",rule="capped",shadow="false",source="transport"} 0
+throttle_requests_total{outcome="failed",rule="capped",shadow="false",source="transport"} 0
+throttle_requests_total{outcome="failed_open",rule="capped",shadow="false",source="transport"} 0
+throttle_requests_total{outcome="limited",rule="capped",shadow="false",source="transport"} 1
+throttle_requests_total{outcome="sent",rule="capped",shadow="false",source="transport"} 1
+throttle_requests_total{outcome="unmatched",rule="",shadow="false",source="transport"} 0
+throttle_requests_total{outcome="canceled",rule="jobs",shadow="false",source="limiter"} 0
+throttle_requests_total{outcome="failed",rule="jobs",shadow="false",source="limiter"} 0
+throttle_requests_total{outcome="failed_open",rule="jobs",shadow="false",source="limiter"} 0
+throttle_requests_total{outcome="limited",rule="jobs",shadow="false",source="limiter"} 1
+throttle_requests_total{outcome="sent",rule="jobs",shadow="false",source="limiter"} 1
+throttle_requests_total{outcome="unmatched",rule="",shadow="false",source="limiter"} 0
 `), "throttle_requests_total"))
 		require.NoError(t, open.Body.Close())
 		assert.Zero(t, tr.Stats().Rules[0].InFlight.Held, "the lease goes back with the body")
+	})
+}
+
+// TestCollectorShadowAndRecent: a shadow rule's series say shadow="true",
+// and every rule reports the share of each limit it used and its recent
+// mean wait as gauges.
+func TestCollectorShadowAndRecent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newTransport(t, nil,
+			throttle.WithRule(throttle.Rule{Name: "api", Host: "api.example", Limits: []throttle.Limit{throttle.PerSecond(4)}, NoDefaultPace: true, Margin: throttle.NoMargin}),
+			throttle.WithRule(throttle.Rule{Name: "try", Host: "api.example", Limits: []throttle.Limit{throttle.PerSecond(2)}, FailFast: true, Shadow: true}))
+		for range 3 {
+			require.NoError(t, get(t, tr, "https://api.example/a"))
+		}
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(throttleprom.NewCollector(tr))
+		const want = `
+# HELP throttle_limit_used_ratio Units this process sent under the rule in the last window of the limit, over its N (1: the whole limit), all the rule's keys together; sum by rule and limit for the fleet.
+# TYPE throttle_limit_used_ratio gauge
+throttle_limit_used_ratio{limit="2/1s",rule="try",shadow="true"} 1
+throttle_limit_used_ratio{limit="4/1s",rule="api",shadow="false"} 0.75
+# HELP throttle_recent_wait_seconds Mean wait of the requests this process sent under the rule in the last 10 seconds.
+# TYPE throttle_recent_wait_seconds gauge
+throttle_recent_wait_seconds{rule="api",shadow="false"} 0
+throttle_recent_wait_seconds{rule="try",shadow="true"} 0
+`
+		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "throttle_limit_used_ratio", "throttle_recent_wait_seconds"))
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		got := map[string]float64{}
+		for _, f := range families {
+			if f.GetName() != "throttle_requests_total" {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				got[labels["rule"]+" "+labels["outcome"]+" "+labels["shadow"]] = m.GetCounter().GetValue()
+			}
+		}
+		assert.Equal(t, 3.0, got["api sent false"])
+		assert.Equal(t, 2.0, got["try sent true"], "would have sent two")
+		assert.Equal(t, 1.0, got["try limited true"], "and refused the third")
 	})
 }

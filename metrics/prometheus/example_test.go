@@ -51,37 +51,37 @@ func Example() {
 	}
 	// Output:
 	// refused: true
-	// # HELP throttle_requests_total Requests by what the transport did with them (one per attempt); outcome is sent, limited, canceled, failed, failed_open or unmatched.
+	// # HELP throttle_requests_total Requests by what the transport did with them (one per attempt); outcome is sent, limited, canceled, failed, failed_open or unmatched; shadow is true for a shadow rule's would-be decisions.
 	// # TYPE throttle_requests_total counter
-	// throttle_requests_total{outcome="canceled",rule="payments"} 0
-	// throttle_requests_total{outcome="failed",rule="payments"} 0
-	// throttle_requests_total{outcome="failed_open",rule="payments"} 0
-	// throttle_requests_total{outcome="limited",rule="payments"} 1
-	// throttle_requests_total{outcome="sent",rule="payments"} 2
-	// throttle_requests_total{outcome="unmatched",rule=""} 0
-	// # HELP throttle_wait_seconds How long the requests sent waited for their slot.
+	// throttle_requests_total{outcome="canceled",rule="payments",shadow="false"} 0
+	// throttle_requests_total{outcome="failed",rule="payments",shadow="false"} 0
+	// throttle_requests_total{outcome="failed_open",rule="payments",shadow="false"} 0
+	// throttle_requests_total{outcome="limited",rule="payments",shadow="false"} 1
+	// throttle_requests_total{outcome="sent",rule="payments",shadow="false"} 2
+	// throttle_requests_total{outcome="unmatched",rule="",shadow="false"} 0
+	// # HELP throttle_wait_seconds How long the requests sent waited for their slot (a shadow rule's: would have waited).
 	// # TYPE throttle_wait_seconds histogram
-	// throttle_wait_seconds_bucket{rule="payments",le="0"} 2
-	// throttle_wait_seconds_bucket{rule="payments",le="0.001"} 2
-	// throttle_wait_seconds_bucket{rule="payments",le="0.002"} 2
-	// throttle_wait_seconds_bucket{rule="payments",le="0.004"} 2
-	// throttle_wait_seconds_bucket{rule="payments",le="0.008"} 2
-	// throttle_wait_seconds_bucket{rule="payments",le="0.016"} 2
-	// throttle_wait_seconds_bucket{rule="payments",le="0.032"} 2
-	// throttle_wait_seconds_bucket{rule="payments",le="0.064"} 2
-	// throttle_wait_seconds_bucket{rule="payments",le="0.128"} 2
-	// throttle_wait_seconds_bucket{rule="payments",le="0.256"} 2
-	// throttle_wait_seconds_bucket{rule="payments",le="0.512"} 2
-	// throttle_wait_seconds_bucket{rule="payments",le="1.024"} 2
-	// throttle_wait_seconds_bucket{rule="payments",le="2.048"} 2
-	// throttle_wait_seconds_bucket{rule="payments",le="4.096"} 2
-	// throttle_wait_seconds_bucket{rule="payments",le="8.192"} 2
-	// throttle_wait_seconds_bucket{rule="payments",le="16.384"} 2
-	// throttle_wait_seconds_bucket{rule="payments",le="32.768"} 2
-	// throttle_wait_seconds_bucket{rule="payments",le="65.536"} 2
-	// throttle_wait_seconds_bucket{rule="payments",le="+Inf"} 2
-	// throttle_wait_seconds_sum{rule="payments"} 0
-	// throttle_wait_seconds_count{rule="payments"} 2
+	// throttle_wait_seconds_bucket{rule="payments",shadow="false",le="0"} 2
+	// throttle_wait_seconds_bucket{rule="payments",shadow="false",le="0.001"} 2
+	// throttle_wait_seconds_bucket{rule="payments",shadow="false",le="0.002"} 2
+	// throttle_wait_seconds_bucket{rule="payments",shadow="false",le="0.004"} 2
+	// throttle_wait_seconds_bucket{rule="payments",shadow="false",le="0.008"} 2
+	// throttle_wait_seconds_bucket{rule="payments",shadow="false",le="0.016"} 2
+	// throttle_wait_seconds_bucket{rule="payments",shadow="false",le="0.032"} 2
+	// throttle_wait_seconds_bucket{rule="payments",shadow="false",le="0.064"} 2
+	// throttle_wait_seconds_bucket{rule="payments",shadow="false",le="0.128"} 2
+	// throttle_wait_seconds_bucket{rule="payments",shadow="false",le="0.256"} 2
+	// throttle_wait_seconds_bucket{rule="payments",shadow="false",le="0.512"} 2
+	// throttle_wait_seconds_bucket{rule="payments",shadow="false",le="1.024"} 2
+	// throttle_wait_seconds_bucket{rule="payments",shadow="false",le="2.048"} 2
+	// throttle_wait_seconds_bucket{rule="payments",shadow="false",le="4.096"} 2
+	// throttle_wait_seconds_bucket{rule="payments",shadow="false",le="8.192"} 2
+	// throttle_wait_seconds_bucket{rule="payments",shadow="false",le="16.384"} 2
+	// throttle_wait_seconds_bucket{rule="payments",shadow="false",le="32.768"} 2
+	// throttle_wait_seconds_bucket{rule="payments",shadow="false",le="65.536"} 2
+	// throttle_wait_seconds_bucket{rule="payments",shadow="false",le="+Inf"} 2
+	// throttle_wait_seconds_sum{rule="payments",shadow="false"} 0
+	// throttle_wait_seconds_count{rule="payments",shadow="false"} 2
 }
 
 var okUpstream = roundTripperFunc(func(r *http.Request) (*http.Response, error) {

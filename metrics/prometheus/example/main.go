@@ -41,9 +41,10 @@ func run() int {
 	rate := flag.Int("rate", 50, "requests allowed per second")
 	workers := flag.Int("workers", 4, "concurrent workers")
 	duration := flag.Duration("duration", 30*time.Second, "how long to run")
+	shadow := flag.Int("shadow", 0, "if positive, also try this many per second as a shadow rule: it records what it would do, and enforces nothing")
 	flag.Parse()
-	if *rate < 1 || *workers < 1 || *duration <= 0 {
-		fmt.Fprintln(os.Stderr, "example: -rate, -workers and -duration must be positive")
+	if *rate < 1 || *workers < 1 || *duration <= 0 || *shadow < 0 {
+		fmt.Fprintln(os.Stderr, "example: -rate, -workers and -duration must be positive, -shadow not negative")
 		return 2
 	}
 
@@ -74,12 +75,23 @@ func run() int {
 	// A connection per worker kept idle, so that no request waits for a dial.
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	base.MaxIdleConnsPerHost = *workers
-	tr, err := throttle.New(base, st, throttle.WithRule(throttle.Rule{
+	host := strings.TrimPrefix(gateway.URL, "http://")
+	opts := []throttle.Option{throttle.WithRule(throttle.Rule{
 		Name:   "payments",
-		Host:   strings.TrimPrefix(gateway.URL, "http://"),
+		Host:   host,
 		Limits: []throttle.Limit{throttle.PerSecond(*rate)},
 		Key:    throttle.Fixed("gateway-1"),
-	}))
+	})}
+	if *shadow > 0 { // what a lower limit would do, before turning it on
+		opts = append(opts, throttle.WithRule(throttle.Rule{
+			Name:   fmt.Sprintf("payments-%d", *shadow),
+			Host:   host,
+			Limits: []throttle.Limit{throttle.PerSecond(*shadow)},
+			Key:    throttle.Fixed("gateway-1"),
+			Shadow: true,
+		}))
+	}
+	tr, err := throttle.New(base, st, opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "example:", err)
 		return 2

@@ -4,17 +4,18 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // NewRedisURL returns a Redis store on a client it makes from rawURL, and
-// that client as the io.Closer to close when the store is no longer used. It
-// does no I/O. The URL says which client:
+// that client, to ping at start-up and to close when the store is no longer
+// used. It does no I/O. The URL says which client:
 //
 //	redis://[user:password@]host:port[/db][?options]            one server
 //	rediss://...                                                the same over TLS
@@ -25,8 +26,9 @@ import (
 //	unix://[user:password@]/path/to/redis.sock[?db=N]
 //
 // The options are go-redis's (redis.ParseURL, redis.ParseFailoverURL,
-// redis.ParseClusterURL): dial_timeout, read_timeout, pool_size, and so on.
-// In a Sentinel URL the userinfo authenticates to the Sentinels and the
+// redis.ParseClusterURL): dial_timeout, read_timeout, pool_size, and so on;
+// dialer_retries and dialer_retry_timeout are taken by every scheme (go-redis
+// takes them only for Sentinel and Cluster). In a Sentinel URL the userinfo authenticates to the Sentinels and the
 // username and password options to the master. Options that would send the
 // store's writes to a replica (replica_only, route_by_latency,
 // route_randomly) are refused.
@@ -36,7 +38,7 @@ import (
 //
 // No error it returns contains the password: the URL is never quoted, and
 // what the parsers quote is left out.
-func NewRedisURL(rawURL string, opts ...RedisOption) (*Redis, io.Closer, error) {
+func NewRedisURL(rawURL string, opts ...RedisOption) (*Redis, redis.UniversalClient, error) {
 	// A first pass over the options finds WithTLSConfig, which the client
 	// needs before it exists; the store applies them all again below.
 	scratch := &Redis{client: (*redis.Client)(nil)}
@@ -98,10 +100,15 @@ func newURLClient(rawURL string, tlsConfig *tls.Config) (redis.UniversalClient, 
 	u := base + "://" + rest
 	switch kind {
 	case "":
+		u, retries, err := dialerRetries(u)
+		if err != nil {
+			return nil, err
+		}
 		o, err := redis.ParseURL(u)
 		if err != nil {
 			return nil, err
 		}
+		retries(o)
 		o.TLSConfig = withTLS(o.TLSConfig)
 		return redis.NewClient(o), nil
 	case "sentinel":
@@ -130,6 +137,46 @@ func newURLClient(rawURL string, tlsConfig *tls.Config) (redis.UniversalClient, 
 	default:
 		return nil, fmt.Errorf("unknown scheme %s (want redis://, rediss://, redis-sentinel://, redis-cluster:// or unix://)", scheme)
 	}
+}
+
+// dialerRetries takes dialer_retries and dialer_retry_timeout out of the
+// query of a one-server URL, which redis.ParseURL refuses though
+// ParseFailoverURL and ParseClusterURL take them, and returns what sets them.
+func dialerRetries(u string) (string, func(*redis.Options), error) {
+	base, query, ok := strings.Cut(u, "?")
+	none := func(*redis.Options) {}
+	if !ok {
+		return u, none, nil
+	}
+	var keep []string
+	retries, timeout := 0, time.Duration(0)
+	for _, kv := range strings.Split(query, "&") {
+		k, v, _ := strings.Cut(kv, "=")
+		var err error
+		switch k {
+		case "dialer_retries":
+			retries, err = strconv.Atoi(v)
+		case "dialer_retry_timeout":
+			timeout, err = time.ParseDuration(v)
+		default:
+			keep = append(keep, kv)
+			continue
+		}
+		if err != nil {
+			return "", nil, fmt.Errorf("invalid %s", k)
+		}
+	}
+	if len(keep) > 0 {
+		base += "?" + strings.Join(keep, "&")
+	}
+	return base, func(o *redis.Options) {
+		if retries != 0 {
+			o.DialerRetries = retries
+		}
+		if timeout != 0 {
+			o.DialerRetryTimeout = timeout
+		}
+	}, nil
 }
 
 // quoted matches what an error quotes, which may be part of a URL.

@@ -31,19 +31,20 @@ import (
 // few seconds. It counts the fake's refusals after the first window and
 // the share of the binding limit the fleet used after it.
 //
-//	go test -tags integration -run 'TestFleetProfiles' -v ./examples/
+//	FLEET_PROFILE_REPS=5 go test -tags integration -run 'TestFleetProfiles' -v ./examples/
 //
-// FLEET_PROFILE_REPS=10 repeats every family (cold: a fresh key each run).
+// FLEET_PROFILE_REPS=n runs every family n times (cold: a fresh key each
+// run); without it the test is skipped.
 func TestFleetProfiles(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the profiles' fleet runs for about 40s")
+	// A measurement, not a check: it asserts nothing of the figures it
+	// prints (docs/profiles.md states them, misses included), so it runs
+	// only when asked for.
+	v := os.Getenv("FLEET_PROFILE_REPS")
+	if v == "" {
+		t.Skip("a measurement of about 40s per run: set FLEET_PROFILE_REPS")
 	}
-	reps := 1
-	if v := os.Getenv("FLEET_PROFILE_REPS"); v != "" {
-		var err error
-		reps, err = strconv.Atoi(v)
-		require.NoError(t, err, "FLEET_PROFILE_REPS")
-	}
+	reps, err := strconv.Atoi(v)
+	require.NoError(t, err, "FLEET_PROFILE_REPS")
 	srv, _ := startRedis(t)
 	families := []struct {
 		name string

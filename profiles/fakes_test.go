@@ -158,9 +158,16 @@ func TestProfilesAgainstFakes(t *testing.T) {
 			// GitHub's proportions.
 			up, err := throttletest.NewGitHub(throttletest.Config{N: 500, Window: 6 * time.Minute, Now: now2026})
 			r := profiles.GitHub()
-			r.Limits = []throttle.Limit{throttle.Per(500, 6*time.Minute), throttle.Per(90, 6*time.Second)}
+			r.Limits = []throttle.Limit{throttle.Per(500, 6*time.Minute), throttle.Per(90, 6*time.Second).Of("points")}
 			return burst{r, up, http.MethodGet, "https://api.github.com/repos/a/b", [2]string{"Authorization", "Bearer t"}, 15 * time.Minute}, err
 		}, 6 * time.Minute, func(first, end time.Time) int { return windows(500, 6*time.Minute, first, end) }, 0, 0},
+		{"GitHub POSTs, 5 points each", func() (burst, error) {
+			// The same tenth: 90 points per 6 seconds bind, 18 POSTs.
+			up, err := throttletest.NewGitHub(throttletest.Config{N: 500, Window: 6 * time.Minute, Now: now2026})
+			r := profiles.GitHub()
+			r.Limits = []throttle.Limit{throttle.Per(500, 6*time.Minute), throttle.Per(90, 6*time.Second).Of("points")}
+			return burst{r, up, http.MethodPost, "https://api.github.com/repos/a/b/issues", [2]string{"Authorization", "Bearer t"}, 2 * time.Minute}, err
+		}, 6 * time.Second, func(first, end time.Time) int { return windows(18, 6*time.Second, first, end) }, 0, 0},
 		{"Discord, its documented figures", func() (burst, error) {
 			up, err := throttletest.NewDiscord(throttletest.Config{Now: now2026})
 			return burst{profiles.Discord(), up, http.MethodPost, "https://discord.com/api/v10/channels/1/messages", [2]string{"Authorization", "Bot t"}, time.Minute}, err

@@ -1,6 +1,7 @@
 package profiles
 
 import (
+	"net/http"
 	"time"
 
 	"github.com/throttle-go/throttle"
@@ -16,9 +17,9 @@ var githubRefusals = []throttle.Refusal{
 
 // GitHub returns the rule of GitHub's REST API (api.github.com) for a
 // token: 5,000 requests per hour (a fixed window that GitHub resets at the
-// epoch it sends, so the rule sends without a default pace), 900 per minute
-// (the secondary limit's points, for GET requests: a POST costs 5 points,
-// which a per-limit cost will express), and 100 requests in flight at once.
+// epoch it sends, so the rule sends without a default pace), 900 points per
+// minute (the secondary limit: a GET, HEAD or OPTIONS request costs 1 point,
+// any other method 5), and 100 requests in flight at once.
 // A 403 with x-ratelimit-remaining: 0 or with retry-after is a refusal.
 // Search has budgets apart: use GitHubSearch for /search. Documented at
 // docs.github.com, "Rate limits for the REST API", as of 2026-05.
@@ -27,7 +28,8 @@ func GitHub() throttle.Rule {
 		Name:          "github",
 		Host:          "api.github.com",
 		Key:           throttle.ByAuthorization(),
-		Limits:        []throttle.Limit{throttle.PerHour(5000), throttle.PerMinute(900)},
+		Limits:        []throttle.Limit{throttle.PerHour(5000), throttle.PerMinute(900).Of("points")},
+		Costs:         map[string]func(*http.Request) int{"points": githubPoints},
 		NoDefaultPace: true,
 		InFlight:      100,
 		Refused:       githubRefusals,
@@ -49,4 +51,15 @@ func GitHubSearch() throttle.Rule {
 		Limits:     []throttle.Limit{throttle.PerMinute(30)},
 		Refused:    githubRefusals,
 	}
+}
+
+// githubPoints is what a request costs against GitHub's secondary limit of
+// points per minute: 1 for a GET, HEAD or OPTIONS request, 5 for any other
+// ("Rate limits for the REST API", docs.github.com, as of 2026-05).
+func githubPoints(req *http.Request) int {
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions:
+		return 1
+	}
+	return 5
 }

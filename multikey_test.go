@@ -144,9 +144,9 @@ func TestAlsoKeysInRedis(t *testing.T) {
 	require.NoError(t, getToken(t, tr, "other"))
 	keys, err := client.Keys(context.Background(), prefix+"{*").Result() // the logs, not the published rules
 	require.NoError(t, err)
-	// Each token's log and its default pace (Rule.NoDefaultPace unset), and the
-	// app's log (the Also keys take window limits only).
-	require.Len(t, keys, 5, "%v: two tokens and the app", keys)
+	// Each token's log, its seen mark and its default pace (Rule.NoDefaultPace
+	// unset), and the app's log (the Also keys take window limits only).
+	require.Len(t, keys, 7, "%v: two tokens and the app", keys)
 	for _, k := range keys {
 		assert.NotContains(t, k, token)
 		assert.True(t, strings.HasPrefix(k, prefix+"{my-app}"), "%s shares the app's tag", k)
@@ -156,7 +156,7 @@ func TestAlsoKeysInRedis(t *testing.T) {
 	require.True(t, errors.Is(err, throttle.ErrLimited), "%v", err)
 	keys, err = client.Keys(context.Background(), prefix+"{*").Result() // the logs, not the published rules
 	require.NoError(t, err)
-	assert.Len(t, keys, 7, "%v: the refused token's log and pace were never written", keys)
+	assert.Len(t, keys, 10, "%v: the refused token's log and pace were never written", keys)
 }
 
 // Each token may make 2 calls per second, and the app 3 over all its

@@ -78,10 +78,13 @@ func TestBadKeyIsOneKey(t *testing.T) {
 					return err
 				}
 				require.NoError(t, do("a.example"))
-				logs, err := admin.Keys(ctx, store.DefaultPrefix+name+":{*").Result() // the logs, not the published rules
+				logs, err := admin.Keys(ctx, store.DefaultPrefix+name+":{*}").Result() // the logs: not their seen marks, nor the published rules
 				require.NoError(t, err)
 				require.Len(t, logs, 1)
 				require.NoError(t, admin.Set(ctx, logs[0], "not a log", 0).Err())
+				// Without its seen mark the repaired key starts afresh; with it,
+				// it would wait out a window (a log lost: store's lost_test.go).
+				require.NoError(t, admin.Del(ctx, logs[0]+":seen").Err())
 				sent["a.example"] = 0
 
 				for range 20 {
@@ -103,7 +106,7 @@ func TestBadKeyIsOneKey(t *testing.T) {
 					assert.NotErrorAs(t, d.Err, &se, "no request met a store marked down")
 					assert.NotEqual(t, throttle.FailedOpen, d.Outcome, "nothing sent uncounted")
 				}
-				all, err := admin.Keys(ctx, store.DefaultPrefix+name+":{*").Result() // the logs, not the published rules
+				all, err := admin.Keys(ctx, store.DefaultPrefix+name+":{*}").Result() // the logs: not their seen marks, nor the published rules
 				require.NoError(t, err)
 				require.Len(t, all, 2)
 				logB := all[0]

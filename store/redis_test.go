@@ -68,7 +68,10 @@ func TestRedisKeyLayout(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	keys := c.Keys(ctx, "app1:{"+key+"}*").Val()
-	assert.Equal(t, []string{s.RedisKey(key)}, keys, "one Redis key per rate key")
+	seen := s.RedisKey(key) + ":seen"
+	assert.ElementsMatch(t, []string{s.RedisKey(key), seen}, keys, "the log and its seen mark")
+	logTTL := c.PTTL(ctx, s.RedisKey(key)).Val() // read first: the mark's is read later
+	assert.LessOrEqual(t, c.PTTL(ctx, seen).Val(), logTTL, "the mark lives no longer than the log")
 }
 
 // TestRedisScriptCacheLoss: after SCRIPT FLUSH (a restart, a failover: Redis 7

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -143,9 +144,10 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var yes bool
+	var yes, feedback bool
 	t, st, done, code := open(ctx, "reset", args, stderr, func(fs *flag.FlagSet) {
 		fs.BoolVar(&yes, "yes", false, "do not ask for confirmation")
+		fs.BoolVar(&feedback, "feedback", false, "delete only what the upstream said (pause, learned limit or pace, budget); the sends stay counted")
 	})
 	if code >= 0 {
 		return code
@@ -156,27 +158,45 @@ func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stdout, noState(t)+"; nothing deleted")
 		return exitFailed
 	}
-	keys := st.Keys(t.skey)
+	keys, what := st.Keys(t.skey), resetSays
+	if feedback {
+		keys, what = slices.DeleteFunc(keys, func(k string) bool { return !strings.HasSuffix(k, ":p") }), feedbackSays
+	}
 	if !yes {
-		fmt.Fprintf(stdout, "delete %s (%s)? Every process starts this key afresh. [y/N] ", strings.Join(keys, ", "), t.shown())
+		fmt.Fprintf(stdout, "delete %s (%s)? %s [y/N] ", strings.Join(keys, ", "), t.shown(), what)
 		line, _ := bufio.NewReader(stdin).ReadString('\n')
 		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
 			fmt.Fprintln(stdout, "not deleted")
 			return exitFailed
 		}
 	}
-	n, err := st.Delete(ctx, t.skey)
+	del := st.Delete
+	if feedback {
+		del = st.DeleteFeedback
+	}
+	n, err := del(ctx, t.skey)
 	if err != nil {
 		fmt.Fprintf(stderr, "throttle reset: %s\n", t.secrets.clean(err))
 		return exitFailed
 	}
-	if n == 0 {
+	switch {
+	case n == 0 && feedback:
+		fmt.Fprintln(stdout, "nothing the upstream said is stored under this key; nothing deleted")
+		return exitOK
+	case n == 0:
 		fmt.Fprintln(stdout, noState(t)+"; nothing deleted")
 		return exitFailed
 	}
-	fmt.Fprintf(stdout, "deleted %d Redis keys of %s\n", n, t.redis)
+	fmt.Fprintf(stdout, "deleted %d Redis keys of %s. %s\n", n, t.redis, what)
 	return exitOK
 }
+
+// What reset says of its effect, asking and done.
+const (
+	resetSays = "The upstream still counts what was sent: a sliding log waits out one window " +
+		"before it sends again (the other algorithms start afresh). To lift only a pause, use -feedback."
+	feedbackSays = "Pauses, learned limits and budgets go; the sends stay counted."
+)
 
 // writeUsage prints a Usage as a small table and a few lines.
 func writeUsage(w io.Writer, t *target, u operator.KeyUsage) {

@@ -395,12 +395,14 @@ type Store interface {
 }
 
 // Admin is what the operator's tool (cmd/throttle) asks of the Redis store
-// beyond a Store: the names of a rate key's Redis keys, their deletion, and
-// the source of every script the store runs. Only the Redis store has it.
+// beyond a Store: the names of a rate key's Redis keys, their deletion (or
+// of its feedback alone), and the source of every script the store runs.
+// Only the Redis store has it.
 type Admin interface {
 	Store
 	Keys(key string) []string
 	Delete(ctx context.Context, key string) (int64, error)
+	DeleteFeedback(ctx context.Context, key string) (int64, error)
 	Scripts() map[string]string
 }
 

@@ -35,6 +35,8 @@ const DefaultPrefix = "throttle:"
 //	p{k}:pace     STRING: a paced limit's theoretical arrival time
 //	p{k}:fixed    HASH: FixedWindow's counters (":counter", ":buckets" alike)
 //	p{k}:p        HASH: what the upstream said (Feedback)
+//	p{k}:seen     STRING: the SlidingLog's seen mark: the log was written,
+//	              with entries up to its value (lost state, write.lua)
 //
 // The braces make k its own Cluster hash tag, so all of a rate key's Redis
 // keys land in the same slot. A rate key that starts with its own hash tag,
@@ -318,8 +320,9 @@ func (r *Redis) reserveCall(key string, req contract.Request) (call scriptCall, 
 	}
 	call = scriptCall{reserveScripts[req.Algorithm], []string{r.keyFor(key, req.Algorithm), r.feedbackKey(key)}, args}
 	if req.Algorithm == contract.SlidingLog {
-		// Read only under a paced limit, the request's or a learned one.
-		call.keys = append(call.keys, r.paceKey(key))
+		// The pace key is read only under a paced limit, the request's or
+		// a learned one; the seen mark only when the log is missing.
+		call.keys = append(call.keys, r.paceKey(key), r.seenKey(key))
 	}
 	if p >= 0 {
 		call.script = pacedScript
@@ -391,6 +394,8 @@ func (r *Redis) cancel(ctx context.Context, res contract.Reservation) error {
 		call.keys = append(call.keys, r.paceKey(res.Key))
 		call.args = append(call.args, strconv.FormatInt(res.TAT, 10), int64(res.Cost)*res.Spacing)
 	}
+	// Deleted when the cancel empties the log (cancel.lua).
+	call.keys = append(call.keys, r.seenKey(res.Key))
 	if res.Units != nil {
 		call = r.cancelUnitsCall(res) // units.go
 	} else if res.AlsoKeys != nil {
@@ -518,6 +523,12 @@ func int64s(reply []any) (out [9]int64, err error) {
 // paceKey is the name of the Redis key, a STRING, that holds the theoretical
 // arrival time of a rate key's paced limit.
 func (r *Redis) paceKey(key string) string { return r.logKey(key) + ":pace" }
+
+// seenKey is the name of the Redis key, a STRING, that marks a rate key's
+// log as written, for as long as the log lives: a log missing while its mark
+// exists was lost, and the next reservation assumes it was full (write.lua).
+// Delete leaves it, so that a reset key waits out what it had sent.
+func (r *Redis) seenKey(key string) string { return r.logKey(key) + ":seen" }
 
 // feedbackKey is the name of the Redis key, a HASH, that holds what the
 // upstream said about a rate key (see Feedback).

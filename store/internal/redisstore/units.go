@@ -52,7 +52,7 @@ func (r *Redis) cancelUnitsCall(res contract.Reservation) scriptCall {
 	for _, k := range res.AlsoKeys {
 		keys = append(keys, r.logKey(k))
 	}
-	keys = r.unitKeys(keys, res)
+	keys = append(r.unitKeys(keys, res), r.seenKey(res.Key)) // the seen mark last (cancel.lua)
 	args := []any{strconv.FormatInt(res.Entry, 10), res.Cost, strconv.FormatInt(res.TAT, 10),
 		int64(res.Cost) * res.Spacing, len(res.AlsoKeys), r.nowArg()}
 	for _, u := range res.Units {

@@ -144,9 +144,23 @@ func (r *Redis) Keys(key string) []string {
 }
 
 // Delete removes all of key's state (every name Keys returns) in one DEL and
-// returns how many Redis keys existed. Every process then starts the key
-// afresh: use it to repair a key, not to lift a limit the upstream counts.
+// returns how many Redis keys existed. It leaves the log's seen mark
+// (write.lua): a sliding log deleted while it lived is taken as full by the
+// next reservation, which waits out one window, since the upstream still
+// counts what was sent. Use it to repair a key, not to lift a limit.
 func (r *Redis) Delete(ctx context.Context, key string) (int64, error) {
+	return r.del(ctx, key, r.Keys(key))
+}
+
+// DeleteFeedback removes what the upstream said about key (its pause,
+// learned limit or pace, budget: the feedback hash) and returns how many
+// Redis keys existed (0 or 1). The sends stay counted.
+func (r *Redis) DeleteFeedback(ctx context.Context, key string) (int64, error) {
+	return r.del(ctx, key, []string{r.feedbackKey(key)})
+}
+
+// del is one DEL of names, the Redis keys of key.
+func (r *Redis) del(ctx context.Context, key string, names []string) (int64, error) {
 	if key == "" {
 		return 0, fmt.Errorf("%w: empty key", contract.ErrInvalidRequest)
 	}
@@ -154,7 +168,7 @@ func (r *Redis) Delete(ctx context.Context, key string) (int64, error) {
 	if !ok {
 		return 0, fmt.Errorf("store: redis delete: the client (%T) cannot run DEL", r.client)
 	}
-	n, err := c.Del(ctx, r.Keys(key)...).Result()
+	n, err := c.Del(ctx, names...).Result()
 	if err != nil {
 		return 0, fmt.Errorf("store: redis delete: %w", err)
 	}

@@ -8,6 +8,8 @@
 -- fb        optional: the key's feedback (see hold).
 -- pace_key  the pace key (see pace), read only under a paced limit (pace),
 --           the request's own or a learned one.
+-- seen      the log's seen mark (see write), read only when the log is
+--           missing: a log lost while its mark lives is taken as full (below).
 -- allowance in microseconds (integer >= 0): how late after its slot
 --           the caller may send. The entries are recorded at the latest time
 --           the request may be sent, not at its slot (see below).
@@ -46,15 +48,26 @@
 -- Cost: every Redis command a script runs costs about as much as a short
 -- script's whole fixed overhead, so the common call runs four: TIME, LINDEX
 -- of the last entry, LINDEX of the entry that decides, RPUSH. The TTL, the
--- trim and the feedback are paid only when they can matter (see each).
+-- trim and the feedback are paid only when they can matter (see each); an
+-- empty log pays a GET of its seen mark.
+--
+-- Lost state. The upstream still counts what a lost log held, so a log
+-- missing while its seen mark (see write) lives is refilled with max_n
+-- entries at the latest time it may have held, the mark's value (the end
+-- of the half window its last entry was in), or now if later: every window
+-- limit then waits one window from that time, as if N units had been sent
+-- then, and no window at the upstream holds more than N whatever the lost
+-- log held, its reservations still waiting included. A paced time missing
+-- with it is taken as far ahead as the burst allows from that time. A log
+-- that expired has no mark (they share their TTL), and a new one none yet.
 
--- log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key,
+-- log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key, seen,
 -- allowance, limits, pace, more, also_slot, also_record) reserves the
 -- request's slot in the log (the arguments as parse_request returns them)
 -- and returns it as reserve_reply takes it (or KEYSTATE). With more keys
 -- (more), also's two functions count and record the other keys' logs; nil
 -- without.
-local function log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key, allowance, limits, pace,
+local function log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key, seen, allowance, limits, pace,
                            more, also_slot, also_record)
   -- The causes (see request), as locals: an upvalue is paid for on every
   -- call, and this function runs on every reservation of the log.
@@ -87,6 +100,22 @@ local function log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key, 
   local span = max_w
   if pace then span = math.max(span, (pace.burst + cost + 1) * pace.t) end
 
+  -- A log lost (see the header): refilled, with its TTL and its mark, before
+  -- anything reads it, and kept so even if this request is then refused. A
+  -- mark that is not a plausible time (another program wrote it) counts as
+  -- now.
+  local lost
+  if windows and not last and seen then
+    local u = redis.pcall('GET', seen)
+    if u then
+      u = tonumber(u)
+      if not u or implausible(u, now, max_wait, span) then u = now end
+      lost = math.max(now, u)
+      log_write(key, lost, lost, max_n, max_n, max_w, nil, now, seen)
+      last = lost
+    end
+  end
+
   -- One pass over the limits: the slot they allow. Entries too old to matter
   -- may still be in the log (trimming is lazy, below): they are at least
   -- max_w before now, so they never set a slot.
@@ -96,6 +125,10 @@ local function log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key, 
     local e, bad
     tat, e, bad = pace_slot(pace_key, pace, cost, now, max_wait, span)
     if bad then return bad end
+    if lost and not tat then
+      tat = lost + (pace.burst + 1) * pace.t -- lost with the log: its burst spent then
+      e = tat + (cost - 1 - pace.burst) * pace.t
+    end
     if e > s then s, limit, cause = e, pace.index, LIMIT end
   end
   local last_bad = 0 -- an older entry later than the last (the log is ordered)
@@ -151,6 +184,10 @@ local function log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key, 
         pace = { t = pt, burst = pb, index = 0, keep = 0 }
         tat, e, bad = pace_slot(pace_key, pace, cost, now, max_wait, span)
         if bad then return bad end
+        if lost and not tat then
+          tat = lost + (pb + 1) * pt
+          e = tat + (cost - 1 - pb) * pt
+        end
       end
       if e and e > s then s, limit, cause = e, 0, LEARNED end
     end
@@ -199,6 +236,6 @@ local function log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key, 
   -- the newest entry (see write).
   local entry = rec
   if active then entry = -rec end
-  log_write(key, entry, rec, cost, max_n, max_w, last, now)
+  log_write(key, entry, rec, cost, max_n, max_w, last, now, seen)
   return true, wait, s, limit, cause, rec, tat, spacing, moved
 end

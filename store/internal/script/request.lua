@@ -9,6 +9,8 @@
 -- KEYS[3]   the log only: the pace key (see pace), passed for every log
 --           request, read only under a paced limit, the request's own or a
 --           learned one.
+-- KEYS[4]   the log only: the key's seen mark (see write), read only when
+--           the log is missing, to tell a log lost from one never written.
 -- then      with more keys: the other keys' logs (see also);
 -- then      under a cap on requests in flight: the leases, the queue and
 --           the caller's inbox (see leased).
@@ -60,7 +62,8 @@ local NONE, ORDER, LIMIT, UPSTREAM, LEARNED, INFLIGHT = 0, 1, 2, 3, 4, 5
 --            key, and for a unit its cost, sum_key, pace and pace_key }, or nil
 --            (see also, units);
 --   lease    a cap: { key, queue, inbox, cap, dur, held, id }, or nil (see
---            leased).
+--            leased);
+--   seen     the log: KEYS[4], the seen mark (see write); nil otherwise.
 local function parse_request(kind, paced, also, leased)
   local KEYS, ARGV = KEYS, ARGV -- locals: a global is looked up at each use
   local last = #ARGV
@@ -105,9 +108,9 @@ local function parse_request(kind, paced, also, leased)
       end
     end
   end
-  local first, head = 5, nil
+  local first, head, seen = 5, nil, nil
   if kind == 'log' then
-    first, head = 6, ARGV[5] + 0
+    first, head, seen = 6, ARGV[5] + 0, KEYS[4]
   elseif kind == 'usage' then
     first, head = 6, ARGV[5]
   end
@@ -130,7 +133,7 @@ local function parse_request(kind, paced, also, leased)
     for i = 1, last - first + 1 do limits[i] = limits[i] + 0 end
   end
   return clock(ARGV[3]), ARGV[1] + 0, ARGV[2] + 0, ARGV[4] + 0, KEYS[1], KEYS[2], KEYS[3],
-    head, limits, pace, more, lease
+    head, limits, pace, more, lease, seen
 end
 
 -- reserve_reply(allowed, wait, slot, limit, cause, entry, tat, spacing,

@@ -42,14 +42,14 @@ func with(base []string, more ...string) []string {
 // kind, with or without a paced limit, more keys and a cap, named for the
 // calls after it (head is the log's allowance, or usage's algorithm).
 func parse(kind, head string, paced, also, leased bool) string {
-	return fmt.Sprintf("local now, cost, max_wait, server_wait, key, fb, pace_key, %s, limits, pace, more, lease =\n"+
+	return fmt.Sprintf("local now, cost, max_wait, server_wait, key, fb, pace_key, %s, limits, pace, more, lease, seen =\n"+
 		"  parse_request('%s', %t, %t, %t) -- kind, paced, more keys, leased\n", head, kind, paced, also, leased)
 }
 
 // The calls of the log's body, without and with more keys.
 const (
-	logCall  = "log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key, allowance, limits, pace)"
-	alsoCall = "log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key, allowance, limits, pace, more, also_slot, also_record)"
+	logCall  = "log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key, seen, allowance, limits, pace)"
+	alsoCall = "log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key, seen, allowance, limits, pace, more, also_slot, also_record)"
 )
 
 // logMain is the main of a reserve script of the log.
@@ -119,20 +119,21 @@ var recipes = []recipe{
 	{"reserve buckets, leased", with(countingParts, "buckets", "lease", "leased"), countingMain(true, "buckets_reserve", "")},
 
 	{"cancel", []string{"cancel"}, `
-return cancel_entries(KEYS[1], ARGV[1], tonumber(ARGV[2]))`},
+return cancel_entries(KEYS[1], ARGV[1], tonumber(ARGV[2]), KEYS[2])`},
 	{"cancel paced", []string{"cancel_pace", "cancel"}, `
 cancel_pace(KEYS[2], ARGV[3], ARGV[4])
-return cancel_entries(KEYS[1], ARGV[1], tonumber(ARGV[2]))`},
+return cancel_entries(KEYS[1], ARGV[1], tonumber(ARGV[2]), KEYS[3])`},
 	{"cancel also", []string{"cancel", "cancel_also"}, `
 cancel_also(KEYS, #KEYS - tonumber(ARGV[#ARGV]) + 1, ARGV[1], tonumber(ARGV[2]))
-return cancel_entries(KEYS[1], ARGV[1], tonumber(ARGV[2]))`},
+return cancel_entries(KEYS[1], ARGV[1], tonumber(ARGV[2]), KEYS[2])`},
 	{"cancel paced also", []string{"cancel", "cancel_also", "cancel_pace"}, `
 cancel_also(KEYS, #KEYS - tonumber(ARGV[#ARGV]) + 1, ARGV[1], tonumber(ARGV[2]))
 cancel_pace(KEYS[2], ARGV[3], ARGV[4])
-return cancel_entries(KEYS[1], ARGV[1], tonumber(ARGV[2]))`},
+return cancel_entries(KEYS[1], ARGV[1], tonumber(ARGV[2]), KEYS[3])`},
 	// A reservation with units (units.lua): its units settled to 0, its
 	// other keys' entries and its own removed, its paced time given back.
-	// KEYS: the log, the pace key, p other logs, the units' keys; ARGV:
+	// KEYS: the log, the pace key, p other logs, the units' keys, the
+	// log's seen mark; ARGV:
 	// entry, cost, TAT (0: none), back, p, now, then per unit estimate,
 	// 0, spacing (settle.lua).
 	{"cancel units", []string{"time", "cancel", "cancel_pace", "settle"}, `
@@ -140,7 +141,7 @@ local p = tonumber(ARGV[5])
 for i = 3, 2 + p do cancel_entries(KEYS[i], ARGV[1], tonumber(ARGV[2])) end
 settle_units(KEYS, 3 + p, ARGV, 7, tonumber(ARGV[1]), clock(ARGV[6]))
 if ARGV[3] ~= '0' then cancel_pace(KEYS[2], ARGV[3], ARGV[4]) end
-return cancel_entries(KEYS[1], ARGV[1], tonumber(ARGV[2]))`},
+return cancel_entries(KEYS[1], ARGV[1], tonumber(ARGV[2]), KEYS[#KEYS])`},
 	// Settle: ARGV now, entry, then per unit estimate, actual, spacing.
 	{"settle", []string{"time", "settle"}, `
 return settle_units(KEYS, 1, ARGV, 3, tonumber(ARGV[2]), clock(ARGV[1]))`},

@@ -3,12 +3,22 @@
 -- (log) calls log_write for the request's own key, and also for each of
 -- its other keys. (One function, not three: each function a script's hot
 -- path calls is an upvalue of its caller, paid for on every call.)
+--
+-- The seen mark (KEYS[4], a STRING beside the log under the same hash tag)
+-- says that the log holds, or held, entries up to its value (µs). It is
+-- written with the log's TTL, by the same write, so it lives exactly as
+-- long as the log (or less, where another caller's longer window keeps the
+-- log longer): a log missing while its mark exists was lost (an operator's
+-- DEL, a reset, a value of another type repaired away, an eviction), not
+-- expired, and log assumes the worst of it. A Cancel never empties a log
+-- (see cancel), so no other way leaves a mark without its log.
 
--- log_write(key, entry, rec, cost, max_n, max_w, last, now) records cost
--- entries of value entry (rec, or -rec when marked) at now in key, the log
--- of limits of at most max_n units over at most max_w microseconds, whose
--- last entry before the write was last (nil: the log was new).
-local function log_write(key, entry, rec, cost, max_n, max_w, last, now)
+-- log_write(key, entry, rec, cost, max_n, max_w, last, now, seen) records
+-- cost entries of value entry (rec, or -rec when marked) at now in key, the
+-- log of limits of at most max_n units over at most max_w microseconds,
+-- whose last entry before the write was last (nil: the log was new); seen
+-- is the log's seen mark (nil: none, as for more keys' logs).
+local function log_write(key, entry, rec, cost, max_n, max_w, last, now, seen)
   -- Push, in chunks: unpack of a large table overflows the Lua stack.
   local len
   if cost == 1 then
@@ -63,7 +73,9 @@ local function log_write(key, entry, rec, cost, max_n, max_w, last, now)
   -- the largest window. Each TTL covers every slot of the half window
   -- ("period") the new entry is in, so only the first entry of each period
   -- pays for a PEXPIRE (an idle log lives at most 1.5 windows); a TTL is
-  -- never shortened (GT): another caller's longer window may need it.
+  -- never shortened (GT): another caller's longer window may need it. The
+  -- seen mark is set then too, to the period's end: every entry recorded
+  -- until the next period's first lies before it.
   local period = max_w / 2
   if period < 1000 then period = 1000 end
   period = period - period % 1
@@ -71,6 +83,7 @@ local function log_write(key, entry, rec, cost, max_n, max_w, last, now)
   if not last or last - last % period < start then
     local ttl = start + period + max_w - now
     ttl = (ttl - ttl % 1000) / 1000 + 1
+    if seen then redis.call('SET', seen, string.format('%.0f', start + period), 'PX', ttl) end
     if not last then
       -- The log did not exist: no TTL to keep.
       redis.call('PEXPIRE', key, ttl)

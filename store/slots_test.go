@@ -133,6 +133,25 @@ var slotCases = []conformanceCase{
 	}},
 }
 
+// TestSlotsProperty is TestMultiKeyProperty with keys that share no hash
+// tag: on the Cluster, concurrent workers reserve over one to four slots
+// per request, with moves and conflicts, and no window of any key holds
+// more than its N.
+func TestSlotsProperty(t *testing.T) {
+	for _, im := range impls(t) {
+		if im.name != "memory" && im.name != "redis-cluster" {
+			continue // one server: the same calls as TestMultiKeyProperty
+		}
+		t.Run(im.name, func(t *testing.T) {
+			for seed := range uint64(3) {
+				t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+					runMultiKeyProperty(t, im, seed, spread)
+				})
+			}
+		})
+	}
+}
+
 // TestSlotsCalls counts the calls a reservation over several Cluster slots
 // makes: one per slot, and with the keys under one tag one in all.
 func TestSlotsCalls(t *testing.T) {

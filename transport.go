@@ -62,9 +62,6 @@ func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, er
 	if err := checkNames(rules); err != nil {
 		return nil, err
 	}
-	if err := checkAlso(st, rules); err != nil { // multikey.go
-		return nil, err
-	}
 	if err := checkLeases(st, rules); err != nil { // rule.go
 		return nil, err
 	}

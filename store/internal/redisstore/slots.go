@@ -197,6 +197,7 @@ func (r *Redis) slotRound(ctx context.Context, key string, req contract.Request,
 	start time.Time, extra time.Duration, floor *time.Time, set *why, taken *contract.Lease) (res contract.Reservation, again bool, err error) {
 	holds := make([]held, 0, len(others))
 	var ownRes *contract.Reservation
+	var longest time.Duration // the longest call of the round: a move's entry covers two more
 	// giveBack cancels what the round holds (best effort: removing
 	// entries only loosens the windows).
 	giveBack := func() {
@@ -217,6 +218,7 @@ func (r *Redis) slotRound(ctx context.Context, key string, req contract.Request,
 			giveBack()
 			return contract.Reservation{}, false, err
 		}
+		longest = max(longest, v.replied.Sub(v.asked))
 		w := v.why(&req, g, *set)
 		if !v.allowed {
 			giveBack()
@@ -263,6 +265,7 @@ func (r *Redis) slotRound(ctx context.Context, key string, req contract.Request,
 		return contract.Reservation{}, false, err
 	}
 	r.observeTrip(replied.Sub(a))
+	longest = max(longest, replied.Sub(a))
 	if res.Part > 0 {
 		res.Part = own[res.Part-1] + 1
 	}
@@ -295,11 +298,14 @@ func (r *Redis) slotRound(ctx context.Context, key string, req contract.Request,
 				return contract.Reservation{}, true, nil
 			}
 			moved = true
-			v, err := r.reserveParts(ctx, &req, h.parts, start, extra, 0, due.Add(extra), h.entry)
+			// The send may come once the moves are done: the entry
+			// covers this call and the next.
+			v, err := r.reserveParts(ctx, &req, h.parts, start, extra, 0, due.Add(extra+2*longest), h.entry)
 			if err != nil {
 				giveBack()
 				return contract.Reservation{}, false, err
 			}
+			longest = max(longest, v.replied.Sub(v.asked))
 			if !v.allowed {
 				w := v.why(&req, h.parts, *set)
 				h.parts = nil // its entries went with the move

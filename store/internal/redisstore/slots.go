@@ -269,6 +269,13 @@ func (r *Redis) slotRound(ctx context.Context, key string, req contract.Request,
 	if res.Part > 0 {
 		res.Part = own[res.Part-1] + 1
 	}
+	if byAfter {
+		// The slot the other keys set: theirs is the cause.
+		res.Cause, res.Part, res.Limit = set.cause, 0, 0
+		if set.cause == contract.CauseLimit {
+			res.Part, res.Limit = set.part, set.limit
+		}
+	}
 	if !res.Allowed {
 		giveBack()
 		return res, false, nil
@@ -343,12 +350,6 @@ func (r *Redis) slotRound(ctx context.Context, key string, req contract.Request,
 			e = res.Entry
 		}
 		res.AlsoKeys, res.AlsoEntries = append(res.AlsoKeys, req.Also[j].Key), append(res.AlsoEntries, e)
-	}
-	if byAfter {
-		res.Cause, res.Part, res.Limit = set.cause, 0, 0
-		if set.cause == contract.CauseLimit {
-			res.Part, res.Limit = set.part, set.limit
-		}
 	}
 	return res, false, nil
 }

@@ -1,24 +1,23 @@
 package throttle
 
 import (
-	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/throttle-go/throttle/internal/contract"
-	"github.com/throttle-go/throttle/store"
 )
 
 // This file is a rule's more keys (Rule.Also): their validation, their keys
 // for a request, and what the failure policy's local limiter keeps of them.
-// docs/keys.md says how they are reserved and co-located.
+// docs/keys.md says how they are reserved, over one Cluster slot or several.
 
 // KeyLimit is one more rate key of a rule, with its own limits, that must
 // admit a request too: e.g. an app-wide limit beside the rule's per-token
-// Key and Limits. A request is reserved under every key of its rule in one
-// atomic step, at the earliest time all of them allow, and counted in all.
+// Key and Limits. A request is reserved under every key of its rule at the
+// earliest time all of them allow, and counted in all at the time it is
+// sent (docs/keys.md).
 type KeyLimit struct {
 	// Name names the key within its rule (errors, the store's key): not
 	// empty, unique in the rule, without braces.
@@ -30,9 +29,9 @@ type KeyLimit struct {
 	// Paced, no Precision), with the rule's Margin added, as Rule.Limits.
 	Limits []Limit
 	// HashTag makes this key's value the Redis hash tag of every key of a
-	// request, so that they share a Cluster slot (docs/keys.md). A rule
-	// with Also needs one on a sharded store (a Redis Cluster or Ring); at
-	// most one per rule.
+	// request, so that they share a Cluster slot: one store call per
+	// request instead of one per slot (docs/keys.md). Optional, at most one
+	// per rule; it spreads the rule's keys less over a Cluster.
 	HashTag bool
 }
 
@@ -151,20 +150,5 @@ func (t *Transport) keyAlso(r *rule, req *http.Request, k *keyed) error {
 		}
 	}
 	k.also = r.parts(keys)
-	return nil
-}
-
-// checkAlso refuses, at construction, rules with Also that a sharded store
-// could not reserve: no HashTag to co-locate their keys.
-func checkAlso(st store.Store, rules []*rule) error {
-	if !st.Caps().Sharded {
-		return nil
-	}
-	for _, r := range rules {
-		if r != nil && r.also != nil && r.tag < 0 {
-			return &ConfigError{Rule: r.Name, Reason: fmt.Sprintf("the store is sharded (%T on a Redis Cluster or Ring): "+
-				"the keys of one request must share a hash tag; set HashTag on one of Also (docs/keys.md)", st)}
-		}
-	}
 	return nil
 }

@@ -111,8 +111,8 @@ func TestAlsoConfig(t *testing.T) {
 		assert.ErrorAs(t, err, &ce, name)
 	}
 
-	// A Cluster store: the keys of a request must share a tag. (NewRedis and
-	// New do no I/O: the client never connects.)
+	// A Cluster store takes keys with and without a shared tag. (NewRedis
+	// and New do no I/O: the client never connects.)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	defer cc.Close()
 	st, err := store.NewRedis(cc)
@@ -120,13 +120,51 @@ func TestAlsoConfig(t *testing.T) {
 	untagged := perTokenAndApp(false)
 	untagged.Also[0].HashTag = false
 	_, err = throttle.New(nil, st, throttle.WithRule(untagged))
-	var ce *throttle.ConfigError
-	require.ErrorAs(t, err, &ce)
-	assert.Contains(t, ce.Reason, "hash tag")
+	assert.NoError(t, err, "keys in several slots")
 	_, err = throttle.New(nil, st, throttle.WithRule(perTokenAndApp(false)))
 	assert.NoError(t, err)
 	_, err = throttle.New(nil, newMemory(t), throttle.WithRule(untagged))
 	assert.NoError(t, err, "one process needs no tag")
+}
+
+// TestAlsoAcrossSlots: on a Redis Cluster, a rule whose app key shares no
+// tag with its tokens keeps both limits, each token's log and the app's in
+// slots of their own.
+func TestAlsoAcrossSlots(t *testing.T) {
+	cl := redistest.SharedCluster(t)
+	client := cl.Client(t)
+	prefix := "slots" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "") + ":"
+	st, err := store.NewRedis(client, store.WithPrefix(prefix))
+	require.NoError(t, err)
+	var sent sendLog
+	rule := perTokenAndApp(true)
+	rule.Also[0].HashTag = false
+	tr := newTransport(t, sent.base(), st, throttle.WithRule(rule))
+	require.NoError(t, getToken(t, tr, "a"))
+	require.NoError(t, getToken(t, tr, "a"))
+	var le *throttle.LimitError
+	require.ErrorAs(t, getToken(t, tr, "a"), &le)
+	assert.Equal(t, throttle.PerSecond(2), le.Limit, "a's own limit")
+	require.NoError(t, getToken(t, tr, "b"), "the app's third: a's refusal recorded nothing")
+	require.ErrorAs(t, getToken(t, tr, "c"), &le)
+	assert.Equal(t, throttle.PerSecond(3), le.Limit, "the app's limit")
+	assert.Equal(t, 3, sent.count())
+	var logs []string
+	for _, addr := range cl.Addrs() {
+		node := redis.NewClient(&redis.Options{Addr: addr})
+		keys, err := node.Keys(context.Background(), prefix+"*").Result()
+		_ = node.Close()
+		if err == nil {
+			logs = append(logs, keys...)
+		}
+	}
+	slots := map[int]bool{}
+	for _, k := range logs {
+		if !strings.HasSuffix(k, ":pace") {
+			slots[redistest.Slot(k)] = true
+		}
+	}
+	assert.Len(t, slots, 3, "%v: the two tokens' logs and the app's, each in a slot of its own", logs)
 }
 
 // TestAlsoKeysInRedis: every key of a request shares the tag, the raw token

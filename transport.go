@@ -66,9 +66,6 @@ func New(base http.RoundTripper, st store.Store, opts ...Option) (*Transport, er
 	if err := checkShadows(c.rules, c.def); err != nil { // shadow.go
 		return nil, err
 	}
-	if err := checkAlso(st, rules); err != nil { // multikey.go
-		return nil, err
-	}
 	if err := checkLeases(st, rules); err != nil { // rule.go
 		return nil, err
 	}

@@ -18,9 +18,10 @@ import (
 	"github.com/throttle-go/throttle/store/internal/redisstore"
 )
 
-// TestMultiKeyCluster: on a Redis Cluster the keys of one request must share
-// a hash tag; a request whose keys do not is refused before any call, with
-// an error that says so, and a store on one server takes it.
+// TestMultiKeyCluster: on a Redis Cluster the keys of one request that
+// share a hash tag are reserved in one call, and those that do not in one
+// call per slot, each key's log in its own slot; a store on one server
+// takes either in one call.
 func TestMultiKeyCluster(t *testing.T) {
 	cl := redistest.SharedCluster(t)
 	s, err := redisstore.NewRedis(cl.Client(t))
@@ -28,13 +29,22 @@ func TestMultiKeyCluster(t *testing.T) {
 	assert.True(t, s.Sharded())
 	key := uniqueKey(t)
 	r := two("", key+"-app", 0)
-	_, err = s.Reserve(ctx, key+"-a", r)
-	require.ErrorIs(t, err, contract.ErrInvalidRequest)
-	assert.Contains(t, err.Error(), "hash tag")
+	res, err := s.Reserve(ctx, key+"-a", r)
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	assert.Len(t, res.AlsoEntries, 1, "the app's entry, on its own master's clock")
+	assert.NotEqual(t, redistest.Slot(s.RedisKey(key+"-a")), redistest.Slot(s.RedisKey(key+"-app")))
+	n, err := cl.Client(t).LLen(ctx, s.RedisKey(key+"-app")).Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n, "recorded in the app's log")
+	require.NoError(t, s.Cancel(ctx, res))
+	n, err = cl.Client(t).LLen(ctx, s.RedisKey(key+"-app")).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "and cancelled there")
 	assert.False(t, errors.Is(err, redis.Nil))
 
 	k := tagged(key, "a", "app")
-	res, err := s.Reserve(ctx, k[0], two(k[0], k[1], 0))
+	res, err = s.Reserve(ctx, k[0], two(k[0], k[1], 0))
 	require.NoError(t, err)
 	assert.True(t, res.Allowed)
 	assert.Equal(t, "throttle:{"+key+"}app", s.RedisKey(k[1]), "a key with its own tag is named as it is")

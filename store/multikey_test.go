@@ -170,18 +170,20 @@ func TestMultiKeyProperty(t *testing.T) {
 		t.Run(im.name, func(t *testing.T) {
 			for seed := range uint64(3) {
 				t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-					runMultiKeyProperty(t, im, seed)
+					runMultiKeyProperty(t, im, seed, tagged)
 				})
 			}
 		})
 	}
 }
 
-func runMultiKeyProperty(t *testing.T, im impl, seed uint64) {
+// runMultiKeyProperty runs the property on im with keys named by names
+// (tagged: one slot; spread: one slot each on a Cluster).
+func runMultiKeyProperty(t *testing.T, im impl, seed uint64, name func(string, ...string) []string) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	const keys, maxCost = 4, 3
 	base := uniqueKey(t)
-	names := tagged(base, "k0", "k1", "k2", "k3")
+	names := name(base, "k0", "k1", "k2", "k3")
 	limits := make([][]contract.Limit, keys) // a key is always reserved with the same limits
 	for k := range limits {
 		limits[k] = make([]contract.Limit, 1+rng.IntN(2))

@@ -337,6 +337,11 @@ type Reservation struct {
 	Moved int64
 	// AlsoKeys are the other keys the units were recorded under (Request.Also).
 	AlsoKeys []string
+	// AlsoEntries, when not nil, is the entry of each of AlsoKeys, in
+	// microseconds on the clock of its key's server: a request whose keys
+	// lie in several Cluster slots is recorded by one call per slot, each
+	// on its master's clock. Nil: every key recorded at Entry.
+	AlsoEntries []int64
 	// Units are the request's units (Part.Unit), in order: what Cancel and
 	// Settle change, at Entry in each unit's log.
 	Units []Unit
@@ -416,8 +421,8 @@ type Caps struct {
 	// Usage: Usage reports a key's state (Inspector).
 	Usage bool
 	// Sharded: the store spreads its keys over several servers by hash tag
-	// (a Redis Cluster or Ring): the keys of one request with Also must
-	// share a hash tag.
+	// (a Redis Cluster or Ring): the keys of one request with Also that do
+	// not share a hash tag cost one store call per slot.
 	Sharded bool
 	// OneClock: every key's times come from one clock (one Redis server,
 	// or this process), so one offset maps them onto the caller's.

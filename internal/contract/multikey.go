@@ -8,9 +8,9 @@ import (
 // Part is one more rate key of a request, with its own limits (see
 // Request.Also): e.g. an app-wide limit beside a per-token one.
 type Part struct {
-	// Key is the rate key. On a Redis Cluster or Ring, every key of a
-	// request must share one hash tag: start each with the same "{tag}"
-	// (see Redis).
+	// Key is the rate key. On a Redis Cluster or Ring, keys that share the
+	// request's own key's hash tag ("{tag}" at the start of each) are
+	// reserved with it in one call; the others take one call per slot.
 	Key string
 	// Limits must all admit the request under Key: window limits only (no
 	// Paced, no Precision), each with N >= the request's Cost. A unit part

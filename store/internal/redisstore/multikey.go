@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"fmt"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -11,9 +10,9 @@ import (
 	"github.com/throttle-go/throttle/store/internal/script"
 )
 
-// This file is what Request.Also adds to a reservation: its validation, its
-// arguments to the Redis script, the Cluster co-location check and the
-// Memory store's twin of the script's part (internal/script/also.lua).
+// This file is what Request.Also adds to a reservation: its arguments to the
+// Redis script (internal/script/also.lua) and the names of its keys. Keys in
+// other Cluster slots than the request's own key are slots.go's.
 
 // alsoKeys returns the KEYS of the parts' logs, a unit's named after key
 // (its sum after it, and its pace key when paced: units.lua).
@@ -59,7 +58,7 @@ func (r *Redis) alsoCall(call scriptCall, key string, req *contract.Request, pac
 		call.script = reservePacedAlsoScript
 	}
 	call.keys = append(call.keys, r.alsoKeys(key, req)...)
-	call.args = alsoArgs(call.args, req)
+	call.args = alsoArgs(call.args, req.Also, len(req.Limits), 0, 0, "0")
 	return call
 }
 
@@ -88,11 +87,14 @@ func (r *Redis) repairAlso(ctx context.Context, req *contract.Request) {
 	}
 }
 
-// alsoArgs appends the parts' arguments to the reserve script's (also.lua).
-func alsoArgs(args []any, req *contract.Request) []any {
+// alsoArgs appends the arguments of parts to the reserve script's
+// (also.lua): base is the number of the request's own limits; after,
+// recAfter and old are also.lua's (microseconds, and an entry; 0, 0 and "0"
+// but for the keys in other Cluster slots, slots.go).
+func alsoArgs(args []any, parts []contract.Part, base int, after, recAfter int64, old string) []any {
 	n := 0
-	for i := range req.Also {
-		p := &req.Also[i]
+	for i := range parts {
+		p := &parts[i]
 		windows, pidx := len(p.Limits), p.UnitPace()
 		if pidx >= 0 {
 			windows--
@@ -112,39 +114,19 @@ func alsoArgs(args []any, req *contract.Request) []any {
 		}
 		n += 7 + 2*windows
 	}
-	return append(args, len(req.Limits), n)
+	return append(args, after, recAfter, old, base, n)
 }
 
 // Sharded reports whether the store spreads its keys over several servers
 // by hash tag (its client is a *redis.ClusterClient or a *redis.Ring): the
-// keys of one request with Also must then share a hash tag, and Reserve
-// refuses a request whose keys do not.
+// keys of one request with Also that do not share a slot are then reserved
+// by one call per slot (slots.go).
 func (r *Redis) Sharded() bool {
 	switch r.client.(type) {
 	case *redis.ClusterClient, *redis.Ring:
 		return true
 	}
 	return false
-}
-
-// colocated checks, on a sharded store, that every Redis key of req shares
-// the hash tag of the first.
-func (r *Redis) colocated(key string, req *contract.Request) error {
-	if req.Also == nil || !r.Sharded() {
-		return nil
-	}
-	tag := hashTag(r.logKey(key))
-	for i, p := range req.Also {
-		if p.Unit != "" {
-			continue // named after key, under its tag
-		}
-		if t := hashTag(r.logKey(p.Key)); t != tag {
-			return fmt.Errorf("%w: key %q and Also[%d] key %q have different Cluster hash tags (%q, %q): "+
-				"one request's keys must share one on a Redis Cluster or Ring; start each key with the same \"{tag}\"",
-				contract.ErrInvalidRequest, key, i, p.Key, tag, t)
-		}
-	}
-	return nil
 }
 
 // hasHashTag reports whether key starts with its own Redis hash tag, a

@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -67,6 +68,9 @@ type Redis struct {
 	// refusals ends the calls in flight when a dial is refused (refused.go);
 	// nil unless the client is a *redis.Client.
 	refusals *refusals
+	// trip is a recent round trip of a call in a reservation over several
+	// Cluster slots, in nanoseconds (slots.go).
+	trip atomic.Int64
 }
 
 // ErrReplicaAck is matched, with errors.Is, by the error of a reservation
@@ -241,11 +245,13 @@ func (r *Redis) reserve(ctx context.Context, key string, req contract.Request) (
 	if err := req.Validate(key); err != nil {
 		return contract.Reservation{}, err
 	}
-	if err := r.colocated(key, &req); err != nil { // multikey.go
-		return contract.Reservation{}, err
-	}
 	if err := r.evictionGate(ctx); err != nil {
 		return contract.Reservation{}, err
+	}
+	if req.Also != nil {
+		if own, others := r.slotGroups(key, &req); others != nil {
+			return r.reserveSlots(ctx, key, req, own, others) // slots.go
+		}
 	}
 	call, p := r.reserveCall(key, req)
 	if req.Also != nil {
@@ -255,11 +261,25 @@ func (r *Redis) reserve(ctx context.Context, key string, req contract.Request) (
 	if req.InFlight > 0 {
 		lease = r.withLease(&call, key, req) // lease.go
 	}
+	reply, err := r.runReserve(ctx, key, req, call, r.batch != nil)
+	if err != nil {
+		return contract.Reservation{}, err
+	}
+	if req.InFlight > 0 {
+		return r.parseLeased(key, req, lease, reply)
+	}
+	return r.parseReserve(key, req, reply)
+}
+
+// runReserve runs the reserve call of key, through the batch when batched,
+// and repairs the request's keys and runs it again once when it found one in
+// a wrong state.
+func (r *Redis) runReserve(ctx context.Context, key string, req contract.Request, call scriptCall, batched bool) ([]any, error) {
 	run := func() ([]any, error) {
 		switch {
 		case r.ackReplicas > 0:
 			return r.reserveAcked(ctx, call)
-		case r.batch != nil:
+		case batched:
 			return r.batch.do(ctx, call, key, req)
 		default:
 			return call.script.Run(ctx, r.client, call.keys, call.args...).Slice()
@@ -275,18 +295,15 @@ func (r *Redis) reserve(ctx context.Context, key string, req contract.Request) (
 		if reply, err = r.healed(ctx, key, req.Algorithm, req.Algorithm == contract.SlidingLog, horizon, err, run); err != nil {
 			var ks *KeyStateError
 			if errors.As(err, &ks) {
-				return contract.Reservation{}, err
+				return nil, err
 			}
 		}
 	}
 	if err != nil {
 		r.failed(err)
-		return contract.Reservation{}, fmt.Errorf("store: redis reserve: %w", err)
+		return nil, fmt.Errorf("store: redis reserve: %w", err)
 	}
-	if req.InFlight > 0 {
-		return r.parseLeased(key, req, lease, reply)
-	}
-	return r.parseReserve(key, req, reply)
+	return reply, nil
 }
 
 // reserveCall is the script call of a reservation of key: the algorithm's
@@ -388,6 +405,9 @@ func (r *Redis) Cancel(ctx context.Context, res contract.Reservation) error {
 
 // cancel is Cancel, on a context that a refused dial ends.
 func (r *Redis) cancel(ctx context.Context, res contract.Reservation) error {
+	if res.AlsoEntries != nil {
+		return r.cancelSlots(ctx, res) // slots.go
+	}
 	call := scriptCall{cancelScript, []string{r.logKey(res.Key)}, []any{strconv.FormatInt(res.Entry, 10), res.Cost}}
 	if res.TAT != 0 {
 		call.script = cancelPacedScript

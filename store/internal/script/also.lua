@@ -17,6 +17,14 @@
 --           pairs N, W as log's;
 --           a unit with a paced limit takes two KEYS, its log and its
 --           pace key;
+--           then after: the slot is never before now + after
+--           (microseconds; 0: no bound), for a request whose other keys
+--           lie in other Cluster slots, reserved by calls of their own
+--           (see slots): cause AFTER when it sets the slot;
+--           then rec_after: the entry is never before now + rec_after
+--           (0: no bound; see slots);
+--           then old: an entry to remove first from every part's log ('0':
+--           none; the parts script only, see slots);
 --           then base: the number of the request's own limits (the reply's
 --           limit numbers the parts' limits after them, from base + 1);
 --           then len: how many arguments the parts above take.
@@ -50,8 +58,9 @@ end
 -- not a plausible time (as log's). It notes on each part what also_record
 -- needs: its last entry, whether it was marked, its largest N and W.
 local function also_slot(more, s, limit, cause, now, cost, max_wait, allowance)
-  local ORDER, LIMIT = 1, 2 -- the causes (see request), as log's
+  local ORDER, LIMIT, AFTER = 1, 2, 6 -- the causes (see request), as log's
   local j = more.base
+  if more.after > 0 and now + more.after > s then s, limit, cause = now + more.after, 0, AFTER end
   for _, part in ipairs(more) do
     local last, bad
     if part.unit then
@@ -87,9 +96,11 @@ local function also_slot(more, s, limit, cause, now, cost, max_wait, allowance)
 end
 
 -- also_record(more, rec, now, cost) records cost units in every part's log
--- at the entry, the latest of rec (the request's own entry) and every
--- part's last entry, and returns it for the request's own log.
+-- at the entry, the latest of rec (the request's own entry), now +
+-- rec_after and every part's last entry, and returns it for the request's
+-- own log.
 local function also_record(more, rec, now, cost)
+  if more.rec_after > 0 and now + more.rec_after > rec then rec = now + more.rec_after end
   for _, part in ipairs(more) do
     if part.last and part.last > rec then rec = part.last end
   end

@@ -29,7 +29,8 @@
 --           triples N, P (bucket length), B (buckets per window); from
 --           ARGV[5] for the counting algorithms, ARGV[6] for the log and
 --           usage, ARGV[10] under a paced limit.
--- then      with more keys: their limits, base and len (see also);
+-- then      with more keys: their limits, after, rec_after, old, base and
+--           len (see also);
 -- then      under a cap: the cap, the lease duration, held and the lease
 --           id (see leased).
 --
@@ -44,8 +45,10 @@
 
 -- Causes, as store.Cause: NONE (free at once), ORDER (held back to the log's
 -- last entry), LIMIT, UPSTREAM (a pause or an exhausted budget), LEARNED (a
--- learned limit), INFLIGHT (no lease free, see leased).
-local NONE, ORDER, LIMIT, UPSTREAM, LEARNED, INFLIGHT = 0, 1, 2, 3, 4, 5
+-- learned limit), INFLIGHT (no lease free, see leased); and AFTER, which
+-- the Go side reads itself: held back to the slot the request's keys in
+-- other Cluster slots set (see also's after).
+local NONE, ORDER, LIMIT, UPSTREAM, LEARNED, INFLIGHT, AFTER = 0, 1, 2, 3, 4, 5, 6
 
 -- parse_request(kind, paced, also, leased) reads KEYS and ARGV, laid out
 -- for kind ("log", "usage" or "counting") with or without a paced limit,
@@ -58,9 +61,9 @@ local NONE, ORDER, LIMIT, UPSTREAM, LEARNED, INFLIGHT = 0, 1, 2, 3, 4, 5
 --   limits   the request's own limits as a list of numbers, in pairs (N, W)
 --            or, for buckets, triples (N, P, B);
 --   pace     a paced limit: { t, burst, index, keep }, or nil;
---   more     more keys: { base, and one list per key: its window limits,
---            key, and for a unit its cost, sum_key, pace and pace_key }, or nil
---            (see also, units);
+--   more     more keys: { base, after, rec_after, old, and one list per
+--            key: its window limits, key, and for a unit its cost, sum_key,
+--            pace and pace_key }, or nil (see also, units, slots);
 --   lease    a cap: { key, queue, inbox, cap, dur, held, id }, or nil (see
 --            leased);
 --   seen     the log: KEYS[4], the seen mark (see write); nil otherwise.
@@ -79,8 +82,9 @@ local function parse_request(kind, paced, also, leased)
     end
     if also then
       local len = ARGV[last] + 0
-      more = { base = ARGV[last - 1] + 0 }
-      last = last - len - 2
+      more = { base = ARGV[last - 1] + 0, old = ARGV[last - 2], rec_after = ARGV[last - 3] + 0,
+        after = ARGV[last - 4] + 0 }
+      last = last - len - 5
       local i, nk = last + 1, 0
       while i <= last + len do
         local m = ARGV[i] + 0

@@ -145,6 +145,14 @@ return cancel_entries(KEYS[1], ARGV[1], tonumber(ARGV[2]), KEYS[#KEYS])`},
 	// Settle: ARGV now, entry, then per unit estimate, actual, spacing.
 	{"settle", []string{"time", "settle"}, `
 return settle_units(KEYS, 1, ARGV, 3, tonumber(ARGV[2]), clock(ARGV[1]))`},
+	// The keys of a request in another Cluster slot than its own key's
+	// (slots.lua): reserved, or moved later, in a call of their own; and
+	// their cancel.
+	{"reserve parts", with(logParts, "units", "also", "cancel", "slots"), parse("log", "allowance", false, true, false) +
+		"return reserve_reply(parts_reserve(now, cost, max_wait, allowance, more))"},
+	{"cancel parts", []string{"cancel", "cancel_also"}, `
+cancel_also(KEYS, 1, ARGV[1], tonumber(ARGV[2]))
+return 0`},
 	{"cancel counts", []string{"floor", "cancel_counts"}, `
 return cancel_counts(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1', ARGV, 4)`},
 
@@ -246,6 +254,15 @@ func CancelUnits() string { return scripts["cancel units"] }
 // Settle returns the script that changes the cost a reservation recorded in
 // its units from the estimate to the actual (settle.lua).
 func Settle() string { return scripts["settle"] }
+
+// ReserveParts returns the script that reserves, or moves later, a
+// request's units in the logs of its keys that lie in one Cluster slot other
+// than its own key's (slots.lua).
+func ReserveParts() string { return scripts["reserve parts"] }
+
+// CancelParts returns the script that removes a reservation's entries from
+// the logs of its keys in one Cluster slot other than its own key's.
+func CancelParts() string { return scripts["cancel parts"] }
 
 // CancelCounts returns the script that gives back the units of one
 // reservation of a counting algorithm.

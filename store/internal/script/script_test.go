@@ -58,6 +58,7 @@ func TestEveryRecipeIsServed(t *testing.T) {
 	t.Parallel()
 	served := map[string]bool{}
 	for _, src := range []string{Cancel(), CancelPaced(), CancelAlso(false), CancelAlso(true), CancelCounts(), CancelUnits(), Settle(),
+		ReserveParts(), CancelParts(),
 		Feedback(), Repair(), LeaseOps()} {
 		served[src] = true
 	}

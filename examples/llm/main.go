@@ -78,8 +78,11 @@ func run() int {
 	if err := load.Check(*api == ""); err != nil {
 		return bad("%v", err)
 	}
-	fakeOnly := false
-	flag.Visit(func(f *flag.Flag) { fakeOnly = fakeOnly || f.Name == "no-refund" || f.Name == "token-time" })
+	fakeOnly, maxWaitSet := false, false
+	flag.Visit(func(f *flag.Flag) {
+		fakeOnly = fakeOnly || f.Name == "no-refund" || f.Name == "token-time"
+		maxWaitSet = maxWaitSet || f.Name == "maxwait"
+	})
 	switch {
 	case flag.NArg() > 0:
 		return bad("unexpected arguments %q", flag.Args())
@@ -138,6 +141,14 @@ func run() int {
 		rule.Actual = throttle.OpenAIUsage("tokens")
 	}
 	load.Apply(&rule) // -mode, -maxwait, -margin
+	if !maxWaitSet && !rule.FailFast {
+		// A request waits for a slot at most a tenth of the window; one
+		// whose slot lies further ahead is refused and sent again after
+		// its RetryAfter. A slot is placed on the estimates of the requests
+		// reserved before it, and stays where it is when they settle: a
+		// short queue ahead is what lets the refunds be used.
+		rule.MaxWait = *per / 10
+	}
 	st, err := store.NewRedis(rdb.Client)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "llm:", err)
@@ -153,8 +164,8 @@ func run() int {
 	client := &http.Client{Transport: tr}
 	defer client.CloseIdleConnections()
 
-	fmt.Fprintf(os.Stderr, "llm: %s, %d workers, %s, mode %s, settle %t, stream %t\n",
-		rdb, load.Workers, load.Duration, load.Mode, *settle, *stream)
+	fmt.Fprintf(os.Stderr, "llm: %s, %d workers, %s, mode %s, max wait %s, settle %t, stream %t\n",
+		rdb, load.Workers, load.Duration, load.Mode, rule.MaxWait, *settle, *stream)
 
 	var tokens atomic.Int64
 	var told atomic.Bool

@@ -85,6 +85,8 @@ type OpenAIStats struct {
 	// Estimated sums the estimates (prompt + max_tokens) of the requests
 	// answered 200, and Used the total_tokens of the usages sent.
 	Estimated, Used int
+	// First is the arrival of the first request answered 200.
+	First time.Time
 }
 
 // TooMany counts every 429.
@@ -295,6 +297,9 @@ func (o *OpenAI) admit(w http.ResponseWriter, model string, estimate, maxTokens 
 	c := &charge{at: now, tokens: estimate}
 	o.window = append(o.window, c)
 	o.all = append(o.all, c)
+	if o.stats.OK == 0 {
+		o.stats.First = now
+	}
 	o.stats.OK++
 	o.stats.Estimated += estimate
 	lo := (maxTokens + 9) / 10

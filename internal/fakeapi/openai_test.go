@@ -55,7 +55,7 @@ func TestOpenAICharges(t *testing.T) {
 		if noRefund {
 			require.Equal(t, http.StatusTooManyRequests, rec.Code, "510 + 510 > 1000")
 			assert.JSONEq(t, `{"error":{"message":"Rate limit reached for m in organization org-fake on tokens per min (TPM): Limit 1000, Used 510, Requested 510. Please try again in 1m0s.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}`, rec.Body.String())
-			assert.Equal(t, fakeapi.OpenAIStats{Requests: 2, OK: 1, TokensRefused: 1, Estimated: 510, Used: u.Total}, o.Stats())
+			assert.Equal(t, fakeapi.OpenAIStats{Requests: 2, OK: 1, TokensRefused: 1, Estimated: 510, Used: u.Total, First: now}, o.Stats())
 			continue
 		}
 		require.Equal(t, http.StatusOK, rec.Code, "the refund made room")

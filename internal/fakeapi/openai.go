@@ -178,8 +178,12 @@ type chatRequest struct {
 	} `json:"stream_options"`
 }
 
-// ServeHTTP answers POST /v1/chat/completions.
+// ServeHTTP answers POST /v1/chat/completions. A request arrives when its
+// headers have been read (and its transit delay has passed), before its body
+// is decoded, so that the decoding's time on a loaded machine is not counted
+// as the network's.
 func (o *OpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	received := o.cfg.Now()
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
 		apiError(w, http.StatusNotFound, "invalid_request_error", "", "Unknown request URL: "+r.Method+" "+r.URL.Path)
 		return
@@ -207,10 +211,10 @@ func (o *OpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	o.mu.Lock()
 	transit := o.draw(o.cfg.Transit)
 	o.mu.Unlock()
-	if !o.sleep(r, transit) {
+	if !o.sleep(r, transit-o.cfg.Now().Sub(received)) {
 		return
 	}
-	c, out, ok := o.admit(w, req.Model, estimate, *maxTokens)
+	c, out, ok := o.admit(w, received.Add(transit), req.Model, estimate, *maxTokens)
 	if !ok {
 		return
 	}
@@ -263,19 +267,22 @@ func (o *OpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprint(w, "data: [DONE]\n\n")
 }
 
-// admit counts an arrival of estimate tokens: it charges it and returns
-// its charge and output length, or answers 429.
-func (o *OpenAI) admit(w http.ResponseWriter, model string, estimate, maxTokens int) (*charge, int, bool) {
+// admit counts an arrival at now of estimate tokens: it charges it and
+// returns its charge and output length, or answers 429. Arrivals are
+// counted in the order they take o.mu, a moment apart at most.
+func (o *OpenAI) admit(w http.ResponseWriter, now time.Time, model string, estimate, maxTokens int) (*charge, int, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	now := o.cfg.Now()
 	o.stats.Requests++
 	for len(o.window) > 0 && !o.window[0].at.After(now.Add(-o.cfg.Window)) {
 		o.window = o.window[1:]
 	}
-	used := 0
+	n, used := 0, 0 // requests and tokens in the window (the log may be out of order by a moment)
 	for _, c := range o.window {
-		used += c.tokens
+		if c.at.After(now.Add(-o.cfg.Window)) {
+			n++
+			used += c.tokens
+		}
 	}
 	h := w.Header()
 	refuse := func(kind, per string, limit, used, requested int, reset time.Duration) {
@@ -285,9 +292,9 @@ func (o *OpenAI) admit(w http.ResponseWriter, model string, estimate, maxTokens 
 		apiError(w, http.StatusTooManyRequests, kind, "rate_limit_exceeded", msg)
 	}
 	switch {
-	case len(o.window)+1 > o.cfg.RPM:
+	case n+1 > o.cfg.RPM:
 		o.stats.RequestsRefused++
-		refuse("requests", "RPM", o.cfg.RPM, len(o.window), 1, o.window[0].at.Add(o.cfg.Window).Sub(now))
+		refuse("requests", "RPM", o.cfg.RPM, n, 1, o.window[0].at.Add(o.cfg.Window).Sub(now))
 		return nil, 0, false
 	case used+estimate > o.cfg.TPM:
 		o.stats.TokensRefused++

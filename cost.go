@@ -30,7 +30,8 @@ import (
 // later ones winning. The settlement is made once, when the body has been
 // read to its end, or when it is closed having shown the member (a stream
 // of events only at its end); a body closed earlier leaves the estimate.
-// OpenAIUsage and AnthropicUsage are ready ones.
+// OpenAIUsage, AnthropicUsage, GitHubGraphQLCost and ShopifyGraphQLCost
+// are ready ones.
 type Actual struct {
 	// Header, if set, returns the actual costs by unit from the
 	// response's headers, and whether it found any.
@@ -93,6 +94,43 @@ func AnthropicUsage(input, output string) Actual {
 			out[output] = *u.Output
 		}
 		return out, len(out) > 0
+	}}
+}
+
+// GitHubGraphQLCost reads the points a GitHub GraphQL query cost from the
+// rateLimit object the query asks for (`rateLimit { cost remaining resetAt }`,
+// in data) as unit, which its points-per-hour limit counts. A query that
+// does not ask for it keeps its estimate.
+func GitHubGraphQLCost(unit string) Actual {
+	return Actual{Member: "rateLimit", Read: func(v []byte) (map[string]int, bool) {
+		var r struct {
+			Cost *int `json:"cost"`
+		}
+		if json.Unmarshal(v, &r) != nil || r.Cost == nil {
+			return nil, false
+		}
+		return map[string]int{unit: *r.Cost}, true
+	}}
+}
+
+// ShopifyGraphQLCost reads what a Shopify GraphQL query cost from
+// extensions.cost ({"requestedQueryCost": …, "actualQueryCost": …,
+// "throttleStatus": {…}}) as unit: actualQueryCost, the points its bucket
+// finally counts once the requested cost it took up front is refunded. A
+// throttled query (actualQueryCost null) cost nothing.
+func ShopifyGraphQLCost(unit string) Actual {
+	return Actual{Member: "cost", Read: func(v []byte) (map[string]int, bool) {
+		var c struct {
+			Requested *int `json:"requestedQueryCost"`
+			Actual    *int `json:"actualQueryCost"`
+		}
+		if json.Unmarshal(v, &c) != nil || c.Requested == nil {
+			return nil, false
+		}
+		if c.Actual == nil {
+			return map[string]int{unit: 0}, true
+		}
+		return map[string]int{unit: *c.Actual}, true
 	}}
 }
 

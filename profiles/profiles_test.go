@@ -38,6 +38,8 @@ func TestProfilesBuild(t *testing.T) {
 		"hubspot":       {profiles.HubSpot(), "https://api.hubapi.com/crm/v3/objects/contacts", [2]string{"Authorization", "Bearer t"}},
 		"google-maps":   {profiles.GoogleMaps(3000), "https://maps.googleapis.com/maps/api/geocode/json?key=k&address=x", [2]string{}},
 		"meta":          {profiles.Meta(200), "https://graph.facebook.com/v19.0/me?access_token=t", [2]string{}},
+		"openai":        {profiles.OpenAI(500, 40000), "https://api.openai.com/v1/models", [2]string{"Authorization", "Bearer sk-t"}},
+		"anthropic":     {profiles.Anthropic(50, 40000, 8000), "https://api.anthropic.com/v1/models", [2]string{"X-Api-Key", "sk-ant"}},
 	}
 	var opts []throttle.Option
 	for name, p := range all {

@@ -193,11 +193,7 @@ func TestProfilesAgainstFakes(t *testing.T) {
 		{"Meta, its documented figures", func() (burst, error) {
 			up, err := throttletest.NewMeta(throttletest.Config{Now: now2026})
 			return burst{profiles.Meta(200), up, http.MethodGet, "https://graph.facebook.com/v19.0/me?access_token=app", [2]string{}, 3 * time.Hour}, err
-		}, time.Hour, func(first, end time.Time) int { return windows(200, time.Hour, first, end) },
-			// X-App-Usage from 80% slows the key (to nothing at 100%):
-			// the fleet uses 77% of the hour's calls and meets no
-			// refusal.
-			0, 0.75},
+		}, time.Hour, func(first, end time.Time) int { return windows(200, time.Hour, first, end) }, 0, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

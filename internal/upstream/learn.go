@@ -75,6 +75,10 @@ func (d *Dialect) Learn(sig Said) contract.Learned {
 		switch {
 		case sig.Remaining == 0:
 			l.Pause = sig.Reset
+		case sig.Bucket != "":
+			// A route bucket's window is held by the pace learned
+			// from its first response (below); a budget would count
+			// the sends already placed under that pace twice.
 		case !d.implied(sig.Remaining, sig.Reset):
 			l.Remaining, l.Reset = sig.Remaining, sig.Reset
 		}
@@ -128,6 +132,15 @@ func (d *Dialect) Learn(sig Said) contract.Learned {
 	if limitIsWindow(sig.Limit, longest) {
 		consider(sig.Limit, longest.Per)
 	}
+	// A route bucket seen at its first request (Discord): its limit and
+	// window, learned at once for the whole fleet as a pace without a
+	// burst, which no window of the bucket's length can overfill,
+	// however the bucket's windows are placed.
+	if sig.Window > 0 && sig.Limit > 0 && !d.implied(sig.Limit, sig.Window) {
+		l.Pace = contract.Limit{N: sig.Limit, Per: sig.Window + d.margin, Paced: true}
+		l.PaceTTL = min(max(10*time.Minute, 2*l.Pace.Per), 24*time.Hour)
+	}
+
 	var usage contract.Limit
 	if sig.HasUsage {
 		switch {

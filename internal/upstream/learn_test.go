@@ -98,3 +98,25 @@ func TestLearnUsage(t *testing.T) {
 		})
 	}
 }
+
+// A Discord route's bucket is learned from its first response (remaining
+// one below its limit, Reset-After its whole window) as a pace the whole
+// fleet keeps; later responses of the bucket add no budget, which would
+// count the sends placed under the pace twice, but an empty one pauses.
+func TestLearnRouteBucket(t *testing.T) {
+	r := New([]contract.Limit{{N: 50, Per: time.Second}}, testMargin, nil, nil)
+	bucket := func(remaining, resetAfter string) http.Header {
+		return http.Header{"X-Ratelimit-Limit": {"5"}, "X-Ratelimit-Remaining": {remaining},
+			"X-Ratelimit-Reset-After": {resetAfter}, "X-Ratelimit-Bucket": {"abcd"}}
+	}
+	l := r.Learn(ReadHeaders(bucket("4", "5.000"), refTime))
+	assert.Equal(t, contract.Limit{N: 5, Per: 5*time.Second + testMargin, Paced: true}, l.Pace)
+	assert.Equal(t, 10*time.Minute, l.PaceTTL)
+	assert.Zero(t, l.Reset, "no budget")
+
+	l = r.Learn(ReadHeaders(bucket("2", "3.5"), refTime))
+	assert.Equal(t, contract.Learned{}, l, "a later response: nothing new")
+
+	l = r.Learn(ReadHeaders(bucket("0", "3.5"), refTime))
+	assert.Equal(t, contract.Learned{Pause: 3500 * time.Millisecond}, l, "empty: a pause to its reset")
+}

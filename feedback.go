@@ -35,8 +35,9 @@ type Feedback struct {
 	// rule's Margin), zero if none was learned.
 	Limit Limit
 	// Paced is the paced limit the key moved to, fleet-wide, after a 429
-	// although the throttle kept the rule's limits (its window includes
-	// the rule's Margin), zero if none: see docs/feedback.md.
+	// although the throttle kept the rule's limits, or that a route
+	// bucket's headers stated (its window includes the rule's Margin),
+	// zero if none: see docs/feedback.md.
 	Paced Limit
 	// Remaining units until Reset: a budget learned from the headers, when
 	// Reset is positive.
@@ -57,11 +58,13 @@ type feedbackState struct {
 }
 
 type told struct {
-	limit  contract.Limit
-	at     time.Time // when the limit was last recorded
-	reset  int64     // the budget's reset last recorded, in Unix seconds
-	shaped time.Time // when the key last moved to a learned pace (shape.go)
-	slowed int       // how often its pace was slowed since that pace began
+	limit   contract.Limit
+	at      time.Time      // when the limit was last recorded
+	reset   int64          // the budget's reset last recorded, in Unix seconds
+	pace    contract.Limit // a pace the headers stated, last recorded at pacedAt
+	pacedAt time.Time
+	shaped  time.Time // when the key last moved to a learned pace (shape.go)
+	slowed  int       // how often its pace was slowed since that pace began
 }
 
 // maxTold bounds the keys remembered; past it the memory starts afresh (which
@@ -100,6 +103,9 @@ func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Res
 		// Not recorded, but a retry still waits for it.
 		return heard{refused: sig.Refused, pause: l.Pause}
 	}
+	// A pace the headers state (a route bucket's, learned at its first
+	// response) is no move: the slots placed before it fall in the
+	// bucket's first window, and taking them anew only delays them.
 	move := false
 	if complied && sig.Refused && resp.StatusCode != http.StatusServiceUnavailable {
 		move = t.fb.reshape(r, k.skey, sig, due, now, &l) // shape.go
@@ -131,10 +137,10 @@ func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Res
 }
 
 // news reports whether l tells the store anything it was not told lately by
-// this transport: a limit not recorded in the last quarter of its TTL, or a
-// budget for a window (a reset) not recorded yet. It remembers l.
+// this transport: a limit or a pace not recorded in the last quarter of its
+// TTL, or a budget for a window (a reset) not recorded yet. It remembers l.
 func (f *feedbackState) news(skey string, l contract.Learned, now time.Time) bool {
-	if l.Limit.N == 0 && l.Reset == 0 {
+	if l.Limit.N == 0 && l.Reset == 0 && l.Pace.N == 0 {
 		return false
 	}
 	reset := now.Add(l.Reset).Unix()
@@ -146,10 +152,14 @@ func (f *feedbackState) news(skey string, l contract.Learned, now time.Time) boo
 	old, seen := f.told[skey]
 	fresh := !seen ||
 		l.Limit.N > 0 && (l.Limit != old.limit || now.Sub(old.at) > l.LimitTTL/4) ||
-		l.Reset > 0 && reset != old.reset
+		l.Reset > 0 && reset != old.reset ||
+		l.Pace.N > 0 && (l.Pace != old.pace || now.Sub(old.pacedAt) > l.PaceTTL/4)
 	if fresh {
 		if l.Limit.N > 0 {
 			old.limit, old.at = l.Limit, now
+		}
+		if l.Pace.N > 0 {
+			old.pace, old.pacedAt = l.Pace, now
 		}
 		if l.Reset > 0 {
 			old.reset = reset

@@ -8,6 +8,6 @@
 // and any field of the returned Rule can be changed before it is given to
 // throttle.WithRule (a name, a margin, a limit a contract raised). Each
 // profile says which documented facts it encodes, and as of when; see
-// docs/profiles.md. What a profile cannot say yet (Discord's per-route
-// buckets) is written in its comment.
+// docs/profiles.md. What a profile cannot say yet (routes that share a
+// Discord bucket) is written in its comment.
 package profiles

@@ -11,7 +11,10 @@ import (
 // header): callsPerHour calls per rolling hour (Meta allows 200 per hour
 // for each of the app's users), sent in bursts as a rolling window allows
 // (NoDefaultPace). X-App-Usage and X-Business-Use-Case-Usage, the usage
-// Meta reports as percentages, slow the key from 80% and pause it at 100%.
+// Meta reports as percentages, spread the key's sends over the hour from
+// 80% (at no less than 90% of its rate) and pause it at 100%, for the
+// estimated_time_to_regain_access Meta states or else a hundredth of the
+// hour per percent over 99.
 // A 400 or 403 whose error says a request limit was reached (codes 4, 17,
 // 32, 613 and the business use cases' 800xx) is a refusal. Documented at
 // developers.facebook.com, "Rate Limits" (Graph API), as of 2026-05.

@@ -132,3 +132,40 @@ func memory(t *testing.T) store.Store {
 	require.NoError(t, err)
 	return st
 }
+
+// GitHub's resources have budgets apart (x-ratelimit-resource: core,
+// search, graphql): a search budget exhausted pauses search requests, not
+// the token's core requests that GitHub() also matches.
+func TestGitHubResourcesApart(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		base := rtf(func(r *http.Request) (*http.Response, error) {
+			h := http.Header{"Date": {time.Now().UTC().Format(http.TimeFormat)}}
+			resource := "core"
+			if strings.HasPrefix(r.URL.Path, "/search") {
+				resource = "search"
+				h.Set("X-Ratelimit-Limit", "30")
+				h.Set("X-Ratelimit-Remaining", "0")
+				h.Set("X-Ratelimit-Reset", "60") // seconds from now against a clock before 2001
+			}
+			h.Set("X-Ratelimit-Resource", resource)
+			return &http.Response{StatusCode: 200, Header: h, Body: io.NopCloser(strings.NewReader("{}")), Request: r}, nil
+		})
+		tr, err := throttle.New(base, memory(t), throttle.WithRule(profiles.GitHub()))
+		require.NoError(t, err)
+		get := func(path string) time.Duration {
+			start := time.Now()
+			req, err := http.NewRequest(http.MethodGet, "https://api.github.com"+path, nil)
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer t")
+			resp, err := tr.RoundTrip(req)
+			require.NoError(t, err)
+			require.NoError(t, resp.Body.Close())
+			return time.Since(start)
+		}
+		get("/search/issues?q=x")
+		assert.Zero(t, get("/repos/a/b"), "a core request does not wait for search's reset")
+		assert.Zero(t, get("/graphql"), "nor does a GraphQL one")
+		assert.Equal(t, 60*time.Second, get("/search/commits?q=y"), "a search request does")
+	})
+}

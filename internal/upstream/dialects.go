@@ -72,6 +72,11 @@ func readDialects(h http.Header, s *Said, ref func() time.Time) {
 	if rem, ok := parseRemaining(h.Get("X-Ratelimit-Remaining")); ok {
 		if d, ok := parseSeconds(strings.TrimSpace(h.Get("X-Ratelimit-Reset-After"))); ok {
 			s.Remaining, s.Reset, s.HasBudget = rem, d, true
+			// The first request of a bucket opens its window: what is
+			// left of it is all of it.
+			if lim, ok := parseCount(h.Get("X-Ratelimit-Limit")); ok && s.Bucket != "" && lim > 0 && rem == lim-1 && d > 0 {
+				s.Window = d
+			}
 		}
 	}
 

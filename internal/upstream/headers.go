@@ -63,6 +63,10 @@ type Said struct {
 	// X-RateLimit-Global: true.
 	Resource, Bucket string
 	Global           bool
+	// Window is a route bucket's length, when the response is its
+	// bucket's first (Discord: X-RateLimit-Bucket, Remaining one below
+	// Limit, and Reset-After the whole window); 0 otherwise.
+	Window time.Duration
 }
 
 // budgetFields are the X-RateLimit-* fields and the IETF draft's older

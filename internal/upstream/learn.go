@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"math"
 	"time"
 
 	"github.com/throttle-go/throttle/internal/contract"
@@ -10,15 +11,26 @@ import (
 // listening, from what the response said (Said) to what the store keeps
 // (contract.Learned).
 
-// appUsagePause is how long a key pauses when Meta's X-App-Usage reports 100%
-// or more: Meta throttles over a rolling hour and "it can take up to an
-// hour" to be let in again, so the fleet sends one probe every appUsagePause
-// rather than a request per worker.
-const appUsagePause = 5 * time.Minute
-
-// appUsageSlow is the X-App-Usage percentage from which the key slows down:
-// from full speed at appUsageSlow to nothing at 100%.
+// appUsageSlow is the usage percentage (X-App-Usage,
+// X-Business-Use-Case-Usage) from which the key slows down: from its
+// configured rate at appUsageSlow, in sends spread over the window, to
+// appUsageFloor of that rate at 100%.
 const appUsageSlow = 80.0
+
+// appUsageFloor is the share of the configured rate a key keeps at 99%
+// usage: a usage the fleet reaches alone at its full rate must not cut that
+// rate by much, and the pause at 100% (usagePause) stops what more there is.
+const appUsageFloor = 0.95
+
+// appUsageSpans is how many parts of the longest window the slowed key's
+// sends are spread over, at most: a learned limit of a tenth of N per tenth
+// of the window keeps the rate and stops a burst from filling the window.
+// Each part holds at least appUsageUnits, so that rounding its N down
+// costs no more than the floor does.
+const (
+	appUsageSpans = 10
+	appUsageUnits = 20
+)
 
 // Dialect reads the responses of one rule and turns what they say into what
 // its key learns. It is built once per rule and read-only after: safe for
@@ -63,6 +75,10 @@ func (d *Dialect) Learn(sig Said) contract.Learned {
 		switch {
 		case sig.Remaining == 0:
 			l.Pause = sig.Reset
+		case sig.Bucket != "":
+			// A route bucket's window is held by the pace learned
+			// from its first response (below); a budget would count
+			// the sends already placed under that pace twice.
 		case !d.implied(sig.Remaining, sig.Reset):
 			l.Remaining, l.Reset = sig.Remaining, sig.Reset
 		}
@@ -84,6 +100,9 @@ func (d *Dialect) Learn(sig Said) contract.Learned {
 			// The budget that has nothing left: a 429 on tokens waits
 			// for the tokens' reset, not the requests'.
 			l.Pause = max(l.Pause, until)
+		case sig.HasUsage && sig.Usage >= 100:
+			// The usage says how full the window is: its pause (below)
+			// rather than a whole window.
 		default:
 			// A 429 without a wait: the upstream's window is full. One
 			// window of the rule's tightest limit from now, every request
@@ -113,15 +132,35 @@ func (d *Dialect) Learn(sig Said) contract.Learned {
 	if limitIsWindow(sig.Limit, longest) {
 		consider(sig.Limit, longest.Per)
 	}
+	// A route bucket seen at its first request (Discord): its limit and
+	// window, learned at once for the whole fleet as a pace without a
+	// burst, which no window of the bucket's length can overfill,
+	// however the bucket's windows are placed.
+	if sig.Window > 0 && sig.Limit > 0 && !d.implied(sig.Limit, sig.Window) {
+		l.Pace = contract.Limit{N: sig.Limit, Per: sig.Window + d.margin, Paced: true}
+		l.PaceTTL = min(max(10*time.Minute, 2*l.Pace.Per), 24*time.Hour)
+	}
+
+	var usage contract.Limit
 	if sig.HasUsage {
 		switch {
 		case sig.Usage >= 100:
-			l.Pause = max(l.Pause, appUsagePause)
+			if !sig.regain() {
+				l.Pause = max(l.Pause, usagePause(sig.Usage, longest.Per))
+			}
 		case sig.Usage >= appUsageSlow:
-			consider(max(1, int(float64(longest.N)*(100-sig.Usage)/(100-appUsageSlow))), longest.Per)
+			usage = usageLimit(sig.Usage, longest)
+			if usage.N > 0 && !d.implied(usage.N, usage.Per) && (l.Limit.N == 0 || float64(usage.N)/float64(usage.Per) < float64(l.Limit.N)/float64(l.Limit.Per)) {
+				l.Limit = contract.Limit{N: usage.N, Per: usage.Per + d.margin}
+			}
 		}
 	}
-	if l.Limit.N > 0 {
+	switch {
+	case usage.N > 0 && l.Limit.N == usage.N && l.Limit.Per == usage.Per+d.margin:
+		// It lapses soon after the usage falls below appUsageSlow: the
+		// responses say it again while the usage stays high.
+		l.LimitTTL = 2 * l.Limit.Per
+	case l.Limit.N > 0:
 		l.LimitTTL = min(max(10*time.Minute, 2*l.Limit.Per), 24*time.Hour)
 	}
 	l.Pause = capPause(l.Pause)
@@ -149,6 +188,42 @@ func (d *Dialect) implied(n int, w time.Duration) bool {
 	for _, lim := range d.limits {
 		// A paced limit's burst lets N + Burst into a window.
 		if lim.N+lim.Burst <= n && lim.Per >= w {
+			return true
+		}
+	}
+	return false
+}
+
+// usagePause is how long a key pauses at a usage of pct (at least 100%)
+// of its longest window w when the API states no time to regain access:
+// each percent over 99 is a hundredth of the window's sends, which leave
+// it in about a hundredth of the window (at 100%, 36 seconds of an hour).
+func usagePause(pct float64, w time.Duration) time.Duration {
+	return capPause(time.Duration(math.Floor(min(pct, 1000)-99) * float64(w) / 100))
+}
+
+// usageLimit returns the limit a key keeps at a usage of pct (from
+// appUsageSlow to 100%) of its longest limit: its N and window cut in
+// appUsageSpans parts, the N from all of it at appUsageSlow to
+// appUsageFloor of it at 100%. Zero for a limit below 2 × appUsageUnits,
+// too small to cut: the pause at 100% alone holds it.
+func usageLimit(pct float64, longest contract.Limit) contract.Limit {
+	spans := min(appUsageSpans, longest.N/appUsageUnits)
+	if spans < 2 {
+		return contract.Limit{}
+	}
+	share := 1 - (1-appUsageFloor)*(pct-appUsageSlow)/(100-appUsageSlow)
+	return contract.Limit{
+		N:   max(1, int(float64(longest.N)*share/float64(spans))),
+		Per: longest.Per / time.Duration(spans),
+	}
+}
+
+// regain reports whether the response stated a time to regain access
+// (Meta's estimated_time_to_regain_access): a pause the API sets itself.
+func (s *Said) regain() bool {
+	for _, b := range s.Dims {
+		if b.Name == "business-use-case" && b.Reset > 0 {
 			return true
 		}
 	}

@@ -57,3 +57,66 @@ func TestLearnXRateLimitLimit(t *testing.T) {
 		assert.Equal(t, want, l.Limit, "X-RateLimit-Limit %d under PerHour(5000)", n)
 	}
 }
+
+// The usage Meta reports: from 80% the key's sends are spread over its
+// window at no less than 95% of its rate, and at 100% it pauses for what
+// the API states (estimated_time_to_regain_access) or, without it, a
+// hundredth of the window per percent over 99, not a fixed 5 minutes.
+func TestLearnUsage(t *testing.T) {
+	r := New([]contract.Limit{{N: 400, Per: time.Hour}}, testMargin, nil, nil)
+	span := 6*time.Minute + testMargin
+	for _, c := range []struct {
+		name  string
+		kv    []string
+		limit contract.Limit
+		pause time.Duration
+	}{
+		{"79%: nothing", []string{"X-App-Usage", `{"call_count":79}`}, contract.Limit{}, 0},
+		{"80%: the rate, spread", []string{"X-App-Usage", `{"call_count":80}`}, contract.Limit{N: 40, Per: span}, 0},
+		{"90%: 97.5% of the rate", []string{"X-App-Usage", `{"call_count":90}`}, contract.Limit{N: 39, Per: span}, 0},
+		{"99%: 95% of the rate", []string{"X-App-Usage", `{"call_count":99}`}, contract.Limit{N: 38, Per: span}, 0},
+		{"100%: a hundredth of the window", []string{"X-App-Usage", `{"call_count":100}`}, contract.Limit{}, 36 * time.Second},
+		{"110%: eleven hundredths", []string{"X-App-Usage", `{"call_count":110}`}, contract.Limit{}, 11 * 36 * time.Second},
+		{"100% with a time to regain access: that time", []string{"X-Business-Use-Case-Usage",
+			`{"1":[{"call_count":100,"estimated_time_to_regain_access":2}]}`}, contract.Limit{}, 2 * time.Minute},
+		{"a refusal at 100%: a hundredth of the window, not a window", []string{"X-App-Usage", `{"call_count":100}`, "Refused", "1"},
+			contract.Limit{}, 36 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := http.Header{}
+			for i := 0; i < len(c.kv); i += 2 {
+				h.Set(c.kv[i], c.kv[i+1])
+			}
+			sig := ReadHeaders(h, refTime)
+			sig.Refused = h.Get("Refused") != ""
+			l := r.Learn(sig)
+			assert.Equal(t, c.limit, l.Limit)
+			assert.Equal(t, c.pause, l.Pause)
+			if c.limit.N > 0 {
+				assert.Equal(t, 2*span, l.LimitTTL, "lapses soon when the usage falls")
+			}
+		})
+	}
+}
+
+// A Discord route's bucket is learned from its first response (remaining
+// one below its limit, Reset-After its whole window) as a pace the whole
+// fleet keeps; later responses of the bucket add no budget, which would
+// count the sends placed under the pace twice, but an empty one pauses.
+func TestLearnRouteBucket(t *testing.T) {
+	r := New([]contract.Limit{{N: 50, Per: time.Second}}, testMargin, nil, nil)
+	bucket := func(remaining, resetAfter string) http.Header {
+		return http.Header{"X-Ratelimit-Limit": {"5"}, "X-Ratelimit-Remaining": {remaining},
+			"X-Ratelimit-Reset-After": {resetAfter}, "X-Ratelimit-Bucket": {"abcd"}}
+	}
+	l := r.Learn(ReadHeaders(bucket("4", "5.000"), refTime))
+	assert.Equal(t, contract.Limit{N: 5, Per: 5*time.Second + testMargin, Paced: true}, l.Pace)
+	assert.Equal(t, 10*time.Minute, l.PaceTTL)
+	assert.Zero(t, l.Reset, "no budget")
+
+	l = r.Learn(ReadHeaders(bucket("2", "3.5"), refTime))
+	assert.Equal(t, contract.Learned{}, l, "a later response: nothing new")
+
+	l = r.Learn(ReadHeaders(bucket("0", "3.5"), refTime))
+	assert.Equal(t, contract.Learned{Pause: 3500 * time.Millisecond}, l, "empty: a pause to its reset")
+}

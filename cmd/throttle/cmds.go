@@ -58,6 +58,10 @@ func open(ctx context.Context, name string, args []string, stderr io.Writer, ext
 		n, err := rdb.Exists(ctx, st.Keys(t.skey)...).Result()
 		return n > 0, err
 	}
+	t.lost = func(ctx context.Context) bool {
+		n, err := rdb.Exists(ctx, t.redis+":seen").Result()
+		return err == nil && n > 0
+	}
 	return t, st, func() { _ = rdb.Close() }, -1
 }
 
@@ -75,6 +79,12 @@ func noState(t *target) string {
 	return fmt.Sprintf("no state under %s: nothing is stored for this key (a wrong -rule, -key, -by or -secret-file gives another key; throttle rules shows the rules)", t.redis)
 }
 
+// lostState is what usage says of a log deleted (a reset) or lost while
+// the fleet ran: only its seen mark is left.
+func lostState(t *target) string {
+	return fmt.Sprintf("the log under %s was reset or lost while the fleet ran: the upstream still counts what was sent, so its next reservation waits out one window of each limit", t.redis)
+}
+
 func cmdUsage(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	t, _, done, code := open(ctx, "usage", args, stderr, nil)
 	if code >= 0 {
@@ -88,6 +98,10 @@ func cmdUsage(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	header(stdout, t)
 	if ok, err := t.exists(ctx); err == nil && !ok {
+		if t.lost(ctx) {
+			fmt.Fprintln(stdout, lostState(t))
+			return exitOK
+		}
 		fmt.Fprintln(stdout, noState(t))
 		return exitFailed
 	}

@@ -73,7 +73,12 @@ func TestFleetUsage(t *testing.T) {
 	code, watchOut, errOut := runCLI(append([]string{"watch", "-every", "250ms", "-for", "2s"}, key...)...)
 	require.Equal(t, 0, code, errOut)
 	t.Logf("throttle watch:\n%s", watchOut)
-	lines := strings.Split(strings.TrimSpace(watchOut), "\n")[1:]
+	var lines []string // the samples: after the definition it used and what it watches
+	for _, l := range strings.Split(strings.TrimSpace(watchOut), "\n") {
+		if l != "" && l[0] >= '0' && l[0] <= '9' {
+			lines = append(lines, l)
+		}
+	}
 	require.GreaterOrEqual(t, len(lines), 2)
 	// The default pace's field follows the window's.
 	re := regexp.MustCompile(`^\d\d:\d\d:\d\d\.\d{3}  100/1s (\d+)/100( \+\d+)?  default 100/1.005s/paced\+9 \d+/10( \+\d+)?  next (\S+)  pause none$`)
@@ -136,5 +141,5 @@ func TestClusterURL(t *testing.T) {
 	require.Equal(t, exitOK, code, "%s%s", out, errOut)
 	code, out, errOut = runCLI(append([]string{"usage"}, key...)...)
 	require.Equal(t, exitOK, code, errOut)
-	assert.Regexp(t, `(?m)^\s+10/1m\s+1m0.005s\s+0/10\s+0$`, out)
+	assert.Contains(t, out, "was reset or lost while the fleet ran", "the reset log's mark is left: its next reservation waits out the window")
 }

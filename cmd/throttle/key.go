@@ -170,6 +170,9 @@ type target struct {
 	secrets  *secrets
 	// exists reports whether anything is stored under the key.
 	exists func(context.Context) (bool, error)
+	// lost reports whether the key's log was deleted or lost while the
+	// fleet ran: its seen mark outlives it for a window.
+	lost func(context.Context) bool
 }
 
 // resolve derives the store key exactly as a Transport with this rule does:

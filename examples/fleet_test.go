@@ -477,15 +477,16 @@ func TestFleet(t *testing.T) {
 		cc := c.Client(t)
 		res := payments(t, cc, strings.Join(c.Addrs(), ","), 0)
 		require.Contains(t, res.output, "Redis Cluster at ", "the processes did not use a cluster client")
-		// The log of pg1 lives on the master of its slot, and only there.
+		// The log of pg1 lives on the master of its slot, and only there
+		// (the rules the processes publish are keys without a hash tag).
 		var (
 			mu   sync.Mutex
 			held []string
 			ctx  = context.Background()
 		)
 		require.NoError(t, cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-			n, err := m.DBSize(ctx).Result()
-			if n > 0 {
+			keys, err := m.Keys(ctx, "*{*").Result()
+			if len(keys) > 0 {
 				mu.Lock()
 				held = append(held, m.Options().Addr)
 				mu.Unlock()

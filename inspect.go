@@ -22,7 +22,7 @@ func view(v any) (inspect.View, bool) {
 		if r == nil {
 			continue
 		}
-		ir := inspect.Rule{Name: r.Name, Scope: r.scope, Limits: r.plan.Limits, Algorithm: r.plan.Algorithm}
+		ir := inspect.Rule{Name: r.Name, Scope: r.scope, Limits: r.current().Limits, Algorithm: r.plan.Algorithm}
 		if r.tag >= 0 {
 			ir.HashTag = r.also[r.tag].Name
 		}

@@ -54,6 +54,10 @@ type PublishedRule struct {
 	// Shadow says the rule is a shadow rule (throttle.Rule.Shadow): it
 	// records what it would do, and enforces nothing.
 	Shadow bool
+	// Override is the operator's override of Limits that the process
+	// honours (SetLimits), nil when none. Same does not compare it: a
+	// process honours a new override at its next request.
+	Override []throttle.Limit
 }
 
 // PublishedAlso is one Also key of a published rule.
@@ -91,6 +95,9 @@ func Published(ctx context.Context, st store.Store) ([]Process, error) {
 				NoDefaultPace: r.NoDefaultPace, Key: r.Key, KeySecret: r.KeySecret, HashTag: r.HashTag, Shadow: r.Shadow}
 			for _, l := range r.Limits {
 				pr.Limits = append(pr.Limits, throttle.Limit(l))
+			}
+			for _, l := range r.Override {
+				pr.Override = append(pr.Override, throttle.Limit(l))
 			}
 			for _, a := range r.Also {
 				pa := PublishedAlso{Name: a.Name, HashTag: a.HashTag}

@@ -60,7 +60,16 @@ func (k *keyFlags) definition(ctx context.Context, st store.Store) (string, []st
 		if len(defs) > 1 {
 			src += "es"
 		}
-		return src + ", last at " + seen.UTC().Format(time.RFC3339), warnings, nil
+		src += ", last at " + seen.UTC().Format(time.RFC3339)
+		if o, ok, err := operator.Limits(ctx, st, k.rule); err == nil && ok {
+			// The processes reserve under the override (throttle set).
+			k.limits = o.Limits
+			src += ", with the override " + limitsText(o.Limits) + " (throttle set " + k.rule + ")"
+		}
+		return src, warnings, nil
+	}
+	if o, ok, err := operator.Limits(ctx, st, k.rule); err == nil && ok {
+		warnings = append(warnings, fmt.Sprintf("rule %s has the override %s (throttle set %s): the processes reserve under it, not under -limit", k.rule, limitsText(o.Limits), k.rule))
 	}
 	if len(defs) > 0 {
 		given := operator.PublishedRule{Name: k.rule, Limits: k.limits, Margin: k.margin, NoDefaultPace: k.noPace, Key: defs[0].Key,
@@ -135,6 +144,9 @@ func describe(r operator.PublishedRule) string {
 	}
 	if r.Shadow {
 		s += " shadow (records, enforces nothing)"
+	}
+	if r.Override != nil {
+		s += ", override " + limitsText(r.Override) + " (throttle set)"
 	}
 	return s
 }

@@ -72,7 +72,7 @@ func newPublisher(st store.Store, kind string, rules []*rule, secret bool, now f
 		Process: host + ":" + strconv.Itoa(os.Getpid()) + ":" + hex.EncodeToString(suffix)}
 	for _, r := range rules {
 		d := inspect.RuleDoc{Name: r.Name, Match: r.matchText(), Algorithm: r.Algorithm.String(),
-			Margin: int64(r.Margin), NoDefaultPace: r.NoDefaultPace, KeySecret: secret, Shadow: r.Shadow}
+			Margin: int64(r.Margin), NoDefaultPace: r.NoDefaultPace, KeySecret: secret, Shadow: r.Shadow, InFlight: r.InFlight}
 		for i, l := range r.Limits {
 			if i != r.auto { // the default pace is the rule's shape, not a limit it was given
 				d.Limits = append(d.Limits, contract.Limit(l))

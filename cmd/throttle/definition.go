@@ -52,7 +52,7 @@ func (k *keyFlags) definition(ctx context.Context, st store.Store) (string, []st
 				return "", nil, errFlags{fmt.Sprintf("-%s without -limit: give the whole definition, or none to use the published one", name)}
 			}
 		}
-		k.limits, k.alg, k.margin, k.noPace = d.Limits, d.Algorithm.String(), d.Margin, d.NoDefaultPace
+		k.limits, k.alg, k.margin, k.noPace, k.inFlight = d.Limits, d.Algorithm.String(), d.Margin, d.NoDefaultPace, d.InFlight
 		if err := k.keyKind(d); err != nil {
 			return "", nil, err
 		}
@@ -83,6 +83,7 @@ func (k *keyFlags) definition(ctx context.Context, st store.Store) (string, []st
 		if err := k.keyKind(defs[0]); err != nil {
 			return "", nil, err
 		}
+		k.inFlight = defs[0].InFlight // it does not change the key
 	}
 	return "given on the command line", warnings, nil
 }
@@ -144,6 +145,9 @@ func describe(r operator.PublishedRule) string {
 	}
 	if r.Shadow {
 		s += " shadow (records, enforces nothing)"
+	}
+	if r.InFlight > 0 {
+		s += fmt.Sprintf(" in-flight %d", r.InFlight)
 	}
 	if r.Override != nil {
 		s += ", override " + limitsText(r.Override) + " (throttle set)"

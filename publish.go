@@ -248,8 +248,9 @@ func (p *publisher) close(ctx context.Context) error {
 }
 
 // Close removes the record of the rules t publishes in its store, for the
-// operator's tools (throttle rules), and stops refreshing it; without Close
-// the record expires 30 s after t's last request. t still works after it,
+// operator's tools (throttle rules), and stops refreshing it and reading
+// the operator's overrides (the last one read stays); without Close the
+// record expires 30 s after t's last request. t still works after it,
 // unpublished. It is idempotent and safe for concurrent use.
 func (t *Transport) Close() error {
 	if t == nil || t.core == nil {

@@ -11,18 +11,29 @@ func init() {
 	inspect.CredentialKey = credentialKey // keyfunc.go
 }
 
-// view is what the operator package sees of v, a *Transport.
+// view is what the operator package sees of v, a *Transport or a *Limiter.
 func view(v any) (inspect.View, bool) {
-	t, ok := v.(*Transport)
-	if !ok || t == nil || t.core == nil {
+	var c *core
+	var rules []*rule
+	switch t := v.(type) {
+	case *Transport:
+		if t != nil {
+			c, rules = t.core, append(t.rules[:len(t.rules):len(t.rules)], t.def)
+		}
+	case *Limiter:
+		if t != nil {
+			c, rules = t.c, []*rule{t.r}
+		}
+	}
+	if c == nil {
 		return inspect.View{}, false
 	}
-	vw := inspect.View{StoreKey: t.storeKey, Store: t.eng.Store()}
-	for _, r := range append(t.rules[:len(t.rules):len(t.rules)], t.def) {
+	vw := inspect.View{StoreKey: c.storeKey, Store: c.eng.Store()}
+	for _, r := range rules {
 		if r == nil {
 			continue
 		}
-		ir := inspect.Rule{Name: r.Name, Scope: r.scope, Limits: r.plan.Limits, Algorithm: r.plan.Algorithm}
+		ir := inspect.Rule{Name: r.Name, Scope: r.scope, Limits: r.current().Limits, Algorithm: r.plan.Algorithm, InFlight: r.InFlight}
 		if r.tag >= 0 {
 			ir.HashTag = r.also[r.tag].Name
 		}

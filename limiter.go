@@ -73,7 +73,7 @@ func newCore(st store.Store, c config, guarded bool) (*core, error) {
 	if guarded {
 		kind = "transport"
 	}
-	k.pub = newPublisher(st, kind, slices.DeleteFunc(rules, func(r *rule) bool { return r == nil }), c.keySecret != nil, e.Now)
+	k.pub = newPublisher(st, kind, slices.DeleteFunc(rules, func(r *rule) bool { return r == nil }), c.keySecret != nil, e.Now, c.logger)
 	return k, nil
 }
 
@@ -183,7 +183,7 @@ func (l *Limiter) decide(ctx context.Context, key string, cost int, maxWait time
 	} else if l.r.Shadow {
 		d = l.c.shadowed(ctx, l.r, k, maxWait) // shadow.go: recorded, never waited for
 	} else {
-		a := l.c.eng.Admit(ctx, &l.r.plan, k.eng(), maxWait) // internal/engine
+		a := l.c.eng.Admit(ctx, l.r.current(), k.eng(), maxWait) // internal/engine
 		d = l.r.decision(k, &a.Verdict)
 	}
 	l.c.observe(ctx, l.r.stats, d)
@@ -217,7 +217,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, cost int) (*Reservati
 		rv.d = l.r.failed(k, err)
 	} else if l.r.Shadow {
 		rv.d = l.c.shadowed(ctx, l.r, k, l.r.maxWait) // shadow.go
-	} else if rv.a = l.c.eng.Reserve(ctx, &l.r.plan, k.eng(), l.r.maxWait); rv.a.Held() { // internal/engine: the slot, not the wait
+	} else if rv.a = l.c.eng.Reserve(ctx, l.r.current(), k.eng(), l.r.maxWait); rv.a.Held() { // internal/engine: the slot, not the wait
 		return rv, nil
 	} else {
 		rv.d = l.r.decision(k, &rv.a.Verdict)

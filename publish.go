@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"regexp"
 	"runtime/debug"
@@ -41,6 +42,7 @@ type publisher struct {
 	rules     []*rule
 	keys      sync.Map // rule name → its key scheme, from its first key
 	now       func() time.Time
+	ov        *overrider // the operator's overrides, polled as it publishes (override.go)
 
 	mu     sync.Mutex
 	last   time.Time // of the last refresh begun
@@ -50,8 +52,14 @@ type publisher struct {
 }
 
 // newPublisher prepares the record of rules on st; it does no I/O.
-func newPublisher(st store.Store, kind string, rules []*rule, secret bool, now func() time.Time) *publisher {
-	p := &publisher{rules: rules, now: now}
+func newPublisher(st store.Store, kind string, rules []*rule, secret bool, now func() time.Time, logger *slog.Logger) *publisher {
+	p := &publisher{rules: rules, now: now, ov: newOverrider(st, rules, now, logger)}
+	// A process publishes the override it honours at its next request.
+	p.ov.changed = func() {
+		p.mu.Lock()
+		p.last = time.Time{}
+		p.mu.Unlock()
+	}
 	board, ok := st.(contract.Rules)
 	if !ok {
 		return p
@@ -64,7 +72,7 @@ func newPublisher(st store.Store, kind string, rules []*rule, secret bool, now f
 		Process: host + ":" + strconv.Itoa(os.Getpid()) + ":" + hex.EncodeToString(suffix)}
 	for _, r := range rules {
 		d := inspect.RuleDoc{Name: r.Name, Match: r.matchText(), Algorithm: r.Algorithm.String(),
-			Margin: int64(r.Margin), NoDefaultPace: r.NoDefaultPace, KeySecret: secret, Shadow: r.Shadow}
+			Margin: int64(r.Margin), NoDefaultPace: r.NoDefaultPace, KeySecret: secret, Shadow: r.Shadow, InFlight: r.InFlight}
 		for i, l := range r.Limits {
 			if i != r.auto { // the default pace is the rule's shape, not a limit it was given
 				d.Limits = append(d.Limits, contract.Limit(l))
@@ -155,7 +163,11 @@ func (p *publisher) noteKey(rule, key string) {
 // publishTimeout. Errors are dropped: the record is for operators, and the
 // next refresh tries again.
 func (p *publisher) touch() {
-	if p == nil || p.board == nil {
+	if p == nil {
+		return
+	}
+	p.ov.touch()
+	if p.board == nil {
 		return
 	}
 	now := p.now()
@@ -184,6 +196,9 @@ func (p *publisher) record(now time.Time) []byte {
 		if k, ok := p.keys.Load(doc.Rules[i].Name); ok {
 			doc.Rules[i].Key = k.(string)
 		}
+		if o := p.rules[i].ov.Load(); o != nil && !o.refused {
+			doc.Rules[i].Override = limits(o.limits)
+		}
 	}
 	b, err := json.Marshal(doc)
 	for len(b) > contract.MaxRulesDoc && len(doc.Rules) > 1 && err == nil {
@@ -208,7 +223,11 @@ func (p *publisher) publish(doc []byte) {
 // close stops the refreshes, waits for one on its way, and removes the
 // record. It is idempotent.
 func (p *publisher) close(ctx context.Context) error {
-	if p == nil || p.board == nil {
+	if p == nil {
+		return nil
+	}
+	p.ov.close()
+	if p.board == nil {
 		return nil
 	}
 	p.mu.Lock()
@@ -229,8 +248,9 @@ func (p *publisher) close(ctx context.Context) error {
 }
 
 // Close removes the record of the rules t publishes in its store, for the
-// operator's tools (throttle rules), and stops refreshing it; without Close
-// the record expires 30 s after t's last request. t still works after it,
+// operator's tools (throttle rules), and stops refreshing it and reading
+// the operator's overrides (the last one read stays); without Close the
+// record expires 30 s after t's last request. t still works after it,
 // unpublished. It is idempotent and safe for concurrent use.
 func (t *Transport) Close() error {
 	if t == nil || t.core == nil {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/throttle-go/throttle/internal/contract"
@@ -177,6 +178,9 @@ type rule struct {
 	// plan is what the engine needs of the rule (internal/engine), built
 	// from the fields above when they are; Leases is its stats'.
 	plan engine.Plan
+	// ov is the operator's override of the limits, if any (override.go):
+	// current() is the plan a new admission uses.
+	ov   atomic.Pointer[overridden]
 	also []alsoKey // Also, validated (multikey.go)
 	tag  int       // the index in also of the HashTag key, -1 if none
 	// units are the limits of Limits that count a unit (cost.go), taken
@@ -451,8 +455,8 @@ func (c *rule) cost(req *http.Request) (int, error) {
 
 // checkCost returns n if it is a cost the rule's limits can admit.
 func (c *rule) checkCost(n int) (int, error) {
-	if n < 1 || n > c.minN {
-		return 0, fmt.Errorf("%w: rule %q: cost %d is outside 1..%d", ErrInvalidCost, c.Name, n, c.minN)
+	if most := c.maxCost(); n < 1 || n > most { // override.go: an override may lower it
+		return 0, fmt.Errorf("%w: rule %q: cost %d is outside 1..%d", ErrInvalidCost, c.Name, n, most)
 	}
 	return n, nil
 }

@@ -96,7 +96,7 @@ func (t *Transport) shadow(ctx context.Context, req *http.Request) {
 // or the deadline (nothing recorded), Failed or FailedOpen when the store
 // failed.
 func (c *core) shadowed(ctx context.Context, r *rule, k keyed, maxWait time.Duration) Decision {
-	a := c.eng.Reserve(ctx, &r.plan, k.eng(), maxWait) // internal/engine: the slot, not the wait
+	a := c.eng.Reserve(ctx, r.current(), k.eng(), maxWait) // internal/engine: the slot, not the wait
 	d := r.decision(k, &a.Verdict)
 	d.Shadow = true
 	return d

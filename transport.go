@@ -110,7 +110,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // attempt admits one send of req under r, sends it and listens to the
 // response. Attempt n > 0 is the n-th retry.
 func (t *Transport) attempt(ctx context.Context, r *rule, k keyed, n int, req *http.Request) (*http.Response, heard, error) {
-	a := t.eng.Admit(ctx, &r.plan, k.eng(), r.maxWait) // internal/engine
+	a := t.eng.Admit(ctx, r.current(), k.eng(), r.maxWait) // internal/engine
 	if !a.Sendable() {
 		d := r.decision(k, &a.Verdict) // decision.go
 		d.Attempt = n

@@ -72,7 +72,29 @@ func StoreKey(t *throttle.Transport, rule, rateKey string) (string, error) {
 // Errors: StoreKey's, ErrNoUsage, or the store's. It calls the store
 // directly, not through the failure policy: a store that is down gives its
 // error.
+//
+// For a rule with InFlight, it also reads the key's leases and queue, in
+// one more call.
 func Usage(ctx context.Context, t *throttle.Transport, rule, rateKey string) (KeyUsage, error) {
+	return usage(ctx, t, rule, rateKey)
+}
+
+// LimiterUsage reports the state of key of l, as Usage does for a rule of a
+// Transport: key is the one given to l.Wait, Allow or Reserve. Errors:
+// a *throttle.KeyError for an empty key, ErrNoUsage, or the store's.
+func LimiterUsage(ctx context.Context, l *throttle.Limiter, key string) (KeyUsage, error) {
+	v, ok := inspect.Transport(l)
+	if !ok || len(v.Rules) != 1 {
+		return KeyUsage{}, errNoLimiter
+	}
+	return usage(ctx, l, v.Rules[0].Name, key)
+}
+
+// errNoLimiter is the error for a nil Limiter, or one not made by
+// throttle.NewLimiter.
+var errNoLimiter = errors.New("operator: a nil or zero Limiter (make one with throttle.NewLimiter)")
+
+func usage(ctx context.Context, t any, rule, rateKey string) (KeyUsage, error) {
 	v, r, err := ruleOf(t, rule)
 	if err != nil {
 		return KeyUsage{}, err
@@ -88,11 +110,24 @@ func Usage(ctx context.Context, t *throttle.Transport, rule, rateKey string) (Ke
 	if err != nil {
 		return KeyUsage{}, err
 	}
-	return usageOf(u), nil
+	o := usageOf(u)
+	if r.InFlight > 0 {
+		li, ok := v.Store.(contract.LeaseInspector)
+		if !ok {
+			return KeyUsage{}, fmt.Errorf("%w: its leases (%T)", ErrNoUsage, v.Store)
+		}
+		lu, err := li.LeaseUsage(ctx, key)
+		if err != nil {
+			return KeyUsage{}, err
+		}
+		o.InFlight, o.Held, o.Queued, o.QueueMore, o.HeldFor = r.InFlight, lu.Held, lu.Queued, lu.QueueMore, lu.Earliest
+	}
+	return o, nil
 }
 
-// ruleOf returns what t shows and its rule named name.
-func ruleOf(t *throttle.Transport, name string) (inspect.View, inspect.Rule, error) {
+// ruleOf returns what t, a Transport or a Limiter, shows and its rule
+// named name.
+func ruleOf(t any, name string) (inspect.View, inspect.Rule, error) {
 	v, ok := inspect.Transport(t)
 	if !ok {
 		return v, inspect.Rule{}, errNoTransport
@@ -160,6 +195,14 @@ type KeyUsage struct {
 	// headers said (BudgetReset 0: no budget).
 	Budget      int
 	BudgetReset time.Duration
+	// InFlight is the rule's cap on requests in flight (Rule.InFlight; 0:
+	// none, and the fields below are 0). Held leases are held now, the
+	// earliest of them until HeldFor from now unless renewed; Queued
+	// requests wait in the key's queue for one (QueueMore: more than the
+	// first 1,000 read).
+	InFlight, Held, Queued int
+	QueueMore              bool
+	HeldFor                time.Duration
 }
 
 // LimitUsage is the state of one limit of a key.

@@ -54,6 +54,12 @@ type PublishedRule struct {
 	// Shadow says the rule is a shadow rule (throttle.Rule.Shadow): it
 	// records what it would do, and enforces nothing.
 	Shadow bool
+	// InFlight is the rule's cap on requests in flight (0: none).
+	InFlight int
+	// Override is the operator's override of Limits that the process
+	// honours (SetLimits), nil when none. Same does not compare it: a
+	// process honours a new override at its next request.
+	Override []throttle.Limit
 }
 
 // PublishedAlso is one Also key of a published rule.
@@ -88,9 +94,12 @@ func Published(ctx context.Context, st store.Store) ([]Process, error) {
 				continue
 			}
 			pr := PublishedRule{Name: r.Name, Match: r.Match, Algorithm: throttle.Algorithm(alg), Margin: time.Duration(r.Margin),
-				NoDefaultPace: r.NoDefaultPace, Key: r.Key, KeySecret: r.KeySecret, HashTag: r.HashTag, Shadow: r.Shadow}
+				NoDefaultPace: r.NoDefaultPace, Key: r.Key, KeySecret: r.KeySecret, HashTag: r.HashTag, Shadow: r.Shadow, InFlight: r.InFlight}
 			for _, l := range r.Limits {
 				pr.Limits = append(pr.Limits, throttle.Limit(l))
+			}
+			for _, l := range r.Override {
+				pr.Override = append(pr.Override, throttle.Limit(l))
 			}
 			for _, a := range r.Also {
 				pa := PublishedAlso{Name: a.Name, HashTag: a.HashTag}
@@ -114,8 +123,8 @@ func Published(ctx context.Context, st store.Store) ([]Process, error) {
 var ErrNoPublished = fmt.Errorf("operator: the store keeps no published rules")
 
 // Same reports whether a and b define the same rule: the same limits,
-// algorithm, margin, default pace, key scheme, key secret, hash tag and
-// Also. Match is not compared (two Transports may route differently to
+// algorithm, margin, default pace, key scheme, key secret, hash tag, Also
+// and cap in flight. Match is not compared (two Transports may route differently to
 // one rule), and a Key not known yet ("") matches any.
 func Same(a, b PublishedRule) bool {
 	ka, kb := a.Key, b.Key
@@ -123,7 +132,7 @@ func Same(a, b PublishedRule) bool {
 		ka, kb = "", ""
 	}
 	return a.Name == b.Name && slices.Equal(a.Limits, b.Limits) && a.Algorithm == b.Algorithm && a.Margin == b.Margin &&
-		a.NoDefaultPace == b.NoDefaultPace && ka == kb && a.KeySecret == b.KeySecret && a.HashTag == b.HashTag && a.Shadow == b.Shadow &&
+		a.NoDefaultPace == b.NoDefaultPace && ka == kb && a.KeySecret == b.KeySecret && a.HashTag == b.HashTag && a.Shadow == b.Shadow && a.InFlight == b.InFlight &&
 		slices.EqualFunc(a.Also, b.Also, func(x, y PublishedAlso) bool {
 			return x.Name == y.Name && x.HashTag == y.HashTag && slices.Equal(x.Limits, y.Limits)
 		})

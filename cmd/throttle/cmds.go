@@ -239,6 +239,9 @@ func writeUsage(w io.Writer, t *target, u operator.KeyUsage) {
 	if u.Algorithm == throttle.SlidingLog && u.Entries > 0 && u.Last > 0 {
 		fmt.Fprintf(w, "queue: the newest reservation is %s ahead\n", human(u.Last))
 	}
+	if u.InFlight > 0 {
+		fmt.Fprintf(w, "in flight: %s\n", inFlightText(u))
+	}
 	fmt.Fprintf(w, "pause: %s\n", until(u.Pause))
 	if u.Learned.N > 0 {
 		fmt.Fprintf(w, "learned limit: %s for %s\n", formatLimit(u.Learned), human(u.LearnedFor))
@@ -253,6 +256,20 @@ func writeUsage(w io.Writer, t *target, u operator.KeyUsage) {
 	} else {
 		fmt.Fprintln(w, "budget: none")
 	}
+}
+
+// inFlightText says how many leases of the cap are held and how many
+// requests wait for one.
+func inFlightText(u operator.KeyUsage) string {
+	s := fmt.Sprintf("%d/%d leases held", u.Held, u.InFlight)
+	if u.Held > 0 {
+		s += ", the earliest until " + human(u.HeldFor) + " unless renewed"
+	}
+	q := fmt.Sprintf("%d", u.Queued)
+	if u.QueueMore {
+		q = "more than " + q
+	}
+	return s + "; " + q + " waiting in the queue"
 }
 
 // nextText says when a request of cost 1 could go, and why.
@@ -296,6 +313,15 @@ func watchLine(now time.Time, t *target, u operator.KeyUsage) string {
 		}
 		if l.Previous > 0 {
 			fmt.Fprintf(&b, " prev %d", l.Previous)
+		}
+	}
+	if u.InFlight > 0 {
+		fmt.Fprintf(&b, "  in flight %d/%d", u.Held, u.InFlight)
+		if u.Queued > 0 || u.QueueMore {
+			fmt.Fprintf(&b, " queue %d", u.Queued)
+			if u.QueueMore {
+				b.WriteString("+")
+			}
 		}
 	}
 	fmt.Fprintf(&b, "  next %s  pause %s", nextShort(u), until(u.Pause))

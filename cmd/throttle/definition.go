@@ -52,7 +52,7 @@ func (k *keyFlags) definition(ctx context.Context, st store.Store) (string, []st
 				return "", nil, errFlags{fmt.Sprintf("-%s without -limit: give the whole definition, or none to use the published one", name)}
 			}
 		}
-		k.limits, k.alg, k.margin, k.noPace = d.Limits, d.Algorithm.String(), d.Margin, d.NoDefaultPace
+		k.limits, k.alg, k.margin, k.noPace, k.inFlight = d.Limits, d.Algorithm.String(), d.Margin, d.NoDefaultPace, d.InFlight
 		if err := k.keyKind(d); err != nil {
 			return "", nil, err
 		}
@@ -60,7 +60,16 @@ func (k *keyFlags) definition(ctx context.Context, st store.Store) (string, []st
 		if len(defs) > 1 {
 			src += "es"
 		}
-		return src + ", last at " + seen.UTC().Format(time.RFC3339), warnings, nil
+		src += ", last at " + seen.UTC().Format(time.RFC3339)
+		if o, ok, err := operator.Limits(ctx, st, k.rule); err == nil && ok {
+			// The processes reserve under the override (throttle set).
+			k.limits = o.Limits
+			src += ", with the override " + limitsText(o.Limits) + " (throttle set " + k.rule + ")"
+		}
+		return src, warnings, nil
+	}
+	if o, ok, err := operator.Limits(ctx, st, k.rule); err == nil && ok {
+		warnings = append(warnings, fmt.Sprintf("rule %s has the override %s (throttle set %s): the processes reserve under it, not under -limit", k.rule, limitsText(o.Limits), k.rule))
 	}
 	if len(defs) > 0 {
 		given := operator.PublishedRule{Name: k.rule, Limits: k.limits, Margin: k.margin, NoDefaultPace: k.noPace, Key: defs[0].Key,
@@ -74,6 +83,7 @@ func (k *keyFlags) definition(ctx context.Context, st store.Store) (string, []st
 		if err := k.keyKind(defs[0]); err != nil {
 			return "", nil, err
 		}
+		k.inFlight = defs[0].InFlight // it does not change the key
 	}
 	return "given on the command line", warnings, nil
 }
@@ -135,6 +145,12 @@ func describe(r operator.PublishedRule) string {
 	}
 	if r.Shadow {
 		s += " shadow (records, enforces nothing)"
+	}
+	if r.InFlight > 0 {
+		s += fmt.Sprintf(" in-flight %d", r.InFlight)
+	}
+	if r.Override != nil {
+		s += ", override " + limitsText(r.Override) + " (throttle set)"
 	}
 	return s
 }

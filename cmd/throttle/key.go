@@ -128,6 +128,7 @@ type keyFlags struct {
 	alg        string
 	margin     time.Duration
 	noPace     bool
+	inFlight   int // the published rule's cap in flight, to read its leases
 	key        string
 	token      string
 	tokenFile  string
@@ -218,7 +219,7 @@ func (k *keyFlags) resolve(ctx context.Context, st store.Store, sec *secrets) (*
 	if margin == 0 {
 		margin = throttle.NoMargin
 	}
-	rule := throttle.Rule{Name: k.rule, Limits: k.limits, Margin: margin, Algorithm: throttle.Algorithm(alg), Key: throttle.Fixed(rateKey), NoDefaultPace: k.noPace}
+	rule := throttle.Rule{Name: k.rule, Limits: k.limits, Margin: margin, Algorithm: throttle.Algorithm(alg), Key: throttle.Fixed(rateKey), NoDefaultPace: k.noPace, InFlight: k.inFlight}
 	opts := []throttle.Option{throttle.WithDefault(rule)}
 	if k.secretFile != "" {
 		secret, err := readSecretFile(k.secretFile)

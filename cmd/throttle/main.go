@@ -8,6 +8,8 @@
 //	throttle usage -rule NAME -limit 100/1s [-limit 5000/1h] (-key RATEKEY | -token-file F -by KIND) [-secret-file F]
 //	throttle watch …the same flags… [-every 1s] [-for DURATION]
 //	throttle reset …the same flags… [-yes]
+//	throttle set RULE LIMIT... [-for DURATION] [-by WHO]
+//	throttle set RULE [-clear] | throttle set -history RULE
 //	throttle check
 //
 // Every subcommand takes -redis URL (one server, Sentinel or Cluster, as
@@ -55,6 +57,7 @@ commands:
   usage   print the usage of one rate key, per limit
   watch   print it every interval until interrupted (or -for)
   reset   delete the state of one rate key (asks unless -yes)
+  set     lower a rule's limits for every process, until cleared or for a while; show, clear, history
   check   check a Redis: version, eviction policy, scripts, latency, ACL
 
 Run "throttle <command> -h" for its flags.
@@ -81,6 +84,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		cmd = cmdCheck
 	case "rules":
 		cmd = cmdRules
+	case "set":
+		cmd = cmdSet
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usageText)
 		return exitOK

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -62,7 +63,7 @@ func cmdRules(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	rules:
 		for _, r := range p.Rules {
 			for _, d := range byName[r.Name] {
-				if operator.Same(d.r, r) {
+				if operator.Same(d.r, r) && slices.Equal(d.r.Override, r.Override) {
 					d.n++
 					if d.r.Key == "" {
 						d.r.Key = r.Key
@@ -85,9 +86,13 @@ func cmdRules(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		for _, d := range defs {
 			fmt.Fprintf(stdout, "  %s: %s (%d of %d processes)\n", n, describe(d.r), d.n, countWith(ps, n))
 		}
-		if len(defs) > 1 {
+		if slices.ContainsFunc(defs, func(d *def) bool { return !operator.Same(defs[0].r, d.r) }) {
 			disagree = true
 			fmt.Fprintf(stdout, "warn: the processes disagree on rule %s: they count in different logs or against different limits\n", n)
+		} else if len(defs) > 1 {
+			// The same rule, with and without the override: a process
+			// honours it at its next request, and publishes it within 10 s.
+			fmt.Fprintf(stdout, "note: not every process of rule %s runs with its override yet (throttle set %s)\n", n, n)
 		}
 	}
 	if disagree {

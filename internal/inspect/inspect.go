@@ -20,6 +20,8 @@ type Rule struct {
 	// HashTag names the Also key whose value, taken from each request,
 	// starts every key of the rule; empty when there is none.
 	HashTag string
+	// InFlight is the rule's cap on requests in flight (0: none).
+	InFlight int
 }
 
 // View is what an operator's tool sees of a Transport.
@@ -34,9 +36,9 @@ type View struct {
 	Store contract.Store
 }
 
-// Transport returns the View of t, a *throttle.Transport, and false when t
-// is not one made by throttle.New (a nil or zero Transport). It is set by
-// the throttle package.
+// Transport returns the View of t, a *throttle.Transport or a
+// *throttle.Limiter (its one rule), and false when t is not one made by
+// throttle.New or NewLimiter. It is set by the throttle package.
 var Transport func(t any) (View, bool)
 
 // CredentialKey returns the rate key that throttle's built-in KeyFuncs

@@ -34,6 +34,10 @@ type RuleDoc struct {
 	HashTag   string    `json:"hash_tag,omitempty"`   // the Also key whose value starts every key
 	Also      []AlsoDoc `json:"also,omitempty"`
 	Shadow    bool      `json:"shadow,omitempty"`
+	InFlight  int       `json:"in_flight,omitempty"` // the cap on requests in flight, 0: none
+	// Override is the operator's override of Limits the process honours
+	// (throttle set), if any.
+	Override []contract.Limit `json:"override,omitempty"`
 }
 
 // AlsoDoc is one Also key of a published rule.

@@ -44,6 +44,13 @@ func confirm(t *testing.T, s store.Store, key string, r contract.Reservation) co
 	return reserve(t, s, key, c)
 }
 
+// confirmPaced confirms r with the request rq.
+func confirmPaced(t *testing.T, s store.Store, key string, rq contract.Request, r contract.Reservation) contract.Reservation {
+	t.Helper()
+	rq.Confirm = r.Yielded
+	return reserve(t, s, key, rq)
+}
+
 var laneCases = []conformanceCase{
 	{"lanes: a higher lane takes the earliest waiting slot of a lower one", func(t *testing.T, s store.Store, _ *fakeClock, key string) {
 		queueLow(t, s, key, 10)
@@ -147,12 +154,38 @@ var laneCases = []conformanceCase{
 		assert.False(t, res.Took, "no slot before the pause's end is taken")
 		assert.Equal(t, 300*time.Millisecond, res.Delay, "its own slot")
 	}},
+	{"lanes: a paced limit: the slot taken keeps the spacing", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		paced := func(lane int) contract.Request {
+			r := req(1, time.Second, contract.Limit{N: 10, Per: time.Second, Paced: true}, lim(100, time.Second))
+			r.Lane, r.Yield = lane, lane == 0
+			return r
+		}
+		var low []contract.Reservation
+		for i := range 4 {
+			low = append(low, reserve(t, s, key, paced(0)))
+			require.Equal(t, time.Duration(i)*100*time.Millisecond, low[i].Delay)
+		}
+		h := reserve(t, s, key, paced(1))
+		require.True(t, h.Took)
+		require.Equal(t, 100*time.Millisecond, h.Delay)
+		// The bumped waiter takes 200ms, and so on; the last a new slot,
+		// spaced after the last one reserved: 400ms.
+		for i := 1; i < 4; i++ {
+			clock.Advance(100 * time.Millisecond)
+			c := confirmPaced(t, s, key, paced(0), low[i])
+			require.True(t, c.Allowed)
+			assert.Equal(t, 100*time.Millisecond, c.Delay, "waiter %d", i)
+			low[i] = c
+		}
+		clock.Advance(100 * time.Millisecond)
+		assert.True(t, confirmPaced(t, s, key, paced(0), low[3]).Confirmed)
+	}},
 	{"lanes: bad lanes are refused", func(t *testing.T, s store.Store, _ *fakeClock, key string) {
 		for _, r := range []contract.Request{
 			laneReq(contract.MaxLane+1, false, 0),
 			laneReq(-1, false, 0),
 			{Limits: []contract.Limit{lim(2, time.Second)}, Cost: 1, Lane: 1, Algorithm: contract.FixedWindow},
-			{Limits: []contract.Limit{{N: 2, Per: time.Second, Paced: true}}, Cost: 1, Lane: 1},
+			{Limits: []contract.Limit{lim(2, time.Second)}, Cost: 1, Lane: 1, Also: []contract.Part{{Key: key + "-app", Limits: []contract.Limit{lim(2, time.Second)}}}},
 			{Limits: []contract.Limit{lim(2, time.Second)}, Cost: 1, Confirm: "x"},
 		} {
 			_, err := s.Reserve(ctx, key, r)

@@ -30,14 +30,14 @@ const LaneGuard = 2 * time.Millisecond
 func (r *Request) laned() bool { return r.Lane != 0 || r.Yield || r.Confirm != "" }
 
 // laneValid reports whether r's lane fields are well formed: a lane from 0
-// to MaxLane, on a sliding log without a paced limit, more keys or a cap
-// (lanes own the slots of one log), and a Confirm only with Yield.
+// to MaxLane, on a sliding log without more keys or a cap (lanes own the
+// slots of one log), and a Confirm only with Yield.
 func (r *Request) laneValid() bool {
 	if !r.laned() {
 		return true
 	}
 	return r.Lane >= 0 && r.Lane <= MaxLane && r.Algorithm == SlidingLog && r.Also == nil && r.InFlight == 0 &&
-		r.PacedLimit() < 0 && (r.Confirm == "" || r.Yield)
+		(r.Confirm == "" || r.Yield)
 }
 
 // laneInvalid returns the error of a lane field of r, nil if none.
@@ -45,22 +45,21 @@ func (r *Request) laneInvalid() error {
 	if r.laneValid() {
 		return nil
 	}
-	return fmt.Errorf("%w: lane %d: must be 0 to %d, on a sliding log without a paced limit, Also or InFlight, and Confirm only with Yield",
+	return fmt.Errorf("%w: lane %d: must be 0 to %d, on a sliding log without Also or InFlight, and Confirm only with Yield",
 		ErrInvalidRequest, r.Lane, MaxLane)
 }
 
 // LaneMember is the name of a yielding reservation in its key's index of
-// lower-lane slots: the store's token for it, its lane, its cost and its
-// entry. lanes.lua builds the same string.
-func LaneMember(token string, lane, cost int, entry int64) string {
+// lower-lane slots: the store's token for it, its lane, its cost, its
+// allowance (µs: a taker must send within it, a paced time counted the
+// reservation from it) and its entry. lanes.lua builds the same string.
+func LaneMember(token string, r *Request, entry int64) string {
 	var b strings.Builder
-	b.Grow(len(token) + 24)
+	b.Grow(len(token) + 32)
 	b.WriteString(token)
-	b.WriteByte(':')
-	b.WriteString(strconv.Itoa(lane))
-	b.WriteByte(':')
-	b.WriteString(strconv.Itoa(cost))
-	b.WriteByte(':')
-	b.WriteString(strconv.FormatInt(entry, 10))
+	for _, v := range [...]int64{int64(r.Lane), int64(r.Cost), Micros(r.Allowance), entry} {
+		b.WriteByte(':')
+		b.WriteString(strconv.FormatInt(v, 10))
+	}
 	return b.String()
 }

@@ -23,9 +23,9 @@ type memLanes struct {
 
 // laneSlot is a yielding reservation in the index.
 type laneSlot struct {
-	slot, entry int64
-	lane, cost  int
-	member      string
+	slot, entry, allowance int64
+	lane, cost             int
+	member                 string
 }
 
 // laneScan bounds the members read to find one that fits (LANE_SCAN).
@@ -73,7 +73,7 @@ func (l *memLanes) drop(now int64) {
 
 // find is lane_find: the earliest slot after now + LaneGuard and at most
 // until of a lower lane (with same, or the same), of cost units, whose
-// entry leaves allowance; -1 if none among the first laneScan.
+// allowance is at least allowance; -1 if none among the first laneScan.
 func (l *memLanes) find(now, until int64, lane, cost int, allowance int64, same bool) int {
 	guard := now + contract.Micros(contract.LaneGuard)
 	seen := 0
@@ -86,7 +86,7 @@ func (l *memLanes) find(now, until int64, lane, cost int, allowance int64, same 
 			return -1
 		}
 		seen++
-		if s.cost == cost && (s.lane < lane || same && s.lane == lane) && s.entry-s.slot >= allowance {
+		if s.cost == cost && (s.lane < lane || same && s.lane == lane) && s.allowance >= allowance {
 			return i
 		}
 	}
@@ -108,7 +108,7 @@ func (l *memLanes) insert(s laneSlot) {
 }
 
 // reserveLanes is lanes.lua's lane_reserve; m.mu is held.
-func (m *Memory) reserveLanes(key string, req contract.Request, now, maxW int64) contract.Reservation {
+func (m *Memory) reserveLanes(key string, req contract.Request, now, maxW int64, paced bool) contract.Reservation {
 	l := m.lanesOf(key)
 	if l.expires <= now {
 		clear(l.bumped)
@@ -134,9 +134,9 @@ func (m *Memory) reserveLanes(key string, req contract.Request, now, maxW int64)
 		c := l.idx[i]
 		own := req
 		own.MaxWait = contract.FromMicros(c.slot - now)
-		res = m.logReserve(key, own, now, maxW)
+		res = m.logReserve(key, own, now, maxW, paced)
 		if !res.Allowed && res.Cause == contract.CauseUpstream {
-			res, i = m.logReserve(key, req, now, maxW), -1
+			res, i = m.logReserve(key, req, now, maxW, paced), -1
 		}
 		if !res.Allowed && i >= 0 {
 			l.idx = slices.Delete(l.idx, i, i+1)
@@ -146,20 +146,20 @@ func (m *Memory) reserveLanes(key string, req contract.Request, now, maxW int64)
 				Delay: contract.FromMicros(c.slot - now), Slot: c.slot, Entry: c.entry, Took: true}
 		}
 	} else {
-		res = m.logReserve(key, req, now, maxW)
+		res = m.logReserve(key, req, now, maxW, paced)
 	}
 	if res.Allowed && req.Yield && res.Slot > now+contract.Micros(contract.LaneGuard) {
-		res.Yielded = contract.LaneMember("m"+strconv.FormatUint(laneSeq.Add(1), 36), req.Lane, req.Cost, res.Entry)
-		l.insert(laneSlot{res.Slot, res.Entry, req.Lane, req.Cost, res.Yielded})
+		res.Yielded = contract.LaneMember("m"+strconv.FormatUint(laneSeq.Add(1), 36), &req, res.Entry)
+		l.insert(laneSlot{res.Slot, res.Entry, allowance, req.Lane, req.Cost, res.Yielded})
 	}
 	return res
 }
 
 // logReserve is one reservation of key's log (log.lua); m.mu is held.
-func (m *Memory) logReserve(key string, req contract.Request, now, maxW int64) (res contract.Reservation) {
+func (m *Memory) logReserve(key string, req contract.Request, now, maxW int64, paced bool) (res contract.Reservation) {
 	m.repairFar(key, &req, now, maxW) // keystate.go
-	c := logCall{m: m, req: req, key: key, now: now, maxW: maxW, windows: true}
-	c.reserve(&res, false)
+	c := logCall{m: m, req: req, key: key, now: now, maxW: maxW, windows: !paced || maxW > 0}
+	c.reserve(&res, paced)
 	return res
 }
 

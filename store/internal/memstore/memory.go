@@ -150,7 +150,7 @@ func (m *Memory) Reserve(ctx context.Context, key string, req contract.Request) 
 		return reserveCounts(st, key, req, now, m.liveFeedback(key, now)), nil
 	}
 	if req.Lane != 0 || req.Yield {
-		return m.reserveLanes(key, req, now, maxW), nil // lanes_memory.go
+		return m.reserveLanes(key, req, now, maxW, paced), nil // lanes_memory.go
 	}
 	m.repairFar(key, &req, now, maxW) // keystate.go
 	c := logCall{m: m, req: req, key: key, now: now, maxW: maxW, windows: !paced || maxW > 0}

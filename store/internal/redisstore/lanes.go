@@ -17,7 +17,8 @@ import (
 // and its bumped set beside the log.
 
 var (
-	lanesScript       = newScript(script.Lanes())
+	lanesScript       = newScript(script.Lanes(false))
+	lanesPacedScript  = newScript(script.Lanes(true))
 	cancelLanesScript = newScript(script.CancelLanes())
 )
 
@@ -51,7 +52,7 @@ func laned(req *contract.Request) bool { return req.Lane != 0 || req.Yield }
 // reserveLanes is reserve for a request with a lane or that yields: one
 // call of the lanes' script.
 func (r *Redis) reserveLanes(ctx context.Context, key string, req contract.Request) (contract.Reservation, error) {
-	call, _ := r.reserveCall(key, req)
+	call, p := r.reserveCall(key, req)
 	idx, bumped := r.laneKeys(key)
 	token := laneToken()
 	yield := 0
@@ -59,6 +60,9 @@ func (r *Redis) reserveLanes(ctx context.Context, key string, req contract.Reque
 		yield = 1
 	}
 	call.script = lanesScript
+	if p >= 0 {
+		call.script = lanesPacedScript
+	}
 	call.keys = append(call.keys, idx, bumped)
 	call.args = append(call.args, req.Lane, yield, token, req.Confirm)
 	reply, err := r.runReserve(ctx, key, req, call, false)
@@ -78,16 +82,27 @@ func (r *Redis) reserveLanes(ctx context.Context, key string, req contract.Reque
 		}
 		return contract.Reservation{Allowed: true, Confirmed: true, Key: key, Cost: int32(req.Cost)}, nil
 	}
-	res, err := r.parseReserve(key, req, reply[:9])
-	if err != nil {
-		return res, err
+	var res contract.Reservation
+	if flags&laneTook != 0 {
+		// A slot taken from a lower lane: its paced time stays the
+		// lower reservation's, so the reply has none.
+		v, err := int64s(reply[:9])
+		if err != nil || v[0] != 1 || v[1] < 0 || v[2] <= 0 || v[5] < v[2] || v[3] != 0 || v[4] != int64(contract.CauseOrder) || v[6] != 0 {
+			return contract.Reservation{}, fmt.Errorf("store: redis reserve: unexpected reply %v", reply)
+		}
+		res = contract.Reservation{Allowed: true, Cause: contract.CauseOrder, Key: key, Cost: int32(req.Cost),
+			Delay: contract.FromMicros(v[1]), Slot: v[2], Entry: v[5], Took: true}
+	} else {
+		var err error
+		if res, err = r.parseReserve(key, req, trimZeros(reply[:9])); err != nil {
+			return res, err
+		}
 	}
 	if !res.Allowed && flags != 0 {
 		return contract.Reservation{}, fmt.Errorf("store: redis reserve: unexpected lane flags %d on a refusal", flags)
 	}
-	res.Took = flags&laneTook != 0
 	if flags&laneYielded != 0 {
-		res.Yielded = contract.LaneMember(token, req.Lane, req.Cost, res.Entry)
+		res.Yielded = contract.LaneMember(token, &req, res.Entry)
 	}
 	return res, nil
 }
@@ -105,4 +120,18 @@ func (r *Redis) cancelLanesCall(res contract.Reservation) scriptCall {
 	idx, bumped := r.laneKeys(res.Key)
 	return scriptCall{cancelLanesScript, []string{r.logKey(res.Key), r.seenKey(res.Key), idx, bumped},
 		[]any{strconv.FormatInt(res.Entry, 10), res.Cost, res.Yielded}}
+}
+
+// trimZeros drops the trailing zeros of a lanes' reply (every field
+// present) down to the reserve scripts' shortest, as parseReserve reads
+// them: entry, then tat and spacing, then moved.
+func trimZeros(v []any) []any {
+	n := len(v)
+	for n > 6 && v[n-1] == int64(0) {
+		n--
+	}
+	if n == 7 { // tat without its spacing cannot be: keep both
+		n = 8
+	}
+	return v[:n]
 }

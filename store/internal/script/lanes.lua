@@ -6,7 +6,7 @@
 --
 -- idx     a ZSET beside the log (same hash tag): the slots of waiting
 --         reservations that a higher lane may take (yield), scored by
---         slot, each named by its member "token:lane:cost:entry".
+--         slot, each named by its member "token:lane:cost:allowance:entry".
 -- bumped  a SET beside it: the members whose slot a higher lane took.
 --
 -- A yielding waiter confirms at its wake-up (held, its member): if its
@@ -30,46 +30,46 @@ local function lane_ttl(k, ttl)
   if redis.call('PTTL', k) < ttl then redis.call('PEXPIRE', k, ttl) end
 end
 
--- lane_member(token, lane, cost, entry) is the member of a yielding
--- reservation (store.LaneMember builds the same).
-local function lane_member(token, lane, cost, entry)
-  return string.format('%s:%.0f:%.0f:%.0f', token, lane, cost, entry)
+-- lane_member(token, lane, cost, allowance, entry) is the member of a
+-- yielding reservation (store.LaneMember builds the same).
+local function lane_member(token, lane, cost, allowance, entry)
+  return string.format('%s:%.0f:%.0f:%.0f:%.0f', token, lane, cost, allowance, entry)
 end
 
 -- lane_find(idx, now, lane, cost, allowance, until_, same) is the earliest
 -- slot in idx, more than LANE_GUARD after now and at most until_, of a
 -- lower lane (or with same, of the same lane too), of cost units, and
--- whose entry leaves the caller its allowance (it must send by the entry):
--- its slot, entry and member; nil if none.
+-- whose allowance is at least the caller's (the caller sends within its
+-- own: by the entry, and by the time a paced limit counted it at): its
+-- slot, entry and member; nil if none.
 local function lane_find(idx, now, lane, cost, allowance, until_, same)
   local got = redis.call('ZRANGEBYSCORE', idx, string.format('(%.0f', now + LANE_GUARD), string.format('%.0f', until_),
     'WITHSCORES', 'LIMIT', 0, LANE_SCAN)
   for i = 1, #got, 2 do
     local m = got[i]
-    local l, c, e = string.match(m, ':(%d+):(%d+):(%d+)$')
-    l, c, e = tonumber(l), tonumber(c), tonumber(e)
-    local s = tonumber(got[i + 1])
-    if l and c == cost and (l < lane or same and l == lane) and e - s >= allowance then return s, e, m end
+    local l, c, a, e = string.match(m, ':(%d+):(%d+):(%d+):(%d+)$')
+    l, c, a, e = tonumber(l), tonumber(c), tonumber(a), tonumber(e)
+    if l and c == cost and (l < lane or same and l == lane) and a >= allowance then return tonumber(got[i + 1]), e, m end
   end
   return nil
 end
 
--- lane_yield(idx, token, lane, cost, slot, entry, now, max_w)
+-- lane_yield(idx, token, lane, cost, allowance, slot, entry, now, max_w)
 -- records a yielding reservation in idx, drops the slots there that are
 -- past (their waiters confirmed, canceled or died: none can be taken), and keeps both keys a
 -- TTL past the slot; returns its flag.
-local function lane_yield(idx, token, lane, cost, slot, entry, now, max_w)
-  redis.call('ZADD', idx, slot, lane_member(token, lane, cost, entry))
+local function lane_yield(idx, token, lane, cost, allowance, slot, entry, now, max_w)
+  redis.call('ZADD', idx, slot, lane_member(token, lane, cost, allowance, entry))
   redis.call('ZREMRANGEBYSCORE', idx, '-inf', string.format('(%.0f', now))
   lane_ttl(idx, math.floor((entry - now + max_w) / 1000) + 1)
   return YIELDED
 end
 
 -- lane_reserve(idx, bumped, lane, yield, token, held, then log_reserve's
--- arguments) reserves as log_reserve does, over the lanes (see the header),
+-- arguments, without more keys) reserves as log_reserve does, over the lanes (see the header),
 -- and returns its values and the flags.
 local function lane_reserve(idx, bumped, lane, yield, token, held,
-                            now, cost, max_wait, server_wait, key, fb, pace_key, seen, allowance, limits)
+                            now, cost, max_wait, server_wait, key, fb, pace_key, seen, allowance, limits, pace)
   local UPSTREAM = 3
   local same = false
   if held ~= '' then
@@ -87,16 +87,16 @@ local function lane_reserve(idx, bumped, lane, yield, token, held,
     -- Its own slot when not later than the one it would take; and never a
     -- lower lane's slot while a pause holds the key past it.
     local a, w, sl, li, ca, en, tat, sp, mv = log_reserve(now, cost, s - now, math.min(server_wait, s - now), key, fb,
-      pace_key, seen, allowance, limits, nil)
+      pace_key, seen, allowance, limits, pace)
     if a == false and ca == UPSTREAM then
       a, w, sl, li, ca, en, tat, sp, mv = log_reserve(now, cost, max_wait, server_wait, key, fb,
-        pace_key, seen, allowance, limits, nil)
+        pace_key, seen, allowance, limits, pace)
       s = nil
     end
     if a ~= false then
       local flag = 0
       if a == true and yield and sl > now + LANE_GUARD then
-        flag = lane_yield(idx, token, lane, cost, sl, en, now, max_w)
+        flag = lane_yield(idx, token, lane, cost, allowance, sl, en, now, max_w)
       end
       return a, w, sl, li, ca, en, tat, sp, mv, flag
     end
@@ -105,16 +105,16 @@ local function lane_reserve(idx, bumped, lane, yield, token, held,
       redis.call('SADD', bumped, m)
       lane_ttl(bumped, math.floor((e - now + max_w) / 1000) + 1)
       local flag = TOOK
-      if yield then flag = flag + lane_yield(idx, token, lane, cost, s, e, now, max_w) end
+      if yield then flag = flag + lane_yield(idx, token, lane, cost, allowance, s, e, now, max_w) end
       return true, s - now, s, 0, 1, e, nil, nil, nil, flag -- cause ORDER: the lane's order set it
     end
     return a, w, sl, li, ca, en, tat, sp, mv, 0
   end
   local a, w, sl, li, ca, en, tat, sp, mv = log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key, seen,
-    allowance, limits, nil)
+    allowance, limits, pace)
   local flag = 0
   if a == true and yield and sl > now + LANE_GUARD then
-    flag = lane_yield(idx, token, lane, cost, sl, en, now, max_w)
+    flag = lane_yield(idx, token, lane, cost, allowance, sl, en, now, max_w)
   end
   return a, w, sl, li, ca, en, tat, sp, mv, flag
 end

@@ -91,6 +91,13 @@ type Decision struct {
 	// was refused for want of a lease (see LimitError.InFlight).
 	InFlight bool
 	Queued   time.Duration
+	// Lane is the request's lane (Rule.Lanes). Took is set when its slot
+	// was a lower lane's, taken from a waiting request; Bumped counts the
+	// times a higher lane took the slot it waited for (each time it went
+	// one slot later).
+	Lane   int
+	Took   bool
+	Bumped int
 	// Shadow is set for the decision of a shadow rule (Rule.Shadow): what
 	// the rule would have done, had it been enforced. Its Outcome, Delay
 	// and Err are the would-be ones; the request was neither delayed nor
@@ -103,7 +110,8 @@ type Decision struct {
 func (r *rule) decision(k keyed, v *engine.Verdict) Decision {
 	d := Decision{Rule: r.Name, Key: k.key, Cost: k.cost, Outcome: Outcome(v.Outcome), Delay: v.Delay,
 		Retaken: v.Retaken, Allowance: v.Allowance, RetryAfter: v.RetryAfter, Upstream: v.Upstream,
-		Local: v.Local, Err: r.storeErr(v.Err), InFlight: v.InFlight, Queued: v.Queued}
+		Local: v.Local, Err: r.storeErr(v.Err), InFlight: v.InFlight, Queued: v.Queued,
+		Lane: k.lane, Took: v.Took, Bumped: v.Bumped}
 	key := k.key
 	if v.HasLimit {
 		key, d.Limit = r.limitOf(v.LimitPart, v.LimitIdx, k) // the rule's key or one of Also

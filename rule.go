@@ -74,6 +74,15 @@ type Rule struct {
 	// only): e.g. per token and per app. See KeyLimit and docs/keys.md.
 	Also []KeyLimit
 
+	// Lanes, 2 or more, gives the rule priority lanes, 0 to Lanes-1, and
+	// Lane says a request's lane (a higher one goes first): a request takes
+	// the slot a waiting request of a lower lane holds when that slot is
+	// earlier than its own; the waiter goes one slot later. A request of a
+	// lower lane costs one more store call, at its slot. SlidingLog only,
+	// without Also, a limit of a unit or InFlight. See docs/lanes.md.
+	Lanes int
+	Lane  func(*http.Request) int
+
 	// FailFast makes a request that finds no free slot now fail at once
 	// with a *LimitError, rather than wait. Unset, a request waits for its
 	// slot if it comes within MaxWait and before its context's deadline,
@@ -226,7 +235,10 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 			return nil, err
 		}
 	}
-	c.plan = engine.Plan{Name: c.Name, Scope: c.scope, Limits: limits(c.eff), Auto: c.auto, Algorithm: contract.Algorithm(c.Algorithm),
+	if err := c.compileLanes(); err != nil { // lanes.go
+		return nil, err
+	}
+	c.plan = engine.Plan{Lanes: c.plan.Lanes, Name: c.Name, Scope: c.scope, Limits: limits(c.eff), Auto: c.auto, Algorithm: contract.Algorithm(c.Algorithm),
 		Margin: c.Margin, Retake: c.retake, MaxWait: c.maxWait, MaxServerWait: c.maxServerWait,
 		InFlight: c.InFlight, LeaseFor: c.LeaseFor}
 	return c, nil

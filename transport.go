@@ -145,10 +145,13 @@ type keyed struct {
 	key, skey string
 	cost      int
 	also      []contract.Part // the rule's Also, keyed (multikey.go), then its units' estimates (cost.go)
+	lane      int             // Rule.Lane's (lanes.go)
 }
 
 // eng is k as the engine takes it.
-func (k keyed) eng() engine.Keys { return engine.Keys{Key: k.skey, Cost: k.cost, Also: k.also} }
+func (k keyed) eng() engine.Keys {
+	return engine.Keys{Key: k.skey, Cost: k.cost, Also: k.also, Lane: k.lane}
+}
 
 // keyOf derives the rate key and the cost of req under r.
 func (t *Transport) keyOf(r *rule, req *http.Request) (keyed, error) {
@@ -168,6 +171,9 @@ func (t *Transport) keyOf(r *rule, req *http.Request) (keyed, error) {
 		}
 	}
 	k.cost, err = r.cost(req)
+	if err == nil {
+		k.lane, err = r.lane(req) // lanes.go
+	}
 	if err == nil && r.units != nil {
 		var units []contract.Part
 		units, err = r.unitCosts(req) // cost.go

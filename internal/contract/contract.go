@@ -164,6 +164,23 @@ type Request struct {
 	// Held is a lease the request holds already (handed by Leases.Await):
 	// the reservation takes no other, and leaves it held when refused.
 	Held Lease
+
+	// Priority lanes (lanes.go, docs/lanes.md).
+
+	// Lane is the request's priority, 0 (the default) to MaxLane: the slot
+	// is the earlier of its own and the earliest slot, more than LaneGuard
+	// ahead, that a waiter of a lower lane holds with Yield, which it takes
+	// (Reservation.Took).
+	Lane int
+	// Yield records the reservation as one a higher lane may take: the
+	// caller must then confirm it at its slot (Confirm) before sending.
+	Yield bool
+	// Confirm is the Yielded member of the reservation the caller holds:
+	// the store confirms it (Reservation.Confirmed, nothing recorded) or,
+	// when a higher lane took its slot, reserves the next slot of the
+	// caller's lane, or a lower one's, as for a new request of the same
+	// lane.
+	Confirm string
 }
 
 // A key should always be reserved with the same limits: a log is trimmed
@@ -194,7 +211,7 @@ func (r Request) Validate(key string) error {
 func (r *Request) Valid(key string) (maxPer int64, paced, ok bool) {
 	ok = key != "" && len(r.Limits) > 0 && r.Cost >= 1 && r.Cost <= math.MaxInt32 && r.MaxWait >= 0 && r.MaxServerWait >= 0 &&
 		(r.Allowance == 0 || r.Allowance > 0 && r.Allowance <= MaxAllowance && r.Algorithm == SlidingLog) &&
-		int(r.Algorithm) < len(algorithmNames) && r.leaseValid()
+		int(r.Algorithm) < len(algorithmNames) && r.leaseValid() && (!r.laned() || r.laneValid())
 	for i := range r.Limits {
 		l := &r.Limits[i] // no copy: this is the Memory store's hot path
 		ok = ok && l.N >= 1 && l.Per >= time.Microsecond && r.Cost <= l.N &&
@@ -230,6 +247,9 @@ func (r Request) Invalid(key string) error {
 		return fmt.Errorf("%w: allowance %s: must be 0 to %s, and only SlidingLog takes one", ErrInvalidRequest, r.Allowance, MaxAllowance)
 	}
 	if err := r.leaseInvalid(); err != nil {
+		return err
+	}
+	if err := r.laneInvalid(); err != nil {
 		return err
 	}
 	paced := false
@@ -345,6 +365,16 @@ type Reservation struct {
 	// Units are the request's units (Part.Unit), in order: what Cancel and
 	// Settle change, at Entry in each unit's log.
 	Units []Unit
+
+	// Yielded, when not empty, is the reservation's member in its key's
+	// index of lower-lane slots (Request.Yield): a higher lane may take its
+	// slot until the caller confirms it (Request.Confirm) at its wake-up.
+	Yielded string
+	// Confirmed answers a Request.Confirm: the slot still stands, and
+	// nothing else in the reservation is set but Allowed.
+	Confirmed bool
+	// Took says that the slot was a lower lane's, taken from its waiter.
+	Took bool
 }
 
 // Decided is the store's clock when it decided an allowed reservation, in

@@ -212,6 +212,17 @@ func (c *Engine) take(ctx context.Context, a *Admission) state {
 		return a.end(Canceled, err)
 	}
 	p := a.p
+	req := c.request(ctx, a)
+	a.Verdict.Allowance = req.Allowance
+	a.lease.ask(p, &req, a.Verdict.Queued)
+	g := c.policy.reserve(ctx, p, a.k.Key, req) // policy.go
+	return c.granted(ctx, a, g, req)
+}
+
+// request is the reservation a asks for now: its limits, cost, waits and
+// keys, the allowance of a sliding log, and its lane.
+func (c *Engine) request(ctx context.Context, a *Admission) contract.Request {
+	p := a.p
 	a.epoch = c.news.epoch.Load()
 	a.asked = c.Now()
 	req := contract.Request{Limits: p.LimitsFor(a.k.Cost), Cost: a.k.Cost, MaxServerWait: p.MaxServerWait, Algorithm: p.Algorithm, Also: a.k.Also}
@@ -223,9 +234,16 @@ func (c *Engine) take(ctx context.Context, a *Admission) state {
 	if p.Margin > 0 && p.Algorithm == contract.SlidingLog {
 		req.Allowance = c.late.allowance(a.asked, p.Margin/2) + c.clock.spread(a.k.Key, a.asked) // clock.go
 	}
-	a.Verdict.Allowance = req.Allowance
-	a.lease.ask(p, &req, a.Verdict.Queued)
-	g := c.policy.reserve(ctx, p, a.k.Key, req) // policy.go
+	if p.Lanes > 1 {
+		req.Lane, req.Yield = a.k.Lane, a.k.Lane < p.Lanes-1
+	}
+	return req
+}
+
+// granted moves a on by g, the store's answer to req (take, confirm):
+// waiting for a slot, queuing for a lease, or decided.
+func (c *Engine) granted(ctx context.Context, a *Admission, g grant, req contract.Request) state {
+	p := a.p
 	a.Verdict.Local, a.Verdict.Err = g.local, nil
 	if g.down != nil {
 		a.Verdict.Err = g.down
@@ -265,6 +283,7 @@ func (c *Engine) take(ctx context.Context, a *Admission) state {
 	}
 	a.lease.take(c, p, g.from, res)
 	a.g = g
+	a.Verdict.Took = res.Took
 	a.Verdict.Delay += res.Delay
 	replied := c.Now()
 	a.slot, a.latest, a.storeSlot = a.asked.Add(res.Delay), replied.Add(res.Delay), 0
@@ -301,6 +320,13 @@ func (c *Engine) await(ctx context.Context, a *Admission) state {
 		}()
 		return a.end(Canceled, err)
 	}
+	// A slot that yields to higher lanes: confirmed, or taken by one and
+	// the next of its lane held instead (wait for it).
+	if a.g.res.Yielded != "" {
+		if next, held := c.confirm(ctx, a); !held {
+			return next
+		}
+	}
 	// A pause or a move to a stricter pace heard of since the slot was
 	// placed: the slot would send into it, or on the shape the upstream
 	// just refused. Take a new one (the store gives this one's time back
@@ -334,6 +360,36 @@ func (c *Engine) await(ctx context.Context, a *Admission) state {
 	c.giveBack(ctx, a)
 	a.Verdict.Retaken++
 	return taking
+}
+
+// confirm confirms at its wake-up the slot a holds that yields to higher
+// lanes, in one store call (docs/lanes.md). It reports held when the slot
+// stands; otherwise a higher lane took it and the call reserved the next
+// slot of a's lane, or refused: the next state. A call that fails leaves
+// it unknown whether the slot stands: a gives it back (the store removes
+// nothing of a slot a higher lane took) and takes another.
+func (c *Engine) confirm(ctx context.Context, a *Admission) (next state, held bool) {
+	epoch, asked := a.epoch, a.asked // the slot's, kept if it stands
+	req := c.request(ctx, a)
+	req.Allowance, req.Confirm = a.Verdict.Allowance, a.g.res.Yielded
+	var res contract.Reservation
+	var err error
+	if a.g.from == c.policy.shared {
+		res, err = c.policy.call(ctx, a.k.Key, req) // policy.go: bounded by the store timeout
+	} else {
+		res, err = a.g.from.Reserve(ctx, a.k.Key, req)
+	}
+	switch {
+	case err != nil:
+		c.giveBack(context.WithoutCancel(ctx), a)
+		a.Verdict.Retaken++
+		return taking, false
+	case res.Confirmed:
+		a.g.res.Yielded, a.epoch, a.asked = "", epoch, asked
+		return waiting, true
+	}
+	a.Verdict.Bumped++
+	return c.granted(ctx, a, grant{res: res, from: a.g.from}, req), false
 }
 
 // giveBack cancels a's slot before a retake. A failed Cancel leaves the old

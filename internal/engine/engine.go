@@ -44,6 +44,10 @@ type Plan struct {
 	// Leases counts the leases of the rule's name (shared by the rules of
 	// that name).
 	Leases *LeaseCounters
+	// Lanes is the number of priority lanes (0 or 1: none): a request of
+	// lane Keys.Lane below Lanes-1 yields its slot to higher lanes and
+	// confirms it at its wake-up (admit.go's confirm).
+	Lanes int
 }
 
 // LimitsFor returns the limits a request of cost reserves: the plan's, with
@@ -65,6 +69,7 @@ type Keys struct {
 	Key  string
 	Cost int
 	Also []contract.Part
+	Lane int // 0 to Plan.Lanes-1
 }
 
 // Outcome is what an admission decided; the public Outcome has the same
@@ -91,6 +96,8 @@ type Verdict struct {
 	Delay, Allowance    time.Duration
 	RetryAfter, Queued  time.Duration
 	Retaken             int
+	Bumped              int  // times a higher lane took the slot held (each a slot later)
+	Took                bool // the slot was a lower lane's, taken from its waiter
 	Upstream, Local     bool
 	InFlight            bool // the in-flight cap held the request back
 	Cap                 int  // the cap that refused it, 0 when the local limiter's share did

@@ -35,9 +35,10 @@ type Memory struct {
 	counters map[counterKey]*counterState
 	// feedback holds what the upstream said, per key (feedback_memory.go).
 	feedback map[string]*memFeedback
-	lease    memLeaseState // the in-flight caps (lease_memory.go)
-	calls    int           // Reserve calls since the last sweep of expired keys
-	kept     int           // keys left by the last sweep
+	lease    memLeaseState        // the in-flight caps (lease_memory.go)
+	lanes    map[string]*memLanes // the priority lanes (lanes_memory.go), made on the first
+	calls    int                  // Reserve calls since the last sweep of expired keys
+	kept     int                  // keys left by the last sweep
 }
 
 // micros reads the store's clock in microseconds; m.mu is held.
@@ -147,6 +148,9 @@ func (m *Memory) Reserve(ctx context.Context, key string, req contract.Request) 
 			m.counters[ck] = st
 		}
 		return reserveCounts(st, key, req, now, m.liveFeedback(key, now)), nil
+	}
+	if req.Lane != 0 || req.Yield {
+		return m.reserveLanes(key, req, now, maxW, paced), nil // lanes_memory.go
 	}
 	m.repairFar(key, &req, now, maxW) // keystate.go
 	c := logCall{m: m, req: req, key: key, now: now, maxW: maxW, windows: !paced || maxW > 0}
@@ -421,6 +425,9 @@ func (m *Memory) Cancel(_ context.Context, res contract.Reservation) error {
 		}
 		return nil
 	}
+	if res.Yielded != "" && !m.cancelLanes(res) { // lanes_memory.go
+		return nil
+	}
 	if ps := m.paces[res.Key]; res.TAT != 0 && ps != nil && ps.tat == res.TAT && ps.expires > m.micros() {
 		// As cancel_pace.lua: only while no later reservation moved it.
 		ps.tat -= int64(res.Cost) * res.Spacing
@@ -494,6 +501,11 @@ func (m *Memory) sweep(now int64) {
 	for k, st := range m.counters {
 		if st.expires <= now {
 			delete(m.counters, k)
+		}
+	}
+	for k, l := range m.lanes {
+		if l.drop(now); len(l.idx) == 0 && len(l.bumped) == 0 {
+			delete(m.lanes, k)
 		}
 	}
 	m.kept = len(m.logs) + len(m.counters) + len(m.paces)

@@ -253,6 +253,9 @@ func (r *Redis) reserve(ctx context.Context, key string, req contract.Request) (
 			return r.reserveSlots(ctx, key, req, own, others) // slots.go
 		}
 	}
+	if laned(&req) {
+		return r.reserveLanes(ctx, key, req) // lanes.go
+	}
 	call, p := r.reserveCall(key, req)
 	if req.Also != nil {
 		call = r.alsoCall(call, key, &req, p >= 0) // multikey.go
@@ -416,7 +419,9 @@ func (r *Redis) cancel(ctx context.Context, res contract.Reservation) error {
 	}
 	// Deleted when the cancel empties the log (cancel.lua).
 	call.keys = append(call.keys, r.seenKey(res.Key))
-	if res.Units != nil {
+	if res.Yielded != "" {
+		call = r.cancelLanesCall(res) // lanes.go
+	} else if res.Units != nil {
 		call = r.cancelUnitsCall(res) // units.go
 	} else if res.AlsoKeys != nil {
 		call = r.cancelAlsoCall(call, res) // multikey.go

@@ -140,7 +140,8 @@ func (r *Redis) Keys(key string) []string {
 		out = append(out, r.keyFor(key, a))
 	}
 	lk, qk, _ := r.leaseKeys(key)
-	return append(out, r.feedbackKey(key), r.paceKey(key), lk, qk)
+	idx, bumped := r.laneKeys(key)
+	return append(out, r.feedbackKey(key), r.paceKey(key), lk, qk, idx, bumped)
 }
 
 // Delete removes all of key's state (every name Keys returns) in one DEL and

@@ -71,6 +71,19 @@ func windows(win string) string {
 	return win + "_within, " + strings.ToUpper(win) + "_LOOKBACK"
 }
 
+// lanesMain is the main of the log's reserve script over priority lanes
+// (lanes.lua): KEYS the log's four, the index of yielding slots, the
+// bumped set; ARGV the log's, then lane, yield (1/0), token and held (the
+// member to confirm, or "").
+func lanesMain(paced bool) string {
+	return `local nargs = #ARGV
+local lane, yield, token, held = ARGV[nargs - 3] + 0, ARGV[nargs - 2] == '1', ARGV[nargs - 1], ARGV[nargs]
+for _ = 1, 4 do table.remove(ARGV) end
+` + parse("log", "allowance", paced, false, false) +
+		"return lane_reply(lane_reserve(KEYS[5], KEYS[6], lane, yield, token, held,\n" +
+		"  now, cost, max_wait, server_wait, key, fb, pace_key, seen, allowance, limits, pace))"
+}
+
 // countingMain is the main of a reserve script of a counting algorithm:
 // body is counts_reserve with the windows win, fixed or counter, or
 // buckets_reserve.
@@ -118,6 +131,16 @@ var recipes = []recipe{
 	{"reserve counter, leased", with(countingParts, "counter", "counts", "lease", "leased"), countingMain(true, "counts_reserve", "counter")},
 	{"reserve buckets, leased", with(countingParts, "buckets", "lease", "leased"), countingMain(true, "buckets_reserve", "")},
 
+	// Priority lanes (lanes.lua, lanesMain).
+	{"reserve log, lanes", with(logParts, "log", "lanes"), lanesMain(false)},
+	{"reserve paced, lanes", with(logParts, "log", "lanes"), lanesMain(true)},
+	// A yielding reservation's cancel: KEYS the log, its seen mark, the
+	// index, the bumped set; ARGV entry, cost, member. A slot a higher
+	// lane took is that one's now: nothing is removed.
+	{"cancel lanes", []string{"cancel"}, `
+if redis.call('SREM', KEYS[4], ARGV[3]) == 1 then return 0 end
+redis.call('ZREM', KEYS[3], ARGV[3])
+return cancel_entries(KEYS[1], ARGV[1], tonumber(ARGV[2]), KEYS[2])`},
 	{"cancel", []string{"cancel"}, `
 return cancel_entries(KEYS[1], ARGV[1], tonumber(ARGV[2]), KEYS[2])`},
 	{"cancel paced", []string{"cancel_pace", "cancel"}, `
@@ -223,6 +246,18 @@ func Reserve(alg string) string { return scripts["reserve "+alg] }
 // Leased returns Reserve(alg) with a lease taken in the same call, under a
 // cap on the key's requests in flight (see leased.lua).
 func Leased(alg string) string { return scripts["reserve "+alg+", leased"] }
+
+// Lanes returns the log's reserve script over priority lanes (lanes.lua),
+// with a paced limit when paced.
+func Lanes(paced bool) string {
+	if paced {
+		return scripts["reserve paced, lanes"]
+	}
+	return scripts["reserve log, lanes"]
+}
+
+// CancelLanes returns the cancel of a reservation that yields (lanes.lua).
+func CancelLanes() string { return scripts["cancel lanes"] }
 
 // LeaseOps returns the script that releases, renews, checks or leaves on one
 // lease id (see lease_ops.lua).

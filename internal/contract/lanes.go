@@ -1,0 +1,65 @@
+package contract
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Priority lanes (docs/lanes.md): a request of a higher lane may take the
+// slot a waiter of a lower lane holds, when that slot is earlier than its
+// own; the waiter learns it when it confirms its slot, at its wake-up, and
+// takes the next slot of its lane in the same call. The log itself is not
+// changed: a slot's entry counts in every window as before, only its owner
+// changes, so no window holds more than N.
+//
+// A reservation that may be taken (Request.Yield) is also recorded in a
+// small per-key index of the slots of waiting lower-lane reservations; the
+// store names it by a member (Reservation.Yielded) that the waiter passes
+// back to confirm (Request.Confirm) or to Cancel.
+
+// MaxLane is the highest lane a request may ask for.
+const MaxLane = 15
+
+// LaneGuard is how near a lower lane's slot may be and still be taken: a
+// slot due sooner is left to its waiter, which is about to confirm it.
+const LaneGuard = 2 * time.Millisecond
+
+// laned reports whether r uses lanes at all.
+func (r *Request) laned() bool { return r.Lane != 0 || r.Yield || r.Confirm != "" }
+
+// laneValid reports whether r's lane fields are well formed: a lane from 0
+// to MaxLane, on a sliding log without more keys or a cap (lanes own the
+// slots of one log), and a Confirm only with Yield.
+func (r *Request) laneValid() bool {
+	if !r.laned() {
+		return true
+	}
+	return r.Lane >= 0 && r.Lane <= MaxLane && r.Algorithm == SlidingLog && r.Also == nil && r.InFlight == 0 &&
+		(r.Confirm == "" || r.Yield)
+}
+
+// laneInvalid returns the error of a lane field of r, nil if none.
+func (r *Request) laneInvalid() error {
+	if r.laneValid() {
+		return nil
+	}
+	return fmt.Errorf("%w: lane %d: must be 0 to %d, on a sliding log without Also or InFlight, and Confirm only with Yield",
+		ErrInvalidRequest, r.Lane, MaxLane)
+}
+
+// LaneMember is the name of a yielding reservation in its key's index of
+// lower-lane slots: the store's token for it, its lane, its cost, its
+// allowance (µs: a taker must send within it, a paced time counted the
+// reservation from it) and its entry. lanes.lua builds the same string.
+func LaneMember(token string, r *Request, entry int64) string {
+	var b strings.Builder
+	b.Grow(len(token) + 32)
+	b.WriteString(token)
+	for _, v := range [...]int64{int64(r.Lane), int64(r.Cost), Micros(r.Allowance), entry} {
+		b.WriteByte(':')
+		b.WriteString(strconv.FormatInt(v, 10))
+	}
+	return b.String()
+}

@@ -1,0 +1,128 @@
+package throttle_test
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/throttle-go/throttle"
+)
+
+// laneRule is 10 per second on one key, with two lanes read from the
+// X-Lane header ("1": interactive).
+func laneRule(lanes int) throttle.Rule {
+	r := throttle.Rule{
+		Name: "lanes", Host: "api.example.com", Limits: []throttle.Limit{throttle.Per(10, time.Second)},
+		Key: throttle.Fixed("gw"), Margin: throttle.NoMargin, NoDefaultPace: true,
+	}
+	if lanes > 0 {
+		r.Lanes = lanes
+		r.Lane = func(req *http.Request) int {
+			if req.Header.Get("X-Lane") == "1" {
+				return 1
+			}
+			return 0
+		}
+	}
+	return r
+}
+
+// TestLaneTakesABackfillSlot: twenty backfill requests fill this second and
+// the next; an interactive request at 50ms takes the first backfill slot of
+// the next second (1s) rather than queue behind them all (2s), and the
+// backfill request it bumped goes one slot later. Without lanes it waits
+// until 2s. Every window holds at most 10.
+func TestLaneTakesABackfillSlot(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		lanes int
+		wait  time.Duration
+	}{
+		{"without lanes", 0, 1950 * time.Millisecond},
+		{"with lanes", 2, 950 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var sent sendLog
+				var decisions decisionLog
+				tr := newTransport(t, sent.base(), nil, throttle.WithRule(laneRule(tc.lanes)), decisions.option())
+				var wg sync.WaitGroup
+				for range 20 {
+					wg.Go(func() { send(t, tr, testURL) })
+				}
+				synctest.Wait()
+				time.Sleep(50 * time.Millisecond)
+				req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
+				req.Header.Set("X-Lane", "1")
+				var resp *http.Response
+				var err error
+				took := elapsed(func() { resp, err = tr.RoundTrip(req) })
+				require.NoError(t, err)
+				require.Equal(t, http.StatusOK, resp.StatusCode)
+				assert.Equal(t, tc.wait, took)
+				wg.Wait()
+				assert.Equal(t, 21, sent.count())
+
+				took2, bumped := 0, 0
+				for _, d := range decisions.all() {
+					if d.Took {
+						took2++
+						assert.Equal(t, 1, d.Lane)
+					}
+					bumped += d.Bumped
+				}
+				if tc.lanes > 0 {
+					assert.Equal(t, 1, took2)
+					assert.Equal(t, 1, bumped, "the backfill request whose slot was taken went one slot later")
+				}
+				// No window of a second holds more than 10 sends.
+				sent.mu.Lock()
+				times := append([]time.Time(nil), sent.times...)
+				sent.mu.Unlock()
+				for i := range times {
+					n := 0
+					for _, u := range times {
+						if !u.Before(times[i]) && u.Before(times[i].Add(time.Second)) {
+							n++
+						}
+					}
+					assert.LessOrEqual(t, n, 10)
+				}
+			})
+		})
+	}
+}
+
+// TestLaneConfig checks the rule's lanes: refused configurations, and a
+// lane outside the rule's refused at request time with the body closed.
+func TestLaneConfig(t *testing.T) {
+	t.Parallel()
+	bad := []func(*throttle.Rule){
+		func(r *throttle.Rule) { r.Lane = nil },
+		func(r *throttle.Rule) { r.Lanes = 1 },
+		func(r *throttle.Rule) { r.Lanes = 17 },
+		func(r *throttle.Rule) { r.Algorithm = throttle.FixedWindow },
+		func(r *throttle.Rule) { r.InFlight = 2 },
+	}
+	for i, f := range bad {
+		r := laneRule(2)
+		f(&r)
+		_, err := throttle.New(nil, newMemory(t), throttle.WithRule(r))
+		assert.True(t, isA[*throttle.ConfigError](err), "case %d: %v", i, err)
+	}
+	r := laneRule(2)
+	r.Lane = func(*http.Request) int { return 2 }
+	tr := newTransport(t, roundTripperFunc(func(req *http.Request) (*http.Response, error) { return okResponse(req), nil }), nil, throttle.WithRule(r))
+	req, body := newRequest(t, context.Background(), http.MethodGet, testURL)
+	_, err := tr.RoundTrip(req)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "lane 2 is outside 0..1")
+	assert.Equal(t, int32(1), body.closes.Load())
+}

@@ -88,6 +88,7 @@ func TestMultiKeyClusterMonitor(t *testing.T) {
 			slotOf[s.RedisKey(key)] = slot
 		}
 		slotOf[s.FeedbackKey(k[0])] = slot
+		slotOf[s.RedisKey(k[0])+":seen"] = slot // the log's seen mark
 		m, err := c.MasterOf(ctx, s.RedisKey(k[0]))
 		require.NoError(t, err)
 		masters[m] = true

@@ -55,6 +55,8 @@ type Budget struct {
 	// Remaining units until Reset; Reset 0 is not stated.
 	Remaining int
 	Reset     time.Duration
+	// Refills: see Said.Refills.
+	Refills bool
 }
 
 // maxDims bounds the budgets read from one response.
@@ -87,7 +89,7 @@ func readDialects(h http.Header, s *Said, ref func() time.Time) {
 		rem, okR := parseRemaining(h.Get("X-Ratelimit-Remaining-" + dim))
 		reset, okT := parseDuration(h.Get("X-Ratelimit-Reset-" + dim))
 		if okR && okT {
-			s.budget(dim, lim, rem, reset)
+			s.budget(dim, lim, rem, reset, true)
 		}
 	}
 
@@ -97,7 +99,7 @@ func readDialects(h http.Header, s *Said, ref func() time.Time) {
 		rem, okR := parseRemaining(h.Get("Anthropic-Ratelimit-" + dim + "-Remaining"))
 		reset, okT := parseDate(h.Get("Anthropic-Ratelimit-"+dim+"-Reset"), ref)
 		if okR && okT {
-			s.budget(dim, lim, rem, reset)
+			s.budget(dim, lim, rem, reset, true)
 		}
 	}
 
@@ -173,17 +175,18 @@ func readDialects(h http.Header, s *Said, ref func() time.Time) {
 
 // budget records a budget of dimension dim: "requests" is the key's own
 // budget (unless one was read already), any other a dimension apart.
-func (s *Said) budget(dim string, lim, rem int, reset time.Duration) {
+// refills says it is a bucket refilled continuously (see Said.Refills).
+func (s *Said) budget(dim string, lim, rem int, reset time.Duration, refills bool) {
 	if dim == "requests" {
 		if !s.HasBudget {
-			s.Remaining, s.Reset, s.HasBudget = rem, reset, true
+			s.Remaining, s.Reset, s.HasBudget, s.Refills = rem, reset, true, refills
 		}
 		if s.Limit == 0 {
 			s.Limit = lim
 		}
 		return
 	}
-	s.dim(Budget{Name: dim, Limit: lim, Remaining: rem, Reset: reset})
+	s.dim(Budget{Name: dim, Limit: lim, Remaining: rem, Reset: reset, Refills: refills})
 }
 
 func (s *Said) dim(b Budget) {

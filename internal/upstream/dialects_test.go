@@ -55,11 +55,11 @@ func TestReadDialects(t *testing.T) {
 		{"OpenAI: requests and tokens apart", header("x-ratelimit-limit-requests", "500", "x-ratelimit-remaining-requests", "499",
 			"x-ratelimit-reset-requests", "120ms", "x-ratelimit-limit-tokens", "40000", "x-ratelimit-remaining-tokens", "0",
 			"x-ratelimit-reset-tokens", "6m0s"),
-			Said{Limit: 500, Remaining: 499, Reset: 120 * time.Millisecond, HasBudget: true,
-				Dims: []Budget{{Name: "tokens", Limit: 40000, Remaining: 0, Reset: 6 * time.Minute}}}},
+			Said{Limit: 500, Remaining: 499, Reset: 120 * time.Millisecond, HasBudget: true, Refills: true,
+				Dims: []Budget{{Name: "tokens", Limit: 40000, Remaining: 0, Reset: 6 * time.Minute, Refills: true}}}},
 		{"Azure OpenAI: resets in seconds", header("x-ratelimit-remaining-requests", "12", "x-ratelimit-reset-requests", "7",
 			"x-ratelimit-remaining-tokens", "-1", "x-ratelimit-reset-tokens", "0"),
-			Said{Remaining: 12, Reset: 7 * time.Second, HasBudget: true}},
+			Said{Remaining: 12, Reset: 7 * time.Second, HasBudget: true, Refills: true}},
 		{"Anthropic: four dimensions, RFC 3339 resets", header("Date", date,
 			"anthropic-ratelimit-requests-limit", "50", "anthropic-ratelimit-requests-remaining", "49",
 			"anthropic-ratelimit-requests-reset", refTime.Add(time.Second).Format(time.RFC3339),
@@ -69,11 +69,11 @@ func TestReadDialects(t *testing.T) {
 			"anthropic-ratelimit-input-tokens-reset", refTime.Add(20*time.Second).Format(time.RFC3339),
 			"anthropic-ratelimit-output-tokens-limit", "8000", "anthropic-ratelimit-output-tokens-remaining", "8000",
 			"anthropic-ratelimit-output-tokens-reset", refTime.Format(time.RFC3339), "retry-after", "20"),
-			Said{RetryAfter: 20 * time.Second, HasRetryAfter: true, Limit: 50, Remaining: 49, Reset: time.Second, HasBudget: true,
+			Said{RetryAfter: 20 * time.Second, HasRetryAfter: true, Limit: 50, Remaining: 49, Reset: time.Second, HasBudget: true, Refills: true,
 				Dims: []Budget{
-					{Name: "tokens", Limit: 90000, Remaining: 80000, Reset: 6 * time.Second},
-					{Name: "input-tokens", Limit: 40000, Remaining: 0, Reset: 20 * time.Second},
-					{Name: "output-tokens", Limit: 8000, Remaining: 8000}}}},
+					{Name: "tokens", Limit: 90000, Remaining: 80000, Reset: 6 * time.Second, Refills: true},
+					{Name: "input-tokens", Limit: 40000, Remaining: 0, Reset: 20 * time.Second, Refills: true},
+					{Name: "output-tokens", Limit: 8000, Remaining: 8000, Refills: true}}}},
 		{"malformed values are ignored", header("X-Shopify-Shop-Api-Call-Limit", "41/40", "Sforce-Limit-Info", "api-usage=x/5",
 			"x-ratelimit-remaining-tokens", "5", "x-ratelimit-reset-tokens", "-1s", "X-RateLimit-Bucket", "a b",
 			"X-Business-Use-Case-Usage", `{"1":[{"call_count":"many"}]}`),
@@ -101,7 +101,12 @@ func TestLearnDimensions(t *testing.T) {
 	assert.Equal(t, 9*time.Second, d.Learn(openAI("retry-after", "9")).Pause, "Retry-After")
 	ok := openAI()
 	ok.Refused = false
-	assert.Equal(t, 6*time.Second, d.Learn(ok).Pause, "an exhausted dimension pauses before its 429")
+	assert.Equal(t, contract.Learned{}, d.Learn(ok),
+		"tokens refill continuously and the reset is the time until full: nothing left in a 200 pauses nothing")
+	ok = ReadHeaders(header("x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "20s"), refTime)
+	assert.Equal(t, contract.Learned{}, d.Learn(ok), "nor no request left")
+	day := ReadHeaders(header("X-User-Limit-24hour-Remaining", "0", "X-User-Limit-24hour-Reset", "3600"), refTime)
+	assert.Positive(t, d.Learn(day).Pause, "a day's budget with nothing left pauses until its reset")
 
 	// Requests exhausted, tokens left: the requests' reset.
 	s := ReadHeaders(header("x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "1.5",

@@ -51,6 +51,11 @@ type Said struct {
 	Remaining int
 	Reset     time.Duration
 	HasBudget bool
+	// Refills says the budget is a bucket refilled continuously and Reset
+	// the time until it is full again (OpenAI's and Anthropic's
+	// x-ratelimit-reset-*), not the end of a window: nothing left means
+	// the next units come back gradually, not at Reset.
+	Refills bool
 	// Usage is the highest percentage of X-App-Usage and
 	// X-Business-Use-Case-Usage, if HasUsage.
 	Usage    float64

@@ -73,6 +73,11 @@ func (d *Dialect) Learn(sig Said) contract.Learned {
 	// learned limit.
 	if sig.HasBudget && sig.Reset > contract.ResetSlack {
 		switch {
+		case sig.Refills:
+			// A bucket refilled continuously: nothing left comes back
+			// gradually, and the fleet's own log, never more permissive
+			// than a bucket of its N, counts its sends. Only a refusal
+			// pauses (below).
 		case sig.Remaining == 0:
 			l.Pause = sig.Reset
 		case sig.Bucket != "":
@@ -84,10 +89,11 @@ func (d *Dialect) Learn(sig Said) contract.Learned {
 		}
 	}
 
-	// Every other dimension (tokens, a day, …) with nothing left pauses
-	// the key until its own reset, and no other's.
+	// Every other dimension (a day, …) with nothing left pauses the key
+	// until its own reset, and no other's; a bucket refilled continuously
+	// (tokens) only when the upstream refuses (below).
 	for _, b := range sig.Dims {
-		if b.Remaining == 0 {
+		if b.Remaining == 0 && !b.Refills {
 			l.Pause = max(l.Pause, b.Reset)
 		}
 	}

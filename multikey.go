@@ -33,6 +33,8 @@ type KeyLimit struct {
 	// request instead of one per slot (docs/keys.md). Optional, at most one
 	// per rule; it spreads the rule's keys less over a Cluster.
 	HashTag bool
+
+	zone *time.Location // Daily: the key changes at each midnight there (calendar.go)
 }
 
 // alsoKey is a validated KeyLimit.
@@ -125,6 +127,7 @@ func (c *rule) parts(keys []string) []contract.Part {
 func (t *Transport) keyAlso(r *rule, req *http.Request, k *keyed) error {
 	keys := make([]string, len(r.also))
 	tag := ""
+	now := t.now()
 	for i, a := range r.also {
 		v, err := a.Key(req)
 		if err == nil && v == "" {
@@ -133,7 +136,7 @@ func (t *Transport) keyAlso(r *rule, req *http.Request, k *keyed) error {
 		if err != nil {
 			return &KeyError{Rule: r.Name, Reason: a.Name + ": " + err.Error()}
 		}
-		v = t.storeKey(v)
+		v = t.storeKey(a.dayKey(v, now)) // hashed with its day: no raw key reaches the store
 		keys[i] = a.scope + v
 		if i == r.tag {
 			tag = v

@@ -76,7 +76,7 @@ func TestFleetProfiles(t *testing.T) {
 		{"Google Maps: a 200 that says OVER_QUERY_LIMIT (100 per aligned 2s)", func() (throttle.Rule, *throttletest.Upstream, string, string, [2]string, int, time.Duration) {
 			up, err := throttletest.NewGoogleMaps(throttletest.Config{N: 100, Window: 2 * time.Second})
 			require.NoError(t, err)
-			r := profiles.GoogleMaps(100)
+			r := profiles.GoogleMaps(100, 0)
 			r.Limits = []throttle.Limit{throttle.Per(100, 2*time.Second)}
 			return r, up, http.MethodGet, "https://maps.googleapis.com/maps/api/geocode/json?key=k&address=x", [2]string{}, 100, 2 * time.Second
 		}, 7 * time.Second},

@@ -174,7 +174,7 @@ func TestProfilesAgainstFakes(t *testing.T) {
 		}, 5 * time.Second, func(first, end time.Time) int { return windows(5, 5*time.Second, first, end) }, 0, 0},
 		{"Google Maps, 300 per minute", func() (burst, error) {
 			up, err := throttletest.NewGoogleMaps(throttletest.Config{N: 300, Window: time.Minute, Now: now2026})
-			return burst{profiles.GoogleMaps(300), up, http.MethodGet, "https://maps.googleapis.com/maps/api/geocode/json?key=k&address=x", [2]string{}, 5 * time.Minute}, err
+			return burst{profiles.GoogleMaps(300, 0), up, http.MethodGet, "https://maps.googleapis.com/maps/api/geocode/json?key=k&address=x", [2]string{}, 5 * time.Minute}, err
 		}, time.Minute, func(first, end time.Time) int { return windows(300, time.Minute, first, end) }, 0, 0},
 		{"Stripe, its documented figures", func() (burst, error) {
 			up, err := throttletest.NewStripe(throttletest.Config{Now: now2026})

@@ -36,7 +36,7 @@ func TestProfilesBuild(t *testing.T) {
 		"reddit":        {profiles.Reddit(), "https://oauth.reddit.com/r/golang/hot", [2]string{"Authorization", "Bearer t"}},
 		"salesforce":    {profiles.Salesforce(100000), "https://acme.my.salesforce.com/services/data/v62.0/sobjects", [2]string{"Authorization", "Bearer t"}},
 		"hubspot":       {profiles.HubSpot(), "https://api.hubapi.com/crm/v3/objects/contacts", [2]string{"Authorization", "Bearer t"}},
-		"google-maps":   {profiles.GoogleMaps(3000), "https://maps.googleapis.com/maps/api/geocode/json?key=k&address=x", [2]string{}},
+		"google-maps":   {profiles.GoogleMaps(3000, 25000), "https://maps.googleapis.com/maps/api/geocode/json?key=k&address=x", [2]string{}},
 		"meta":          {profiles.Meta(200), "https://graph.facebook.com/v19.0/me?access_token=t", [2]string{}},
 		"openai":        {profiles.OpenAI(500, 40000), "https://api.openai.com/v1/models", [2]string{"Authorization", "Bearer sk-t"}},
 		"anthropic":     {profiles.Anthropic(50, 40000, 8000), "https://api.anthropic.com/v1/models", [2]string{"X-Api-Key", "sk-ant"}},
@@ -80,7 +80,7 @@ func TestProfileRefusals(t *testing.T) {
 	}{
 		{"GitHub 403", profiles.GitHub(), "https://api.github.com/user",
 			&http.Response{StatusCode: 403, Header: http.Header{"X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"30"}}}, 30 * time.Second},
-		{"Google 200 OVER_QUERY_LIMIT", profiles.GoogleMaps(3000), "https://maps.googleapis.com/maps/api/geocode/json?key=k",
+		{"Google 200 OVER_QUERY_LIMIT", profiles.GoogleMaps(3000, 0), "https://maps.googleapis.com/maps/api/geocode/json?key=k",
 			&http.Response{StatusCode: 200, Header: http.Header{"Retry-After": {"2"}}, Body: io.NopCloser(strings.NewReader(`{"status": "OVER_QUERY_LIMIT"}`))}, 2 * time.Second},
 		{"Stripe 429 lock_timeout", profiles.Stripe(), "https://api.stripe.com/v1/charges/ch_1",
 			&http.Response{StatusCode: 429, Header: http.Header{"Retry-After": {"5"}}, Body: io.NopCloser(strings.NewReader(`{"error":{"code":"lock_timeout"}}`))}, 0},
@@ -167,5 +167,35 @@ func TestGitHubResourcesApart(t *testing.T) {
 		assert.Zero(t, get("/repos/a/b"), "a core request does not wait for search's reset")
 		assert.Zero(t, get("/graphql"), "nor does a GraphQL one")
 		assert.Equal(t, 60*time.Second, get("/search/commits?q=y"), "a search request does")
+	})
+}
+
+// TestGoogleMapsDaily: the daily quota starts afresh at midnight Pacific
+// time, in summer too (PDT, UTC-7), on a fake clock.
+func TestGoogleMapsDaily(t *testing.T) {
+	la, err := time.LoadLocation("America/Los_Angeles")
+	require.NoError(t, err)
+	synctest.Test(t, func(t *testing.T) {
+		base := rtf(func(r *http.Request) (*http.Response, error) {
+			return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+		})
+		tr, err := throttle.New(base, memory(t), throttle.WithRule(profiles.GoogleMaps(3000, 2)))
+		require.NoError(t, err)
+		get := func(key string) error {
+			req, err := http.NewRequest(http.MethodGet, "https://maps.googleapis.com/maps/api/geocode/json?key="+key, nil)
+			require.NoError(t, err)
+			resp, err := tr.RoundTrip(req)
+			if err == nil {
+				_ = resp.Body.Close()
+			}
+			return err
+		}
+		time.Sleep(time.Until(time.Date(2000, 7, 1, 23, 0, 0, 0, la)))
+		require.NoError(t, get("a"))
+		require.NoError(t, get("a"))
+		require.ErrorIs(t, get("a"), throttle.ErrLimited, "a third on July 1")
+		require.NoError(t, get("b"), "each API key has its own day")
+		time.Sleep(time.Until(time.Date(2000, 7, 2, 0, 0, 1, 0, la)))
+		require.NoError(t, get("a"), "July 2 from its midnight in Los Angeles")
 	})
 }

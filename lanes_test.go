@@ -126,3 +126,23 @@ func TestLaneConfig(t *testing.T) {
 	assert.Contains(t, err.Error(), "lane 2 is outside 0..1")
 	assert.Equal(t, int32(1), body.closes.Load())
 }
+
+// TestLimiterRefusesLanes: a Limiter has no request to read a lane from,
+// so a rule with lanes would put every use in lane 0 and pay the confirm
+// call for nothing: NewLimiter refuses it.
+func TestLimiterRefusesLanes(t *testing.T) {
+	t.Parallel()
+	r := laneRule(2)
+	r.Host, r.Key = "", nil
+	for name, rule := range map[string]throttle.Rule{
+		"Lanes and Lane": r,
+		"Lanes":          func() throttle.Rule { r := r; r.Lane = nil; return r }(),
+	} {
+		l, err := throttle.NewLimiter(newMemory(t), rule)
+		assert.Nil(t, l, name)
+		var ce *throttle.ConfigError
+		require.ErrorAs(t, err, &ce, name)
+		assert.Contains(t, err.Error(), "Lanes", name)
+		assert.Contains(t, err.Error(), "a Limiter", name)
+	}
+}

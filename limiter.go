@@ -84,7 +84,7 @@ func (c *core) now() time.Time { return c.eng.Now() }
 // Name (required: it names the limiter's logs in the store), Limits, FailFast,
 // MaxWait, MaxServerWait, Margin, Algorithm and Shadow. The fields that read an
 // HTTP request (Host, PathPrefix, Method, Key, Also, Cost, IgnoreUpstream,
-// Retries) are a *ConfigError, and so are the options for a Transport's
+// Retries, Lanes and Lane) are a *ConfigError, and so are the options for a Transport's
 // requests (WithRule, WithDefault, WithUnmatchedSent). It does no I/O.
 func NewLimiter(st store.Store, r Rule, opts ...Option) (*Limiter, error) {
 	c, err := configure(st, opts)
@@ -132,6 +132,9 @@ func limiterRule(r Rule) (*rule, error) {
 	if len(http) > 0 {
 		return nil, &ConfigError{Rule: r.Name, Reason: strings.Join(http, ", ") +
 			" read HTTP requests: a Limiter takes its key and cost with each call"}
+	}
+	if r.Lanes != 0 || r.Lane != nil {
+		return nil, &ConfigError{Rule: r.Name, Reason: "Lanes and Lane read a request's lane: a Limiter has no request, and would put every use in lane 0"}
 	}
 	if r.InFlight != 0 || r.LeaseFor != 0 {
 		return nil, &ConfigError{Rule: r.Name, Reason: "InFlight and LeaseFor need a response to end the lease: a Limiter does not cap uses in flight"}

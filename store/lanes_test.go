@@ -180,6 +180,42 @@ var laneCases = []conformanceCase{
 		clock.Advance(100 * time.Millisecond)
 		assert.True(t, confirmPaced(t, s, key, paced(0), low[3]).Confirmed)
 	}},
+	{"lanes: a higher lane with a larger allowance still takes a lower slot", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		// The backfill process measured 1ms of lateness; the interactive
+		// one has not measured its own yet and asks with 3ms. A yielding
+		// slot is recorded with contract.LaneAllowance at least, so the
+		// interactive request fits in it.
+		with := func(r contract.Request, a time.Duration) contract.Request { r.Allowance = a; return r }
+		var low []contract.Reservation
+		for range 6 {
+			low = append(low, reserve(t, s, key, with(laneReq(0, true, time.Second), time.Millisecond)))
+		}
+		require.Greater(t, low[5].Delay, low[2].Delay)
+		assert.Equal(t, contract.LaneAllowance.Microseconds(), low[2].Entry-low[2].Slot, "recorded at its slot plus the lanes' allowance")
+		res := reserve(t, s, key, with(laneReq(1, false, time.Second), 3*time.Millisecond))
+		require.True(t, res.Allowed)
+		assert.True(t, res.Took)
+		assert.Equal(t, low[2].Delay, res.Delay, "the first yielding slot")
+		// A taker later than the lanes' allowance does not fit: its own slot.
+		res = reserve(t, s, key, with(laneReq(1, false, time.Second), contract.LaneAllowance+time.Millisecond))
+		require.True(t, res.Allowed)
+		assert.False(t, res.Took)
+		assert.Greater(t, res.Delay, low[5].Delay)
+		// A slot that does not yield keeps its own allowance.
+		res = reserve(t, s, key+"-plain", with(laneReq(0, false, time.Second), time.Millisecond))
+		assert.Equal(t, time.Millisecond.Microseconds(), res.Entry-res.Slot)
+		// Its waiter finds it taken when it confirms, with its own
+		// allowance; its successor, whose slot it takes, finds it taken too.
+		clock.Advance(low[2].Delay)
+		c := confirmPaced(t, s, key, with(laneReq(0, true, time.Second), time.Millisecond), low[2])
+		require.True(t, c.Allowed)
+		assert.False(t, c.Confirmed, "its slot was taken")
+		assert.True(t, c.Took, "it takes the next of its lane")
+		assert.Equal(t, low[4].Slot, c.Slot, "low[3]'s, at the same time, is due")
+		clock.Advance(low[5].Delay - low[2].Delay)
+		c = confirmPaced(t, s, key, with(laneReq(0, true, time.Second), time.Millisecond), low[5])
+		assert.True(t, c.Confirmed, "its slot stands")
+	}},
 	{"lanes: bad lanes are refused", func(t *testing.T, s store.Store, _ *fakeClock, key string) {
 		for _, r := range []contract.Request{
 			laneReq(contract.MaxLane+1, false, 0),

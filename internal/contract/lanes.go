@@ -26,6 +26,24 @@ const MaxLane = 15
 // slot due sooner is left to its waiter, which is about to confirm it.
 const LaneGuard = 2 * time.Millisecond
 
+// LaneAllowance is the least allowance a yielding reservation is recorded
+// with (when it takes one at all): a higher lane takes only a slot whose
+// allowance covers its own, and a process's allowance is its measured
+// lateness, so a backfill process that measured 1ms would otherwise leave
+// its slots to no interactive process that measured 3ms. It costs the
+// yielding lanes' entries that much later in the log, a 0.5% of a window
+// of a second at most.
+const LaneAllowance = 5 * time.Millisecond
+
+// YieldAllowance is the allowance r's reservation is recorded with: its
+// own, raised to LaneAllowance when it yields.
+func (r *Request) YieldAllowance() time.Duration {
+	if r.Yield && r.Allowance > 0 {
+		return max(r.Allowance, LaneAllowance)
+	}
+	return r.Allowance
+}
+
 // laned reports whether r uses lanes at all.
 func (r *Request) laned() bool { return r.Lane != 0 || r.Yield || r.Confirm != "" }
 
@@ -50,14 +68,15 @@ func (r *Request) laneInvalid() error {
 }
 
 // LaneMember is the name of a yielding reservation in its key's index of
-// lower-lane slots: the store's token for it, its lane, its cost, its
-// allowance (µs: a taker must send within it, a paced time counted the
-// reservation from it) and its entry. lanes.lua builds the same string.
+// lower-lane slots: the store's token for it, its lane, its cost, the
+// allowance it is recorded with (YieldAllowance, µs: a taker must send
+// within it, a paced time counted the reservation from it) and its entry.
+// lanes.lua builds the same string.
 func LaneMember(token string, r *Request, entry int64) string {
 	var b strings.Builder
 	b.Grow(len(token) + 32)
 	b.WriteString(token)
-	for _, v := range [...]int64{int64(r.Lane), int64(r.Cost), Micros(r.Allowance), entry} {
+	for _, v := range [...]int64{int64(r.Lane), int64(r.Cost), Micros(r.YieldAllowance()), entry} {
 		b.WriteByte(':')
 		b.WriteString(strconv.FormatInt(v, 10))
 	}

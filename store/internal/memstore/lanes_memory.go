@@ -123,12 +123,13 @@ func (m *Memory) reserveLanes(key string, req contract.Request, now, maxW int64,
 		same = true
 	}
 	l.drop(now)
-	allowance := contract.Micros(req.Allowance)
 	maxWait := contract.MicrosDown(req.MaxWait)
 	i := -1
 	if req.Lane > 0 || same {
-		i = l.find(now, now+maxWait, req.Lane, req.Cost, allowance, same)
+		i = l.find(now, now+maxWait, req.Lane, req.Cost, contract.Micros(req.Allowance), same)
 	}
+	req.Allowance = req.YieldAllowance() // from here on, the allowance it is recorded with
+	allowance := contract.Micros(req.Allowance)
 	var res contract.Reservation
 	if i >= 0 {
 		c := l.idx[i]

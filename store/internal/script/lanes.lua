@@ -21,9 +21,12 @@
 -- The reply's flags: the reservation yields (its member is in idx), it took
 -- a lower lane's slot, or it confirmed a held one.
 local YIELDED, TOOK, CONFIRMED = 1, 2, 4
--- LANE_GUARD is store.LaneGuard in microseconds; LANE_SCAN bounds the
--- members of idx read to find one that fits.
-local LANE_GUARD, LANE_SCAN = 2000, 16
+-- LANE_GUARD is contract.LaneGuard in microseconds; LANE_SCAN bounds the
+-- members of idx read to find one that fits; LANE_ALLOWANCE is
+-- contract.LaneAllowance in microseconds: the least allowance a yielding
+-- reservation is recorded with (when it takes one), so that a higher lane
+-- whose allowance is larger than the yielding waiter's fits in its slot.
+local LANE_GUARD, LANE_SCAN, LANE_ALLOWANCE = 2000, 16, 5000
 
 -- lane_ttl(k, ttl) keeps a TTL of at least ttl ms on k.
 local function lane_ttl(k, ttl)
@@ -83,6 +86,8 @@ local function lane_reserve(idx, bumped, lane, yield, token, held,
   for i = 2, #limits, 2 do max_w = math.max(max_w, limits[i]) end
   local s, e, m
   if lane > 0 or same then s, e, m = lane_find(idx, now, lane, cost, allowance, now + max_wait, same) end
+  -- From here on, the allowance it is recorded with (contract.YieldAllowance).
+  if yield and allowance > 0 then allowance = math.max(allowance, LANE_ALLOWANCE) end
   if s then
     -- Its own slot when not later than the one it would take; and never a
     -- lower lane's slot while a pause holds the key past it.

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/profiles"
 )
 
 // TestGraphQLCosts: a query reserves 50 points, and is settled to what the
@@ -23,16 +24,16 @@ func TestGraphQLCosts(t *testing.T) {
 		body   string
 		want   []int64 // the settlement, none if nil
 	}{
-		{"GitHub rateLimit", throttle.GitHubGraphQLCost("points"),
+		{"GitHub rateLimit", profiles.GitHubGraphQLCost("points"),
 			`{"data":{"viewer":{"login":"octocat"},"rateLimit":{"cost":1,"remaining":4999,"resetAt":"2026-01-01T00:00:00Z"}}}`,
 			[]int64{1}},
-		{"GitHub query without rateLimit", throttle.GitHubGraphQLCost("points"),
+		{"GitHub query without rateLimit", profiles.GitHubGraphQLCost("points"),
 			`{"data":{"viewer":{"login":"octocat"}}}`, nil},
-		{"Shopify extensions.cost, after a product's own cost", throttle.ShopifyGraphQLCost("points"),
+		{"Shopify extensions.cost, after a product's own cost", profiles.ShopifyGraphQLCost("points"),
 			`{"data":{"product":{"cost":{"amount":"5.00"}}},"extensions":{"cost":{"requestedQueryCost":52,"actualQueryCost":12,` +
 				`"throttleStatus":{"maximumAvailable":2000.0,"currentlyAvailable":1988.0,"restoreRate":100.0}}}}`,
 			[]int64{12}},
-		{"Shopify THROTTLED costs nothing", throttle.ShopifyGraphQLCost("points"),
+		{"Shopify THROTTLED costs nothing", profiles.ShopifyGraphQLCost("points"),
 			`{"errors":[{"message":"Throttled","extensions":{"code":"THROTTLED"}}],"extensions":{"cost":{"requestedQueryCost":52,"actualQueryCost":null,` +
 				`"throttleStatus":{"maximumAvailable":2000.0,"currentlyAvailable":40.0,"restoreRate":100.0}}}}`,
 			[]int64{0}},

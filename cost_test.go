@@ -19,6 +19,7 @@ import (
 	"github.com/throttle-go/throttle"
 	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/fakestore"
+	"github.com/throttle-go/throttle/profiles"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -48,7 +49,7 @@ func llmRule() throttle.Rule {
 			n, _ := strconv.Atoi(r.Header.Get("X-Est"))
 			return n
 		}},
-		Actual: throttle.OpenAIUsage("tokens"),
+		Actual: profiles.OpenAIUsage("tokens"),
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/throttle-go/throttle"
 	"github.com/throttle-go/throttle/internal/fakeapi"
+	"github.com/throttle-go/throttle/profiles"
 )
 
 // served calls h in the process, as a base transport: the whole response is
@@ -87,7 +88,7 @@ func TestSettleAgainstOpenAIFake(t *testing.T) {
 					Costs:  map[string]func(*http.Request) int{"tokens": openAIEstimate},
 				}
 				if tc.settle {
-					r.Actual = throttle.OpenAIUsage("tokens")
+					r.Actual = profiles.OpenAIUsage("tokens")
 				}
 				tr, err := throttle.New(served(fake), newMemory(t), throttle.WithRule(r))
 				require.NoError(t, err)

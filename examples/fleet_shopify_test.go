@@ -37,6 +37,7 @@ import (
 
 	"github.com/throttle-go/throttle"
 	"github.com/throttle-go/throttle/internal/fakeapi"
+	"github.com/throttle-go/throttle/profiles"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -90,7 +91,7 @@ func runShopifyFleet(t *testing.T) (float64, fakeapi.ShopifyStats) {
 		Host: u.Host, Key: throttle.Fixed("shop-1"), MaxWait: shopifyWindow / 10,
 		Limits: []throttle.Limit{throttle.Per(10_000, shopifyWindow), throttle.Per(shopifyBucket, shopifyWindow).Of("points")},
 		Costs:  map[string]func(*http.Request) int{"points": requestedCost},
-		Actual: throttle.ShopifyGraphQLCost("points"),
+		Actual: profiles.ShopifyGraphQLCost("points"),
 	}
 	d := (shopifyWindows+1)*shopifyWindow + 500*time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), d)

@@ -18,7 +18,7 @@ import (
 // made by http.NewRequest from bytes or a string) fails with
 // throttle.ErrInvalidCost, and a request without a body costs no tokens. The estimate stays counted for the whole minute:
 // to give back what a response did not use, set Actual to
-// throttle.OpenAIUsage("tokens"), but only against an API that gives it
+// profiles.OpenAIUsage("tokens"), but only against an API that gives it
 // back too (docs/costs.md). Documented at platform.openai.com, "Rate
 // limits" (the limits per model and tier, and "your rate limit is
 // calculated as the maximum of max_tokens and the estimated number of
@@ -42,7 +42,7 @@ func OpenAI(rpm, tpm int) throttle.Rule {
 // at its messages' and system prompt's characters over four (input) and
 // max_tokens (output), read through GetBody as for OpenAI; to settle them
 // to the response's usage, set Actual to
-// throttle.AnthropicUsage("input", "output") against an API that counts
+// profiles.AnthropicUsage("input", "output") against an API that counts
 // what was used. Documented at docs.anthropic.com, "Rate limits" (RPM,
 // ITPM and OTPM per model, the token bucket), as of 2026-06.
 func Anthropic(rpm, itpm, otpm int) throttle.Rule {

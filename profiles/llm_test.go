@@ -65,7 +65,7 @@ func TestOpenAIProfileAgainstFake(t *testing.T) {
 				r := profiles.OpenAI(100, 6000)
 				r.MaxWait = time.Hour
 				if settle {
-					r.Actual = throttle.OpenAIUsage("tokens")
+					r.Actual = profiles.OpenAIUsage("tokens")
 				}
 				st, err := store.NewMemory()
 				require.NoError(t, err)

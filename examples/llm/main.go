@@ -51,6 +51,7 @@ import (
 	"github.com/throttle-go/throttle"
 	"github.com/throttle-go/throttle/internal/examplekit"
 	"github.com/throttle-go/throttle/internal/fakeapi"
+	"github.com/throttle-go/throttle/profiles"
 	"github.com/throttle-go/throttle/store"
 )
 
@@ -138,7 +139,7 @@ func run() int {
 		Costs:      map[string]func(*http.Request) int{"tokens": estimateTokens},
 	}
 	if *settle {
-		rule.Actual = throttle.OpenAIUsage("tokens")
+		rule.Actual = profiles.OpenAIUsage("tokens")
 	}
 	load.Apply(&rule) // -mode, -maxwait, -margin
 	if !maxWaitSet && !rule.FailFast {

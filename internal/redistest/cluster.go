@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/throttle-go/throttle/internal/clusterslot"
 )
 
 // ClusterNodeTimeout is the cluster-node-timeout of the clusters StartCluster
@@ -506,33 +507,8 @@ func (c *Cluster) Close() {
 	}
 }
 
-// Slot returns the Cluster hash slot of key: CRC16 of the key, or of its
-// hash tag (the part between the first "{" and the next "}" when that is not
-// empty), modulo 16384.
-func Slot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	return int(crc16(key) % 16384)
-}
-
-// crc16 is CRC-16/XMODEM, the checksum of Redis Cluster key slots.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
+// Slot returns the Cluster hash slot of key.
+func Slot(key string) int { return clusterslot.Of(key) }
 
 var (
 	sharedClusterMu sync.Mutex

@@ -140,15 +140,3 @@ func hasHashTag(key string) bool {
 	end := strings.IndexByte(key, '}')
 	return end > 1 && end < len(key)-1
 }
-
-// hashTag is the part of a Redis key name that Redis Cluster hashes: the
-// text between the first "{" and the next "}", when not empty; else the
-// whole name.
-func hashTag(name string) string {
-	if i := strings.IndexByte(name, '{'); i >= 0 {
-		if j := strings.IndexByte(name[i+1:], '}'); j > 0 {
-			return name[i+1 : i+1+j]
-		}
-	}
-	return name
-}

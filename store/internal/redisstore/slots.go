@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/throttle-go/throttle/internal/clusterslot"
 	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/store/internal/script"
 )
@@ -68,9 +69,9 @@ func init() {
 func (r *Redis) slotOf(name string) string {
 	switch r.client.(type) {
 	case *redis.ClusterClient:
-		return strconv.Itoa(int(crc16(hashTag(name)) % 16384))
+		return strconv.Itoa(clusterslot.Of(name))
 	case *redis.Ring:
-		return "{" + hashTag(name)
+		return "{" + clusterslot.HashTag(name)
 	}
 	return ""
 }
@@ -512,20 +513,4 @@ func maxTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
-}
-
-// crc16 is CRC-16/XMODEM, the checksum of Redis Cluster key slots.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
 }

@@ -59,7 +59,7 @@ func open(ctx context.Context, name string, args []string, stderr io.Writer, ext
 		return n > 0, err
 	}
 	t.lost = func(ctx context.Context) bool {
-		n, err := rdb.Exists(ctx, t.redis+":seen").Result()
+		n, err := rdb.Exists(ctx, st.SeenKey(t.skey)).Result()
 		return err == nil && n > 0
 	}
 	return t, st, func() { _ = rdb.Close() }, -1

@@ -436,6 +436,10 @@ type Store interface {
 type Admin interface {
 	Store
 	Keys(key string) []string
+	// SeenKey names the sliding log's seen mark, which Delete leaves: the
+	// log was written while the fleet ran (a log absent beside it was
+	// reset or lost).
+	SeenKey(key string) string
 	Delete(ctx context.Context, key string) (int64, error)
 	DeleteFeedback(ctx context.Context, key string) (int64, error)
 	Scripts() map[string]string

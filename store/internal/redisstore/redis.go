@@ -555,6 +555,9 @@ func (r *Redis) paceKey(key string) string { return r.logKey(key) + ":pace" }
 // Delete leaves it, so that a reset key waits out what it had sent.
 func (r *Redis) seenKey(key string) string { return r.logKey(key) + ":seen" }
 
+// SeenKey implements contract.Admin: the name of key's seen mark.
+func (r *Redis) SeenKey(key string) string { return r.seenKey(key) }
+
 // feedbackKey is the name of the Redis key, a HASH, that holds what the
 // upstream said about a rate key (see Feedback).
 func (r *Redis) feedbackKey(key string) string { return r.logKey(key) + ":p" }

@@ -14,8 +14,8 @@ import (
 // per15Minutes requests per 15 minutes and, unless per24Hours is 0,
 // per24Hours per 24 hours, counted per token and endpoint, as X counts them
 // (per user with a user's token, per app with the app's bearer token). An
-// endpoint is the method and the path, each all-digit segment (an id)
-// replaced by "{id}". The limits depend on the endpoint and the access
+// endpoint is the method and the path, each all-digit segment after the
+// version (an id) replaced by "{id}". The limits depend on the endpoint and the access
 // tier (Free, Basic, Pro): give the figures of the endpoints the rule
 // matches, or narrow it with PathPrefix and Method, one rule per group of
 // equal limits. X states "up to 900 requests over any 15-minute interval",
@@ -42,7 +42,8 @@ func X(per15Minutes, per24Hours int) throttle.Rule {
 }
 
 // xEndpoint keys a request as key does, followed by its endpoint: the
-// method and the path with each all-digit segment replaced by "{id}".
+// method and the path with each all-digit segment after the version
+// replaced by "{id}".
 func xEndpoint(key throttle.KeyFunc) throttle.KeyFunc {
 	return func(r *http.Request) (string, error) {
 		k, err := key(r)
@@ -51,7 +52,7 @@ func xEndpoint(key throttle.KeyFunc) throttle.KeyFunc {
 		}
 		segs := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 		for i, s := range segs {
-			if s != "" && strings.Trim(s, "0123456789") == "" {
+			if i > 0 && s != "" && strings.Trim(s, "0123456789") == "" { // not the version, 2
 				segs[i] = "{id}"
 			}
 		}

@@ -22,6 +22,10 @@ type dialect interface {
 	answer(u *Upstream, r *http.Request, now time.Time) answer
 }
 
+// formReader is a dialect that reads a request's form (r.Form), parsed
+// before its answer is decided.
+type formReader interface{ readsForm() bool }
+
 // verdict is how an answer counts in Stats.
 type verdict int
 
@@ -77,6 +81,9 @@ func (u *Upstream) serveAPI(w http.ResponseWriter, r *http.Request) {
 			t.Stop()
 			return
 		}
+	}
+	if f, ok := u.api.(formReader); ok && f.readsForm() {
+		_ = r.ParseForm() // before the lock: reading a body may wait
 	}
 	u.mu.Lock()
 	now := u.cfg.Now()

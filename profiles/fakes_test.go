@@ -263,3 +263,21 @@ func TestStripeLockAgainstFake(t *testing.T) {
 		assert.Equal(t, 40, o.accepted)
 	})
 }
+
+// Discord bans a client that gets 10,000 invalid responses (401, 403,
+// 429) in 10 minutes: a fleet whose token was revoked, sending as fast as
+// the global limit lets it, is stopped by the profile's budget of invalid
+// responses before the ban.
+func TestDiscordInvalidBudgetAgainstFake(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		up, err := throttletest.NewDiscord(throttletest.Config{Now: now2026})
+		require.NoError(t, err)
+		b := burst{profiles.Discord(), up, http.MethodGet, "https://discord.com/api/v10/users/@me", [2]string{"Authorization", "revoked-token x"}, 11 * time.Minute}
+		o := b.run(t, 10*time.Minute)
+		st := up.Stats()
+		t.Logf("%s; banned answers %d", o, st.Keys["banned"].Rejected)
+		assert.Zero(t, st.Keys["banned"].Rejected, "never banned")
+		assert.Positive(t, o.limited, "the budget stopped the fleet")
+	})
+}

@@ -18,7 +18,7 @@ import (
 // apart. Discord bans for an hour an IP address that gets 10,000 invalid
 // responses (401, 403 or 429) in 10 minutes: each route counts its invalid
 // responses (a unit, "invalid", estimated at 0 and settled to 1 on such a
-// response by Actual.Status) and stops at DiscordInvalidBudget per 10
+// response by Actual.Status) and stops at 9,500 per 10
 // minutes, below the ban by what may be in flight when it fills. The
 // budget is counted per route, not per address: routes that all fail (a
 // revoked token) can together pass the ban's figure, each under its own
@@ -31,7 +31,7 @@ func Discord() throttle.Rule {
 		PathPrefix: "/api/",
 		Key:        discordRoute(throttle.ByAuthorization()),
 		Limits: []throttle.Limit{throttle.PerSecond(50),
-			throttle.Per(DiscordInvalidBudget, 10*time.Minute).Of("invalid")},
+			throttle.Per(discordInvalidBudget, 10*time.Minute).Of("invalid")},
 		Costs:  map[string]func(*http.Request) int{"invalid": func(*http.Request) int { return 0 }},
 		Actual: throttle.Actual{Status: discordInvalid},
 		Also: []throttle.KeyLimit{{
@@ -42,11 +42,11 @@ func Discord() throttle.Rule {
 	}
 }
 
-// DiscordInvalidBudget is how many invalid responses (401, 403, 429) a
+// discordInvalidBudget is how many invalid responses (401, 403, 429) a
 // Discord route may get in 10 minutes: 5% below the 10,000 that ban the
 // address, for the requests in flight when the budget fills (a request
 // waits once the window holds more than the budget).
-const DiscordInvalidBudget = 9_500
+const discordInvalidBudget = 9_500
 
 // discordInvalid counts a response of status code against the budget of
 // invalid responses: 401, 403 and 429 (a 429 of the shared scope too,

@@ -18,8 +18,8 @@ import (
 // apart. Discord bans for an hour an IP address that gets 10,000 invalid
 // responses (401, 403 or 429) in 10 minutes: each route counts its invalid
 // responses (a unit, "invalid", estimated at 0 and settled to 1 on such a
-// response by Actual.Status) and stops at 9,500 per 10
-// minutes, below the ban by what may be in flight when it fills. The
+// response by Actual.Status) and stops at 9,500 per 10 minutes, below the
+// ban by what may be in flight when it fills. The
 // budget is counted per route, not per address: routes that all fail (a
 // revoked token) can together pass the ban's figure, each under its own
 // budget. Documented at discord.com/developers/docs/topics/rate-limits, as

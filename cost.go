@@ -133,7 +133,9 @@ func (c *rule) compileUnits() error {
 }
 
 // set reports whether a says where to read anything.
-func (a Actual) set() bool { return a.Status != nil || a.Header != nil || a.Member != "" || a.Read != nil }
+func (a Actual) set() bool {
+	return a.Status != nil || a.Header != nil || a.Member != "" || a.Read != nil
+}
 
 // unitCosts returns the unit parts of req under r: each unit's estimate,
 // checked against its limits.

@@ -12,7 +12,9 @@ import (
 )
 
 // This file is what the fakes of real APIs (NewGitHub, NewDiscord, NewMeta,
-// NewGoogleMaps, NewStripe, NewShopify, one file per family) share: an
+// NewGoogleMaps, NewStripe, NewShopify, NewSalesforce, NewHubSpot,
+// NewReddit, NewSlack, NewX, NewZendesk, NewAWS, one file per family)
+// share: an
 // Upstream whose answers a dialect decides, in the API's statuses, headers
 // and bodies, while its Stats and assertions work as for any Upstream.
 

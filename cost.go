@@ -22,7 +22,7 @@ import (
 // Actual says where a response states what a request actually cost, per
 // unit, so that the estimate the rule reserved (Rule.Costs) is settled to
 // it: a refund gives units back to the fleet, an overrun charges them.
-// Header is read when the response arrives; Member is looked for in the
+// Status and Header are read when the response arrives; Member is looked for in the
 // body as the caller reads it, without consuming or buffering it: each
 // JSON object value of a member of that name (in a JSON body or in the
 // events of a stream) is passed to Read, and the costs read are merged,
@@ -32,6 +32,12 @@ import (
 // Package profiles has ready ones for OpenAI, Anthropic, and GitHub's and
 // Shopify's GraphQL APIs.
 type Actual struct {
+	// Status, if set, returns the actual costs by unit from the
+	// response's status code, and whether it found any: e.g. a unit
+	// estimated at 0 and counted 1 on a 401, 403 or 429, a budget of
+	// invalid responses for an API that bans past it (profiles.Discord).
+	// Header and Member, read later, win over it.
+	Status func(code int) (map[string]int, bool)
 	// Header, if set, returns the actual costs by unit from the
 	// response's headers, and whether it found any.
 	Header func(http.Header) (map[string]int, bool)
@@ -127,7 +133,9 @@ func (c *rule) compileUnits() error {
 }
 
 // set reports whether a says where to read anything.
-func (a Actual) set() bool { return a.Header != nil || a.Member != "" || a.Read != nil }
+func (a Actual) set() bool {
+	return a.Status != nil || a.Header != nil || a.Member != "" || a.Read != nil
+}
 
 // unitCosts returns the unit parts of req under r: each unit's estimate,
 // checked against its limits.
@@ -156,6 +164,11 @@ func (t *Transport) bill(ctx context.Context, r *rule, k keyed, a *engine.Admiss
 		return
 	}
 	s := &settlement{t: t, r: r, k: k, b: b, ctx: context.WithoutCancel(ctx), status: resp.StatusCode, got: map[string]int{}}
+	if r.Actual.Status != nil {
+		if m, ok := r.Actual.Status(resp.StatusCode); ok {
+			s.merge(m)
+		}
+	}
 	if r.Actual.Header != nil {
 		if m, ok := r.Actual.Header(resp.Header); ok {
 			s.merge(m)

@@ -200,3 +200,50 @@ func TestUnitsConfig(t *testing.T) {
 	assert.ErrorIs(t, est(t, c, 1001), throttle.ErrInvalidCost)
 	assert.ErrorIs(t, est(t, c, -1), throttle.ErrInvalidCost)
 }
+
+// Actual.Status counts a unit only on the responses whose status it
+// names: a budget of invalid responses (401, 403, 429) estimated at 0 and
+// settled to 1 on such a response, with no store call for the others. A
+// request waits once the budget's window holds more than its N.
+func TestSettleFromStatus(t *testing.T) {
+	var status atomic.Int32
+	status.Store(200)
+	base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		resp := okResponse(r)
+		resp.StatusCode = int(status.Load())
+		return resp, nil
+	})
+	st := &settleCount{Store: newMemory(t)}
+	tr, err := throttle.New(base, st, throttle.WithRule(throttle.Rule{
+		Host: "api.example.com", Key: throttle.Fixed("k"), FailFast: true, NoDefaultPace: true,
+		Limits: []throttle.Limit{throttle.PerMinute(100), throttle.PerMinute(2).Of("invalid")},
+		Costs:  map[string]func(*http.Request) int{"invalid": func(*http.Request) int { return 0 }},
+		Actual: throttle.Actual{Status: func(code int) (map[string]int, bool) {
+			if code == 401 || code == 403 {
+				return map[string]int{"invalid": 1}, true
+			}
+			return nil, false
+		}},
+	}))
+	require.NoError(t, err)
+	c := &http.Client{Transport: tr}
+	get := func() error {
+		resp, err := c.Get("https://api.example.com/x")
+		if err != nil {
+			return err
+		}
+		return resp.Body.Close()
+	}
+	for range 5 {
+		require.NoError(t, get())
+	}
+	assert.Zero(t, st.n.Load(), "a valid response settles nothing")
+	status.Store(401)
+	for range 3 {
+		require.NoError(t, get())
+	}
+	assert.Equal(t, int32(3), st.n.Load())
+	assert.Equal(t, [][]int64{{1}, {1}, {1}}, st.actual)
+	status.Store(200)
+	assert.ErrorIs(t, get(), throttle.ErrLimited, "3 invalid responses in the minute, more than 2: the key waits")
+}

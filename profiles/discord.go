@@ -3,6 +3,7 @@ package profiles
 import (
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/throttle-go/throttle"
 )
@@ -14,21 +15,48 @@ import (
 // learned from the route's first response (X-RateLimit-Limit per
 // X-RateLimit-Reset-After) and kept by the whole fleet, as evenly spaced
 // sends. Routes that share a bucket (X-RateLimit-Bucket) are still keyed
-// apart. Documented at discord.com/developers/docs/topics/rate-limits, as
-// of 2026-05.
+// apart. Discord bans for an hour an IP address that gets 10,000 invalid
+// responses (401, 403 or 429) in 10 minutes: each route counts its invalid
+// responses (a unit, "invalid", estimated at 0 and settled to 1 on such a
+// response by Actual.Status) and stops at 9,500 per 10 minutes, below the
+// ban by what may be in flight when it fills. The
+// budget is counted per route, not per address: routes that all fail (a
+// revoked token) can together pass the ban's figure, each under its own
+// budget. Documented at discord.com/developers/docs/topics/rate-limits, as
+// of 2026-11.
 func Discord() throttle.Rule {
 	return throttle.Rule{
 		Name:       "discord",
 		Host:       "discord.com",
 		PathPrefix: "/api/",
 		Key:        discordRoute(throttle.ByAuthorization()),
-		Limits:     []throttle.Limit{throttle.PerSecond(50)},
+		Limits: []throttle.Limit{throttle.PerSecond(50),
+			throttle.Per(discordInvalidBudget, 10*time.Minute).Of("invalid")},
+		Costs:  map[string]func(*http.Request) int{"invalid": func(*http.Request) int { return 0 }},
+		Actual: throttle.Actual{Status: discordInvalid},
 		Also: []throttle.KeyLimit{{
 			Name:   "global",
 			Key:    throttle.ByAuthorization(),
 			Limits: []throttle.Limit{throttle.PerSecond(50)},
 		}},
 	}
+}
+
+// discordInvalidBudget is how many invalid responses (401, 403, 429) a
+// Discord route may get in 10 minutes: 5% below the 10,000 that ban the
+// address, for the requests in flight when the budget fills (a request
+// waits once the window holds more than the budget).
+const discordInvalidBudget = 9_500
+
+// discordInvalid counts a response of status code against the budget of
+// invalid responses: 401, 403 and 429 (a 429 of the shared scope too,
+// which Discord does not count: the status alone cannot tell).
+func discordInvalid(code int) (map[string]int, bool) {
+	switch code {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests:
+		return map[string]int{"invalid": 1}, true
+	}
+	return nil, false
 }
 
 // discordRoute keys a request as key does, followed by its route: the

@@ -194,6 +194,37 @@ func TestProfilesAgainstFakes(t *testing.T) {
 			up, err := throttletest.NewMeta(throttletest.Config{Now: now2026})
 			return burst{profiles.Meta(200), up, http.MethodGet, "https://graph.facebook.com/v19.0/me?access_token=app", [2]string{}, 3 * time.Hour}, err
 		}, time.Hour, func(first, end time.Time) int { return windows(200, time.Hour, first, end) }, 0, 0},
+		{"Salesforce, 600 per rolling 10 minutes", func() (burst, error) {
+			// An org's rolling 24 hours, scaled to 10 minutes.
+			up, err := throttletest.NewSalesforce(throttletest.Config{N: 600, Window: 10 * time.Minute, Now: now2026})
+			r := profiles.Salesforce(600)
+			r.Limits = []throttle.Limit{throttle.Per(600, 10*time.Minute)}
+			return burst{r, up, http.MethodGet, "https://acme.my.salesforce.com/services/data/v62.0/query?q=x", [2]string{"Authorization", "Bearer t"}, 30 * time.Minute}, err
+		}, 10 * time.Minute, func(first, end time.Time) int { return windows(600, 10*time.Minute, first, end) }, 0, 0},
+		{"HubSpot, its documented figures", func() (burst, error) {
+			up, err := throttletest.NewHubSpot(throttletest.Config{Now: now2026})
+			return burst{profiles.HubSpot(), up, http.MethodGet, "https://api.hubapi.com/crm/v3/objects/contacts", [2]string{"Authorization", "Bearer t"}, time.Minute}, err
+		}, 10 * time.Second, func(first, end time.Time) int { return windows(100, 10*time.Second, first, end) }, 0, 0},
+		{"Reddit, its documented figures", func() (burst, error) {
+			up, err := throttletest.NewReddit(throttletest.Config{Now: now2026})
+			return burst{profiles.Reddit(), up, http.MethodGet, "https://oauth.reddit.com/r/golang/hot", [2]string{"Authorization", "Bearer t"}, 30 * time.Minute}, err
+		}, 10 * time.Minute, func(first, end time.Time) int { return windows(1000, 10*time.Minute, first, end) }, 0, 0},
+		{"Slack, tier 3", func() (burst, error) {
+			up, err := throttletest.NewSlack(throttletest.Config{Now: now2026})
+			return burst{profiles.Slack(3), up, http.MethodPost, "https://slack.com/api/chat.postMessage", [2]string{"Authorization", "Bearer xoxb"}, 5 * time.Minute}, err
+		}, time.Minute, func(first, end time.Time) int { return windows(50, time.Minute, first, end) }, 0, 0},
+		{"X, 900 per 15 minutes", func() (burst, error) {
+			up, err := throttletest.NewX(throttletest.Config{Now: now2026})
+			return burst{profiles.X(900, 0), up, http.MethodGet, "https://api.x.com/2/tweets/1460323737035677698", [2]string{"Authorization", "Bearer app"}, 45 * time.Minute}, err
+		}, 15 * time.Minute, func(first, end time.Time) int { return windows(900, 15*time.Minute, first, end) }, 0, 0},
+		{"Zendesk, Enterprise", func() (burst, error) {
+			up, err := throttletest.NewZendesk(throttletest.Config{Now: now2026})
+			return burst{profiles.Zendesk(700), up, http.MethodGet, "https://acme.zendesk.com/api/v2/users.json", [2]string{"Authorization", "Bearer t"}, 5 * time.Minute}, err
+		}, time.Minute, func(first, end time.Time) int { return windows(700, time.Minute, first, end) }, 0, 0},
+		{"AWS, EC2 DescribeHosts", func() (burst, error) {
+			up, err := throttletest.NewAWS(throttletest.Config{Now: now2026})
+			return burst{profiles.AWS(100, 20), up, http.MethodGet, "https://ec2.us-east-1.amazonaws.com/?Action=DescribeHosts&Version=2016-11-15", [2]string{"Authorization", awsAuth}, 30 * time.Second}, err
+		}, 5 * time.Second, func(first, end time.Time) int { return 100 + int(end.Sub(first)/(50*time.Millisecond)) }, 0, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -230,5 +261,23 @@ func TestStripeLockAgainstFake(t *testing.T) {
 		// One change at a time, 50ms each: 40 in 2s, whatever the 429s
 		// the other workers met meanwhile.
 		assert.Equal(t, 40, o.accepted)
+	})
+}
+
+// Discord bans a client that gets 10,000 invalid responses (401, 403,
+// 429) in 10 minutes: a fleet whose token was revoked, sending as fast as
+// the global limit lets it, is stopped by the profile's budget of invalid
+// responses before the ban.
+func TestDiscordInvalidBudgetAgainstFake(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		up, err := throttletest.NewDiscord(throttletest.Config{Now: now2026})
+		require.NoError(t, err)
+		b := burst{profiles.Discord(), up, http.MethodGet, "https://discord.com/api/v10/users/@me", [2]string{"Authorization", "revoked-token x"}, 11 * time.Minute}
+		o := b.run(t, 10*time.Minute)
+		st := up.Stats()
+		t.Logf("%s; banned answers %d", o, st.Keys["banned"].Rejected)
+		assert.Zero(t, st.Keys["banned"].Rejected, "never banned")
+		assert.Positive(t, o.limited, "the budget stopped the fleet")
 	})
 }

@@ -40,6 +40,9 @@ func TestProfilesBuild(t *testing.T) {
 		"meta":          {profiles.Meta(200), "https://graph.facebook.com/v19.0/me?access_token=t", [2]string{}},
 		"openai":        {profiles.OpenAI(500, 40000), "https://api.openai.com/v1/models", [2]string{"Authorization", "Bearer sk-t"}},
 		"anthropic":     {profiles.Anthropic(50, 40000, 8000), "https://api.anthropic.com/v1/models", [2]string{"X-Api-Key", "sk-ant"}},
+		"x":             {profiles.X(900, 0), "https://api.x.com/2/tweets/1460323737035677698", [2]string{"Authorization", "Bearer app"}},
+		"zendesk":       {profiles.Zendesk(700), "https://acme.zendesk.com/api/v2/tickets.json", [2]string{"Authorization", "Basic dTp0"}},
+		"aws":           {profiles.AWS(100, 20), "https://ec2.us-east-1.amazonaws.com/?Action=DescribeHosts&Version=2016-11-15", [2]string{"Authorization", awsAuth}},
 	}
 	var opts []throttle.Option
 	for name, p := range all {
@@ -77,13 +80,22 @@ func TestProfileRefusals(t *testing.T) {
 		url   string
 		first *http.Response
 		pause time.Duration
+		auth  string // the Authorization header; empty: a bearer token
 	}{
 		{"GitHub 403", profiles.GitHub(), "https://api.github.com/user",
-			&http.Response{StatusCode: 403, Header: http.Header{"X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"30"}}}, 30 * time.Second},
+			&http.Response{StatusCode: 403, Header: http.Header{"X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"30"}}}, 30 * time.Second, ""},
 		{"Google 200 OVER_QUERY_LIMIT", profiles.GoogleMaps(3000, 0), "https://maps.googleapis.com/maps/api/geocode/json?key=k",
-			&http.Response{StatusCode: 200, Header: http.Header{"Retry-After": {"2"}}, Body: io.NopCloser(strings.NewReader(`{"status": "OVER_QUERY_LIMIT"}`))}, 2 * time.Second},
+			&http.Response{StatusCode: 200, Header: http.Header{"Retry-After": {"2"}}, Body: io.NopCloser(strings.NewReader(`{"status": "OVER_QUERY_LIMIT"}`))}, 2 * time.Second, ""},
 		{"Stripe 429 lock_timeout", profiles.Stripe(), "https://api.stripe.com/v1/charges/ch_1",
-			&http.Response{StatusCode: 429, Header: http.Header{"Retry-After": {"5"}}, Body: io.NopCloser(strings.NewReader(`{"error":{"code":"lock_timeout"}}`))}, 0},
+			&http.Response{StatusCode: 429, Header: http.Header{"Retry-After": {"5"}}, Body: io.NopCloser(strings.NewReader(`{"error":{"code":"lock_timeout"}}`))}, 0, ""},
+		{"AWS 400 RequestLimitExceeded", profiles.AWS(100, 20), "https://ec2.us-east-1.amazonaws.com/?Action=DescribeHosts",
+			&http.Response{StatusCode: 400, Header: http.Header{"Retry-After": {"3"}}, Body: io.NopCloser(strings.NewReader(
+				`<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request limit exceeded.</Message></Error></Errors></Response>`))}, 3 * time.Second, awsAuth},
+		{"AWS 400 x-amzn-ErrorType", profiles.AWS(100, 20), "https://ec2.us-east-1.amazonaws.com/?Action=DescribeHosts",
+			&http.Response{StatusCode: 400, Header: http.Header{"Retry-After": {"3"}, "X-Amzn-Errortype": {"ThrottlingException"}}}, 3 * time.Second, awsAuth},
+		{"AWS 400 another error", profiles.AWS(100, 20), "https://ec2.us-east-1.amazonaws.com/?Action=DescribeHosts",
+			&http.Response{StatusCode: 400, Header: http.Header{"Retry-After": {"3"}}, Body: io.NopCloser(strings.NewReader(
+				`<Response><Errors><Error><Code>InvalidParameterValue</Code></Error></Errors></Response>`))}, 0, awsAuth},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -104,7 +116,10 @@ func TestProfileRefusals(t *testing.T) {
 				get := func() {
 					req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, c.url, nil)
 					require.NoError(t, err)
-					req.Header.Set("Authorization", "Bearer tok")
+					if c.auth == "" {
+						c.auth = "Bearer tok"
+					}
+					req.Header.Set("Authorization", c.auth)
 					resp, err := tr.RoundTrip(req)
 					require.NoError(t, err)
 					_, _ = io.Copy(io.Discard, resp.Body)
@@ -122,6 +137,9 @@ func TestProfileRefusals(t *testing.T) {
 		})
 	}
 }
+
+// awsAuth is a Signature Version 4 Authorization header (AWS's example key).
+const awsAuth = "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261126/us-east-1/ec2/aws4_request, SignedHeaders=host;x-amz-date, Signature=5d672d79c15b13162d9279b0855cfba6789a8edb4c82c400e06b5924a6f2b5d7"
 
 type rtf func(*http.Request) (*http.Response, error)
 

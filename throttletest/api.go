@@ -12,7 +12,9 @@ import (
 )
 
 // This file is what the fakes of real APIs (NewGitHub, NewDiscord, NewMeta,
-// NewGoogleMaps, NewStripe, NewShopify, one file per family) share: an
+// NewGoogleMaps, NewStripe, NewShopify, NewSalesforce, NewHubSpot,
+// NewReddit, NewSlack, NewX, NewZendesk, NewAWS, one file per family)
+// share: an
 // Upstream whose answers a dialect decides, in the API's statuses, headers
 // and bodies, while its Stats and assertions work as for any Upstream.
 
@@ -21,6 +23,10 @@ type dialect interface {
 	// answer decides r, arrived at now, with the Upstream's lock held.
 	answer(u *Upstream, r *http.Request, now time.Time) answer
 }
+
+// formReader is a dialect that reads a request's form (r.Form), parsed
+// before its answer is decided.
+type formReader interface{ readsForm() bool }
 
 // verdict is how an answer counts in Stats.
 type verdict int
@@ -77,6 +83,9 @@ func (u *Upstream) serveAPI(w http.ResponseWriter, r *http.Request) {
 			t.Stop()
 			return
 		}
+	}
+	if f, ok := u.api.(formReader); ok && f.readsForm() {
+		_ = r.ParseForm() // before the lock: reading a body may wait
 	}
 	u.mu.Lock()
 	now := u.cfg.Now()

@@ -1,6 +1,7 @@
 package throttletest
 
 import (
+	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"testing"
@@ -47,6 +48,17 @@ func TestAPIConfig(t *testing.T) {
 			require.Error(t, err, name)
 		}
 	}
+}
+
+// httpResult is a recorded answer, read once.
+type httpResult struct {
+	code   int
+	header http.Header
+	body   string
+}
+
+func result(rec *httptest.ResponseRecorder) *httpResult {
+	return &httpResult{rec.Code, rec.Header(), rec.Body.String()}
 }
 
 func atoi(t *testing.T, s string) int {

@@ -2,6 +2,7 @@ package throttletest
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -30,17 +31,69 @@ const discordGlobal = 50
 // and a JSON body whose retry_after is in seconds with a fraction; a refusal
 // by the global limit also says X-RateLimit-Global: true. Stats are kept
 // per token, bucket and major parameter ("token bucket/id").
+//
+// A request whose Authorization is neither "Bot …" nor "Bearer …" is
+// answered 401. A client that gets 10,000 invalid responses (401, 403 or
+// 429) in 10 minutes is banned for an hour, as Discord restricts an IP
+// address: every request from it (its RemoteAddr's host; all requests
+// without one count as one client) is then answered 429 with Cloudflare's
+// "error code: 1015" and Retry-After: 3600, and counts as rejected under
+// the key "banned".
 func NewDiscord(cfg Config) (*Upstream, error) {
 	if cfg.MaxInFlight != 0 {
 		return nil, errInFlight("NewDiscord")
 	}
 	return newAPI("NewDiscord", cfg, 5, 5*time.Second, keyHeader("Authorization"),
-		&discord{buckets: map[string]*fixedWindow{}, global: map[string]*costLog{}})
+		&discord{buckets: map[string]*fixedWindow{}, global: map[string]*costLog{},
+			invalid: map[string]*costLog{}, banned: map[string]time.Time{}})
 }
 
 type discord struct {
 	buckets map[string]*fixedWindow // by the Stats key
 	global  map[string]*costLog     // by token
+	invalid map[string]*costLog     // by client: its invalid responses
+	banned  map[string]time.Time    // by client: until when
+}
+
+// Discord's ban for invalid requests: 10,000 per 10 minutes, an hour.
+const (
+	discordInvalid       = 10_000
+	discordInvalidWindow = 10 * time.Minute
+	discordBan           = time.Hour
+)
+
+// client is the host of r's RemoteAddr, as an IP address is banned.
+func client(r *http.Request) string {
+	if h, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return h
+	}
+	return r.RemoteAddr
+}
+
+// answer answers r, then counts an invalid answer against its client,
+// banning it at discordInvalid.
+func (d *discord) answer(u *Upstream, r *http.Request, now time.Time) answer {
+	ip := client(r)
+	if until, ok := d.banned[ip]; ok && now.Before(until) {
+		h := http.Header{}
+		h.Set("Retry-After", strconv.FormatInt(ceilSeconds(until.Sub(now)), 10))
+		h.Set("Content-Type", "text/plain")
+		return answer{key: "banned", verdict: refused, status: http.StatusTooManyRequests, header: h, body: "error code: 1015"}
+	}
+	a := d.route(u, r, now)
+	if a.status == http.StatusUnauthorized || a.status == http.StatusForbidden || a.status == http.StatusTooManyRequests {
+		l := d.invalid[ip]
+		if l == nil {
+			l = &costLog{}
+			d.invalid[ip] = l
+		}
+		l.trim(now, discordInvalidWindow)
+		if l.add(now, 1); l.sum >= discordInvalid {
+			d.banned[ip] = now.Add(discordBan)
+			l.at, l.cost, l.sum = nil, nil, 0
+		}
+	}
+	return a
 }
 
 // discordRoute returns the bucket's id of a path and its major parameter.
@@ -58,7 +111,12 @@ func discordRoute(method, path string) (id, major string) {
 	return hashID(method + " " + strings.Join(segs, "/")), major
 }
 
-func (d *discord) answer(u *Upstream, r *http.Request, now time.Time) answer {
+// route answers r by its route's bucket and the global limit.
+func (d *discord) route(u *Upstream, r *http.Request, now time.Time) answer {
+	if v := r.Header.Get("Authorization"); !strings.HasPrefix(v, "Bot ") && !strings.HasPrefix(v, "Bearer ") {
+		return answer{key: u.cfg.Key(r), verdict: neither, status: http.StatusUnauthorized, header: http.Header{},
+			body: `{"message":"401: Unauthorized","code":0}`}
+	}
 	token := u.cfg.Key(r)
 	id, major := discordRoute(r.Method, r.URL.Path)
 	key := token + " " + id + "/" + major

@@ -71,3 +71,29 @@ func TestDiscord(t *testing.T) {
 	assert.Equal(t, 200, post("/api/v10/channels/7/messages").StatusCode)
 	assert.Equal(t, 200, call(u, http.MethodGet, "/api/v10/users/@me", "Authorization", "Bot u").Code, "another bot")
 }
+
+// TestDiscordBan: 10,000 invalid responses (401, 403, 429) from a client
+// in 10 minutes ban it for an hour; fewer, or older ones, do not.
+func TestDiscordBan(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	u, err := NewDiscord(Config{Now: clock.Now})
+	require.NoError(t, err)
+	bad := func() int { return call(u, http.MethodGet, "/api/v10/users/@me", "Authorization", "not a token").Code }
+	for i := range 9_999 {
+		require.Equal(t, http.StatusUnauthorized, bad(), i)
+		if i == 0 {
+			clock.Add(time.Minute)
+		}
+	}
+	clock.Add(9 * time.Minute) // the first has left the 10 minutes
+	require.Equal(t, http.StatusUnauthorized, bad(), "9,999 in the last 10 minutes")
+	require.Equal(t, http.StatusUnauthorized, bad(), "the 10,000th")
+	banned := call(u, http.MethodGet, "/api/v10/users/@me", "Authorization", "Bot good")
+	require.Equal(t, http.StatusTooManyRequests, banned.Code, "a valid token from the banned client")
+	assert.Equal(t, "error code: 1015\n", banned.Body.String())
+	assert.Equal(t, "3600", banned.Header().Get("Retry-After"))
+	assert.Equal(t, 1, u.Stats().Keys["banned"].Rejected)
+	clock.Add(time.Hour)
+	assert.Equal(t, 200, call(u, http.MethodGet, "/api/v10/users/@me", "Authorization", "Bot good").Code, "an hour later")
+}

@@ -8,10 +8,12 @@
 // client at it, and check its Stats, or assert with RequireNoRejections and
 // AssertWithin: a client that keeps the limit meets no 429.
 //
-// NewGitHub, NewDiscord, NewMeta, NewGoogleMaps, NewStripe and NewShopify
-// return fakes of those APIs: each counts as its API documents and answers
-// in its dialect (its statuses, headers and bodies: GitHub's 403s, Google's
-// 200 OVER_QUERY_LIMIT, Stripe's lock_timeout), so that a client can be
+// NewGitHub, NewDiscord, NewMeta, NewGoogleMaps, NewStripe, NewShopify,
+// NewSalesforce, NewHubSpot, NewReddit, NewSlack, NewX, NewZendesk and
+// NewAWS return fakes of those APIs: each counts as its API documents and
+// answers in its dialect (its statuses, headers and bodies: GitHub's 403s,
+// Google's 200 OVER_QUERY_LIMIT, Stripe's lock_timeout, AWS's 400 with an
+// error code), so that a client can be
 // tested against what the API will say, with the same Stats and
 // assertions.
 package throttletest

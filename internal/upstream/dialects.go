@@ -152,8 +152,11 @@ func readDialects(h http.Header, s *Said, ref func() time.Time) {
 		}
 		if ok && !s.HasBudget {
 			// A rolling window: all it holds has left it one window
-			// from now, so the remaining units last at least that long.
-			s.Remaining, s.Reset, s.HasBudget = rem, capPause(w), true
+			// from now, so the remaining units last at least that long;
+			// but units come back as the oldest requests leave it, not
+			// at once then: nothing left is no pause for a window
+			// (Refills), which would halve a fleet at the full rate.
+			s.Remaining, s.Reset, s.HasBudget, s.Refills = rem, capPause(w), true, true
 		}
 	}
 	if lim, ok := parseCount(h.Get("X-Hubspot-Ratelimit-Daily")); ok {

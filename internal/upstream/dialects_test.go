@@ -42,10 +42,10 @@ func TestReadDialects(t *testing.T) {
 			Said{Dims: []Budget{{Name: "api-usage", Limit: 100000, Remaining: 89982}}}},
 		{"HubSpot: the burst window and the day", header("X-HubSpot-RateLimit-Max", "100", "X-HubSpot-RateLimit-Remaining", "97",
 			"X-HubSpot-RateLimit-Interval-Milliseconds", "10000", "X-HubSpot-RateLimit-Daily", "250000", "X-HubSpot-RateLimit-Daily-Remaining", "0"),
-			Said{Policies: []Policy{{100, 10 * time.Second}}, Remaining: 97, Reset: 10 * time.Second, HasBudget: true,
+			Said{Policies: []Policy{{100, 10 * time.Second}}, Remaining: 97, Reset: 10 * time.Second, HasBudget: true, Refills: true,
 				Dims: []Budget{{Name: "daily", Limit: 250000, Remaining: 0}}}},
 		{"HubSpot: the older per-second fields", header("X-HubSpot-RateLimit-Secondly", "10", "X-HubSpot-RateLimit-Secondly-Remaining", "9"),
-			Said{Policies: []Policy{{10, time.Second}}, Remaining: 9, Reset: time.Second, HasBudget: true}},
+			Said{Policies: []Policy{{10, time.Second}}, Remaining: 9, Reset: time.Second, HasBudget: true, Refills: true}},
 		{"Reddit", header("X-Ratelimit-Used", "3", "X-Ratelimit-Remaining", "97.0", "X-Ratelimit-Reset", "42"),
 			Said{Remaining: 97, Reset: 42 * time.Second, HasBudget: true}},
 		{"Meta: business use cases", header("X-Business-Use-Case-Usage",
@@ -105,6 +105,10 @@ func TestLearnDimensions(t *testing.T) {
 		"tokens refill continuously and the reset is the time until full: nothing left in a 200 pauses nothing")
 	ok = ReadHeaders(header("x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "20s"), refTime)
 	assert.Equal(t, contract.Learned{}, d.Learn(ok), "nor no request left")
+	hubspot := ReadHeaders(header("X-HubSpot-RateLimit-Max", "100", "X-HubSpot-RateLimit-Remaining", "0",
+		"X-HubSpot-RateLimit-Interval-Milliseconds", "10000"), refTime)
+	assert.Zero(t, d.Learn(hubspot).Pause,
+		"HubSpot's window rolls: its oldest request may leave it at once, so nothing left in a 200 pauses nothing")
 	day := ReadHeaders(header("X-User-Limit-24hour-Remaining", "0", "X-User-Limit-24hour-Reset", "3600"), refTime)
 	assert.Positive(t, d.Learn(day).Pause, "a day's budget with nothing left pauses until its reset")
 

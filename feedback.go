@@ -65,6 +65,10 @@ type told struct {
 	pacedAt time.Time
 	shaped  time.Time // when the key last moved to a learned pace (shape.go)
 	slowed  int       // how often its pace was slowed since that pace began
+	// short is when a refusal's rounded wait was last shortened to a few
+	// spacings, shortFor that wait (shape.go).
+	short    time.Time
+	shortFor time.Duration
 }
 
 // maxTold bounds the keys remembered; past it the memory starts afresh (which

@@ -129,7 +129,11 @@ func shapeTTL(p Limit) time.Duration {
 // the pace, fleet-wide, by twice as much as the last time (slowed): a few
 // 429s find the spacing the upstream accepts, and each costs its request and
 // a pause of a couple of spacings, not a window. A stated wait (Retry-After,
-// a budget's reset, X-App-Usage) is kept whole.
+// a budget's reset, X-App-Usage) is kept whole, but for a Retry-After of
+// one second to a request sent under the pace, which pauses two spacings
+// too unless the upstream refused again within that second
+// (refusedAgain): a strict-spacing upstream rounds its next slot, a
+// spacing away, up to the header's whole second.
 // It reports whether the 429 moves the key (a new pace, not a slowing).
 func (f *feedbackState) reshape(r *rule, skey string, sig upstream.Said, due, now time.Time, l *contract.Learned) (move bool) {
 	p, own, ok := r.shapeFor()
@@ -143,11 +147,48 @@ func (f *feedbackState) reshape(r *rule, skey string, sig upstream.Said, due, no
 	}
 	p = slowed(p, min(n, maxSlowed))
 	l.Pace, l.PaceTTL = contract.Limit(p), shapeTTL(p)
-	if !sig.Stated() {
-		spacing := (p.Per + time.Duration(p.N) - 1) / time.Duration(p.N)
-		l.Pause = min(l.Pause, shapePauseSpacings*spacing)
+	spacing := (p.Per + time.Duration(p.N) - 1) / time.Duration(p.N)
+	short := shapePauseSpacings * spacing
+	switch {
+	case !sig.Stated():
+		l.Pause = min(l.Pause, short)
+	case n > 0 && roundedWait(sig) && short < sig.RetryAfter && !f.refusedAgain(skey, due, now, sig.RetryAfter):
+		l.Pause = min(l.Pause, short)
 	}
 	return move
+}
+
+// roundedWait reports whether the only wait sig states is a Retry-After of
+// one second: what a strict-spacing upstream (a GCRA or a token bucket
+// without burst, nginx limit_req) sends for a next slot a spacing away, its
+// wait rounded up to the header's whole second. A fractional wait is
+// precise, and kept.
+func roundedWait(sig upstream.Said) bool {
+	return sig.HasRetryAfter && sig.RetryAfter == time.Second &&
+		sig.Exhausted() == 0 && !(sig.HasUsage && sig.Usage >= 100)
+}
+
+// refusedAgain reports whether a refusal at now that states a rounded wait
+// of stated comes within the stated wait of the last refusal whose wait was
+// shortened, to a request due after it (due zero: not known, so assumed
+// after): the upstream is exhausted, not spacing strictly, and its wait is
+// kept whole. Otherwise it remembers this refusal as shortened. So the key
+// pauses for a couple of spacings at a strict-spacing upstream's refusal,
+// and a real exhaustion costs at most one more refused request.
+func (f *feedbackState) refusedAgain(skey string, due, now time.Time, stated time.Duration) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.told == nil || len(f.told) >= maxTold {
+		f.told = make(map[string]told)
+	}
+	old := f.told[skey]
+	if !old.short.IsZero() && now.Before(old.short.Add(old.shortFor)) {
+		// In flight before the last shortened refusal: the same burst.
+		return due.IsZero() || due.After(old.short)
+	}
+	old.short, old.shortFor = now, stated
+	f.told[skey] = old
+	return false
 }
 
 // slowings returns how often this transport has slowed skey's learned pace

@@ -110,6 +110,45 @@ func TestReshape(t *testing.T) {
 	f.reshape(r, "k", sig, now.Add(11*time.Minute), now.Add(11*time.Minute), &expired)
 	assert.Equal(t, pace, Limit(expired.Pace), "a new move once the last one's TTL is over")
 
+	// Under the pace, a refusal whose only stated wait is Retry-After: 1
+	// (a strict spacing's next slot, rounded up to the second) pauses two
+	// spacings; another within that second, to a request due after it, says
+	// the upstream is exhausted: its second is kept whole. One of the same
+	// burst (due before) does not count; a second later it shortens again.
+	// The move's own refusal, a fractional wait, a longer one and an
+	// exhausted budget are kept whole.
+	head := func(kv ...string) upstream.Said {
+		h := http.Header{}
+		for i := 0; i < len(kv); i += 2 {
+			h.Set(kv[i], kv[i+1])
+		}
+		sig := upstream.ReadHeaders(h, now)
+		sig.Refused = true
+		return sig
+	}
+	ra := head("Retry-After", "1")
+	var g feedbackState
+	ms := time.Millisecond
+	for _, c := range []struct {
+		name    string
+		sig     upstream.Said
+		due, at time.Duration
+		pause   time.Duration
+	}{
+		{"the move: kept whole", ra, -ms, 0, time.Second},
+		{"under the pace: two spacings", ra, 1100 * ms, 1110 * ms, spacings(slowed(pace, 1))},
+		{"the same burst: two spacings", ra, 1105 * ms, 1112 * ms, spacings(slowed(pace, 1))},
+		{"again within the second: kept whole", ra, 1150 * ms, 1160 * ms, time.Second},
+		{"a second later: two spacings", ra, 2200 * ms, 2210 * ms, spacings(slowed(pace, 3))},
+		{"a fractional wait: kept whole", head("Retry-After", "0.5"), 3300 * ms, 3310 * ms, 500 * ms},
+		{"two seconds: kept whole", head("Retry-After", "2"), 4400 * ms, 4410 * ms, 2 * time.Second},
+		{"a budget exhausted: kept whole", head("Retry-After", "1", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "4"), 6500 * ms, 6510 * ms, 4 * time.Second},
+	} {
+		l := r.dialect.Learn(c.sig)
+		g.reshape(r, "r", c.sig, now.Add(c.due), now.Add(c.at), &l)
+		assert.Equal(t, c.pause, l.Pause, c.name)
+	}
+
 	own, err := compile(Rule{Host: "h", Limits: []Limit{Paced(100, time.Second, 0)}}, false)
 	require.NoError(t, err)
 	l := own.dialect.Learn(sig)

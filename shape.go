@@ -122,7 +122,8 @@ func shapeTTL(p Limit) time.Duration {
 }
 
 // reshape adds to l, learned from a 429 on a request that the throttle
-// admitted (due: when its slot was due, zero if not measured), the move of
+// admitted (due: when its slot was due, zero if not measured; paced: it was
+// reserved under a learned pace, maybe another process's move), the move of
 // skey to r's stricter shape. A 429 to a request sent under that pace (the
 // upstream spaces strictly and the sends' transit varied more than the
 // pace's margin, or the upstream counts other clients' requests too) slows
@@ -135,16 +136,17 @@ func shapeTTL(p Limit) time.Duration {
 // (refusedAgain): a strict-spacing upstream rounds its next slot, a
 // spacing away, up to the header's whole second.
 // It reports whether the 429 moves the key (a new pace, not a slowing).
-func (f *feedbackState) reshape(r *rule, skey string, sig upstream.Said, due, now time.Time, l *contract.Learned) (move bool) {
+func (f *feedbackState) reshape(r *rule, skey string, sig upstream.Said, due, now time.Time, paced bool, l *contract.Learned) (move bool) {
 	p, own, ok := r.shapeFor()
 	if !ok {
 		return false
 	}
 	n := f.slowings(skey, due, now, shapeTTL(p))
-	move = n == 0 && !own
-	if own {
-		n++ // already paced so: slow it from the first 429
+	move = n == 0 && !own && !paced
+	if n == 0 && (own || paced) {
+		n++ // already paced so (maybe by another process): slow it from the first 429
 	}
+	f.setLevel(skey, min(n, maxSlowed))
 	p = slowed(p, min(n, maxSlowed))
 	l.Pace, l.PaceTTL = contract.Limit(p), shapeTTL(p)
 	spacing := (p.Per + time.Duration(p.N) - 1) / time.Duration(p.N)
@@ -211,4 +213,45 @@ func (f *feedbackState) slowings(skey string, due, now time.Time, ttl time.Durat
 	}
 	f.told[skey] = old
 	return old.slowed
+}
+
+// setLevel remembers how far this transport last slowed skey's pace.
+func (f *feedbackState) setLevel(skey string, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	old := f.told[skey]
+	old.level = n
+	f.told[skey] = old
+}
+
+// probeQuiet is how long a key's pace must go without a refusal heard by
+// this transport before it probes the pace back towards the rule's rate
+// (at least ten spacings): a probe halves what the slowings added, so a
+// spacing refused every few seconds settles a slowing or two above the
+// rate the upstream accepts, and one refused no more returns to the rule's.
+const probeQuiet = 5 * time.Second
+
+// probe returns the probe (contract.Learned.Probe) that skey's learned pace
+// is due after a response that was no refusal, if this transport slowed
+// that pace and heard no refusal of it (nor probed it) for the quiet time:
+// towards the rule's own shape, never faster (shapeFor). The store hurries
+// the pace only if no process slowed it meanwhile.
+func (f *feedbackState) probe(r *rule, skey string, now time.Time) (contract.Learned, bool) {
+	p, _, ok := r.shapeFor()
+	if !ok {
+		return contract.Learned{}, false
+	}
+	quiet := max(probeQuiet, 10*p.Per/time.Duration(p.N))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	old, seen := f.told[skey]
+	since := now.Sub(old.shaped)
+	if !seen || old.level == 0 || since < quiet || since >= shapeTTL(p) || now.Sub(old.probed) < quiet {
+		return contract.Learned{}, false
+	}
+	old.level--
+	old.slowed = max(old.slowed-1, 0)
+	old.probed = now
+	f.told[skey] = old
+	return contract.Learned{Pace: contract.Limit(p), PaceTTL: shapeTTL(p), Probe: quiet}, true
 }

@@ -65,6 +65,14 @@ type told struct {
 	pacedAt time.Time
 	shaped  time.Time // when the key last moved to a learned pace (shape.go)
 	slowed  int       // how often its pace was slowed since that pace began
+	// short is when a refusal's rounded wait was last shortened to a few
+	// spacings, shortFor that wait (shape.go).
+	short    time.Time
+	shortFor time.Duration
+	// level is how far this transport last slowed the pace (slowed's n),
+	// less the probes since; probed when it last probed it (shape.go).
+	level  int
+	probed time.Time
 }
 
 // maxTold bounds the keys remembered; past it the memory starts afresh (which
@@ -90,8 +98,9 @@ type heard struct {
 // listen reads resp, sent under rule r for k, records what it says through
 // the store failure policy, and reports it. complied says the throttle
 // admitted the send (not a failed-open store), due when its slot was due
-// (zero if not measured).
-func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Response, complied bool, due time.Time) heard {
+// (zero if not measured), paced that its slot was reserved under a learned
+// pace.
+func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Response, complied bool, due time.Time, paced bool) heard {
 	now := t.now()
 	sig := r.dialect.Read(resp, now) // internal/upstream: a refusal or not, and what the headers say
 	r.stats.count(resp, sig.Refused)
@@ -108,7 +117,15 @@ func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Res
 	// bucket's first window, and taking them anew only delays them.
 	move := false
 	if complied && sig.Refused && resp.StatusCode != http.StatusServiceUnavailable {
-		move = t.fb.reshape(r, k.skey, sig, due, now, &l) // shape.go
+		move = t.fb.reshape(r, k.skey, sig, due, now, paced, &l) // shape.go
+	}
+	if complied && !sig.Refused && resp.StatusCode < 300 {
+		if pr, ok := t.fb.probe(r, k.skey, now); ok { // shape.go: back towards the rule's rate
+			_, err := t.eng.Learn(ctx, k.skey, pr, false)
+			if err != nil {
+				t.report(ctx, Feedback{Rule: r.Name, Key: k.key, Status: resp.StatusCode, Err: r.storeErr(err)})
+			}
+		}
 	}
 	if !sig.Refused && l.Pause == 0 && !t.fb.news(k.skey, l, now) {
 		return heard{}

@@ -122,32 +122,75 @@ func shapeTTL(p Limit) time.Duration {
 }
 
 // reshape adds to l, learned from a 429 on a request that the throttle
-// admitted (due: when its slot was due, zero if not measured), the move of
+// admitted (due: when its slot was due, zero if not measured; paced: it was
+// reserved under a learned pace, maybe another process's move), the move of
 // skey to r's stricter shape. A 429 to a request sent under that pace (the
 // upstream spaces strictly and the sends' transit varied more than the
 // pace's margin, or the upstream counts other clients' requests too) slows
 // the pace, fleet-wide, by twice as much as the last time (slowed): a few
 // 429s find the spacing the upstream accepts, and each costs its request and
 // a pause of a couple of spacings, not a window. A stated wait (Retry-After,
-// a budget's reset, X-App-Usage) is kept whole.
+// a budget's reset, X-App-Usage) is kept whole, but for a Retry-After of
+// one second to a request sent under the pace, which pauses two spacings
+// too unless the upstream refused again within that second
+// (refusedAgain): a strict-spacing upstream rounds its next slot, a
+// spacing away, up to the header's whole second.
 // It reports whether the 429 moves the key (a new pace, not a slowing).
-func (f *feedbackState) reshape(r *rule, skey string, sig upstream.Said, due, now time.Time, l *contract.Learned) (move bool) {
+func (f *feedbackState) reshape(r *rule, skey string, sig upstream.Said, due, now time.Time, paced bool, l *contract.Learned) (move bool) {
 	p, own, ok := r.shapeFor()
 	if !ok {
 		return false
 	}
 	n := f.slowings(skey, due, now, shapeTTL(p))
-	move = n == 0 && !own
-	if own {
-		n++ // already paced so: slow it from the first 429
+	move = n == 0 && !own && !paced
+	if n == 0 && (own || paced) {
+		n++ // already paced so (maybe by another process): slow it from the first 429
 	}
+	f.setLevel(skey, min(n, maxSlowed))
 	p = slowed(p, min(n, maxSlowed))
 	l.Pace, l.PaceTTL = contract.Limit(p), shapeTTL(p)
-	if !sig.Stated() {
-		spacing := (p.Per + time.Duration(p.N) - 1) / time.Duration(p.N)
-		l.Pause = min(l.Pause, shapePauseSpacings*spacing)
+	spacing := (p.Per + time.Duration(p.N) - 1) / time.Duration(p.N)
+	short := shapePauseSpacings * spacing
+	switch {
+	case !sig.Stated():
+		l.Pause = min(l.Pause, short)
+	case n > 0 && roundedWait(sig) && short < sig.RetryAfter && !f.refusedAgain(skey, due, now, sig.RetryAfter):
+		l.Pause = min(l.Pause, short)
 	}
 	return move
+}
+
+// roundedWait reports whether the only wait sig states is a Retry-After of
+// one second: what a strict-spacing upstream (a GCRA or a token bucket
+// without burst, nginx limit_req) sends for a next slot a spacing away, its
+// wait rounded up to the header's whole second. A fractional wait is
+// precise, and kept.
+func roundedWait(sig upstream.Said) bool {
+	return sig.HasRetryAfter && sig.RetryAfter == time.Second &&
+		sig.Exhausted() == 0 && !(sig.HasUsage && sig.Usage >= 100)
+}
+
+// refusedAgain reports whether a refusal at now that states a rounded wait
+// of stated comes within the stated wait of the last refusal whose wait was
+// shortened, to a request due after it (due zero: not known, so assumed
+// after): the upstream is exhausted, not spacing strictly, and its wait is
+// kept whole. Otherwise it remembers this refusal as shortened. So the key
+// pauses for a couple of spacings at a strict-spacing upstream's refusal,
+// and a real exhaustion costs at most one more refused request.
+func (f *feedbackState) refusedAgain(skey string, due, now time.Time, stated time.Duration) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.told == nil || len(f.told) >= maxTold {
+		f.told = make(map[string]told)
+	}
+	old := f.told[skey]
+	if !old.short.IsZero() && now.Before(old.short.Add(old.shortFor)) {
+		// In flight before the last shortened refusal: the same burst.
+		return due.IsZero() || due.After(old.short)
+	}
+	old.short, old.shortFor = now, stated
+	f.told[skey] = old
+	return false
 }
 
 // slowings returns how often this transport has slowed skey's learned pace
@@ -170,4 +213,45 @@ func (f *feedbackState) slowings(skey string, due, now time.Time, ttl time.Durat
 	}
 	f.told[skey] = old
 	return old.slowed
+}
+
+// setLevel remembers how far this transport last slowed skey's pace.
+func (f *feedbackState) setLevel(skey string, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	old := f.told[skey]
+	old.level = n
+	f.told[skey] = old
+}
+
+// probeQuiet is how long a key's pace must go without a refusal heard by
+// this transport before it probes the pace back towards the rule's rate
+// (at least ten spacings): a probe halves what the slowings added, so a
+// spacing refused every few seconds settles a slowing or two above the
+// rate the upstream accepts, and one refused no more returns to the rule's.
+const probeQuiet = 5 * time.Second
+
+// probe returns the probe (contract.Learned.Probe) that skey's learned pace
+// is due after a response that was no refusal, if this transport slowed
+// that pace and heard no refusal of it (nor probed it) for the quiet time:
+// towards the rule's own shape, never faster (shapeFor). The store hurries
+// the pace only if no process slowed it meanwhile.
+func (f *feedbackState) probe(r *rule, skey string, now time.Time) (contract.Learned, bool) {
+	p, _, ok := r.shapeFor()
+	if !ok {
+		return contract.Learned{}, false
+	}
+	quiet := max(probeQuiet, 10*p.Per/time.Duration(p.N))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	old, seen := f.told[skey]
+	since := now.Sub(old.shaped)
+	if !seen || old.level == 0 || since < quiet || since >= shapeTTL(p) || now.Sub(old.probed) < quiet {
+		return contract.Learned{}, false
+	}
+	old.level--
+	old.slowed = max(old.slowed-1, 0)
+	old.probed = now
+	f.told[skey] = old
+	return contract.Learned{Pace: contract.Limit(p), PaceTTL: shapeTTL(p), Probe: quiet}, true
 }

@@ -77,7 +77,7 @@ func TestReshape(t *testing.T) {
 			sig := upstream.ReadHeaders(h, now)
 			sig.Refused = true
 			l := r.dialect.Learn(sig)
-			f.reshape(r, "k", sig, now.Add(-time.Millisecond), now, &l)
+			f.reshape(r, "k", sig, now.Add(-time.Millisecond), now, false, &l)
 			assert.Equal(t, pace, Limit(l.Pace))
 			assert.Equal(t, 10*time.Minute, l.PaceTTL)
 			assert.Equal(t, c.pause, l.Pause)
@@ -89,37 +89,85 @@ func TestReshape(t *testing.T) {
 	sig := upstream.ReadHeaders(http.Header{}, now)
 	sig.Refused = true
 	first := r.dialect.Learn(sig)
-	f.reshape(r, "k", sig, now.Add(-time.Millisecond), now, &first)
+	f.reshape(r, "k", sig, now.Add(-time.Millisecond), now, false, &first)
 	assert.Equal(t, spacings(pace), first.Pause)
 	same := r.dialect.Learn(sig)
-	f.reshape(r, "k", sig, now.Add(-time.Millisecond), now.Add(time.Millisecond), &same)
+	f.reshape(r, "k", sig, now.Add(-time.Millisecond), now.Add(time.Millisecond), false, &same)
 	assert.Equal(t, pace, Limit(same.Pace), "a 429 of the same burst, sent before the move")
 	at := now
 	for i, share := range []time.Duration{1, 2, 4, 8, 16, 32, 64, 64} {
 		at = at.Add(100 * time.Millisecond)
 		later := r.dialect.Learn(sig)
-		f.reshape(r, "k", sig, at.Add(-time.Millisecond), at, &later)
+		f.reshape(r, "k", sig, at.Add(-time.Millisecond), at, false, &later)
 		want := Paced(100, sec+sec/100*share, 0)
 		assert.Equal(t, want, Limit(later.Pace), "the %d-th 429 sent under the pace", i+1)
 		assert.Equal(t, spacings(want), later.Pause)
 	}
 	other := r.dialect.Learn(sig)
-	f.reshape(r, "other", sig, now.Add(100*time.Millisecond), now.Add(101*time.Millisecond), &other)
+	f.reshape(r, "other", sig, now.Add(100*time.Millisecond), now.Add(101*time.Millisecond), false, &other)
 	assert.Equal(t, pace, Limit(other.Pace), "per key")
 	expired := r.dialect.Learn(sig)
-	f.reshape(r, "k", sig, now.Add(11*time.Minute), now.Add(11*time.Minute), &expired)
+	f.reshape(r, "k", sig, now.Add(11*time.Minute), now.Add(11*time.Minute), false, &expired)
 	assert.Equal(t, pace, Limit(expired.Pace), "a new move once the last one's TTL is over")
+
+	// Under the pace, a refusal whose only stated wait is Retry-After: 1
+	// (a strict spacing's next slot, rounded up to the second) pauses two
+	// spacings; another within that second, to a request due after it, says
+	// the upstream is exhausted: its second is kept whole. One of the same
+	// burst (due before) does not count; a second later it shortens again.
+	// The move's own refusal, a fractional wait, a longer one and an
+	// exhausted budget are kept whole.
+	head := func(kv ...string) upstream.Said {
+		h := http.Header{}
+		for i := 0; i < len(kv); i += 2 {
+			h.Set(kv[i], kv[i+1])
+		}
+		sig := upstream.ReadHeaders(h, now)
+		sig.Refused = true
+		return sig
+	}
+	ra := head("Retry-After", "1")
+	var g feedbackState
+	ms := time.Millisecond
+	for _, c := range []struct {
+		name    string
+		sig     upstream.Said
+		due, at time.Duration
+		pause   time.Duration
+	}{
+		{"the move: kept whole", ra, -ms, 0, time.Second},
+		{"under the pace: two spacings", ra, 1100 * ms, 1110 * ms, spacings(slowed(pace, 1))},
+		{"the same burst: two spacings", ra, 1105 * ms, 1112 * ms, spacings(slowed(pace, 1))},
+		{"again within the second: kept whole", ra, 1150 * ms, 1160 * ms, time.Second},
+		{"a second later: two spacings", ra, 2200 * ms, 2210 * ms, spacings(slowed(pace, 3))},
+		{"a fractional wait: kept whole", head("Retry-After", "0.5"), 3300 * ms, 3310 * ms, 500 * ms},
+		{"two seconds: kept whole", head("Retry-After", "2"), 4400 * ms, 4410 * ms, 2 * time.Second},
+		{"a budget exhausted: kept whole", head("Retry-After", "1", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "4"), 6500 * ms, 6510 * ms, 4 * time.Second},
+	} {
+		l := r.dialect.Learn(c.sig)
+		g.reshape(r, "r", c.sig, now.Add(c.due), now.Add(c.at), false, &l)
+		assert.Equal(t, c.pause, l.Pause, c.name)
+	}
+
+	// A process's first refusal on a slot reserved under a learned pace
+	// (another process's move) slows it and, stating a second, pauses two
+	// spacings: no move.
+	var other2 feedbackState
+	l2 := r.dialect.Learn(ra)
+	assert.False(t, other2.reshape(r, "p", ra, now.Add(-ms), now, true, &l2), "no move")
+	assert.Equal(t, slowed(pace, 1), Limit(l2.Pace))
+	assert.Equal(t, spacings(slowed(pace, 1)), l2.Pause)
 
 	own, err := compile(Rule{Host: "h", Limits: []Limit{Paced(100, time.Second, 0)}}, false)
 	require.NoError(t, err)
 	l := own.dialect.Learn(sig)
-	f.reshape(own, "o", sig, now, now, &l)
+	f.reshape(own, "o", sig, now, now, false, &l)
 	assert.Equal(t, Paced(100, sec+sec/100, 0), Limit(l.Pace), "paced so already: slowed at the first 429")
 
 	fixed, err := compile(Rule{Host: "h", Limits: []Limit{PerSecond(100)}, Algorithm: FixedWindow}, false)
 	require.NoError(t, err)
 	l = fixed.dialect.Learn(sig)
-	f.reshape(fixed, "f", sig, now, now, &l)
+	f.reshape(fixed, "f", sig, now, now, false, &l)
 	assert.Equal(t, contract.Learned{Pause: sec}, l, "a counting algorithm: the pause alone")
 }
 

@@ -162,3 +162,28 @@ func TestDefaultShape(t *testing.T) {
 		})
 	}
 }
+
+// TestShapeProbesBack: a pace slowed by a 429 returns to the rule's rate
+// once no 429 came for the quiet time (5s): the next response probes it,
+// and the slots are spaced at the rule's rate again, never faster.
+func TestShapeProbesBack(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		st := newMemory(t)
+		up := &scripted{answers: []func(*http.Request) *http.Response{answer(429, ""), ok200, answer(429, ""), ok200, ok200, ok200, ok200, ok200, ok200}}
+		a := newTransport(t, up, st, rule(nil)) // PerSecond(10), NoMargin
+		send := func() time.Duration {
+			return elapsed(func() {
+				_, err := do(t, a, context.Background())
+				require.NoError(t, err)
+			})
+		}
+		ms := time.Millisecond
+		assert.Equal(t, []time.Duration{0, 200 * ms, 100 * ms, 202 * ms, 101 * ms}, []time.Duration{send(), send(), send(), send(), send()},
+			"moved, then slowed by 1 % by the second 429")
+		time.Sleep(5 * time.Second)
+		assert.Zero(t, send(), "quiet for 5s: this response probes")
+		assert.Equal(t, []time.Duration{101 * ms, 100 * ms, 100 * ms}, []time.Duration{send(), send(), send()},
+			"after the slot placed before the probe, back at the rule's rate, and no faster")
+	})
+}

@@ -245,6 +245,28 @@ var feedbackCases = []feedbackCase{
 		learn(t, fb, key, contract.Learned{Pace: paced(10, time.Second, 0), PaceTTL: time.Minute})
 		assert.Equal(t, []time.Duration{0, 100 * ms}, delays(t, s, key, r, 2), "once the old one ended, the new one alone")
 	}},
+	{"a probe hurries a pace left alone halfway to the configured rate, never past it", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
+		r := req(1, time.Hour, lim(100, time.Second))
+		probe := contract.Learned{Pace: paced(10, time.Second, 0), PaceTTL: time.Minute, Probe: 5 * time.Second}
+		learn(t, fb, key, probe)
+		assert.Equal(t, []time.Duration{0, 0}, delays(t, s, key, r, 2), "no pace held: a probe sets none")
+		learn(t, fb, key, contract.Learned{Pace: paced(4, time.Second, 0), PaceTTL: time.Minute})
+		learn(t, fb, key, probe)
+		assert.Equal(t, []time.Duration{0, 250 * ms}, delays(t, s, key, r, 2), "slowed just now: the probe waits")
+		clock.Advance(5 * time.Second)
+		learn(t, fb, key, probe)
+		learn(t, fb, key, probe)
+		assert.Equal(t, []time.Duration{0, 175 * ms}, delays(t, s, key, r, 2), "left alone 5s: halfway, once")
+		clock.Advance(5 * time.Second)
+		learn(t, fb, key, contract.Learned{Pace: paced(5, time.Second, 0), PaceTTL: time.Minute})
+		learn(t, fb, key, probe)
+		assert.Equal(t, []time.Duration{0, 200 * ms}, delays(t, s, key, r, 2), "slowed again: the probe waits")
+		for range 9 {
+			clock.Advance(5 * time.Second)
+			learn(t, fb, key, probe)
+		}
+		assert.Equal(t, []time.Duration{0, 100 * ms}, delays(t, s, key, r, 2), "at the configured rate, never faster")
+	}},
 	{"a learned pace is ignored by the counting algorithms", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
 		learn(t, fb, key, contract.Learned{Pace: paced(1, time.Second, 0), PaceTTL: time.Minute})
 		for _, alg := range []contract.Algorithm{contract.FixedWindow, contract.SlidingCounter} {
@@ -266,6 +288,8 @@ var feedbackCases = []feedbackCase{
 			"pace no TTL":        {Pace: paced(1, time.Second, 0)},
 			"pace burst above N": {Pace: paced(1, time.Second, 2), PaceTTL: time.Second},
 			"pace negative N":    {Pace: paced(-1, time.Second, 0), PaceTTL: time.Second},
+			"probe without pace": {Probe: time.Second, Pause: time.Second},
+			"negative probe":     {Pace: paced(1, time.Second, 0), PaceTTL: time.Second, Probe: -time.Second},
 		} {
 			assert.ErrorIs(t, fb.Learn(ctx, key, l), contract.ErrInvalidFeedback, name)
 		}
@@ -320,7 +344,7 @@ func TestFeedbackMemory(t *testing.T) {
 	require.NoError(t, err)
 	fields, err := rdb.HLen(ctx, st.FeedbackKey(key)).Result()
 	require.NoError(t, err)
-	assert.Equal(t, int64(10), fields)
+	assert.Equal(t, int64(11), fields)
 	assert.Less(t, n, int64(512), "a small listpack")
 	t.Logf("feedback hash with all %d fields: %d bytes (MEMORY USAGE)", fields, n)
 }

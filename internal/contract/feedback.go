@@ -47,6 +47,14 @@ type Learned struct {
 	// (FixedWindow, SlidingCounter, Buckets) ignore it.
 	Pace    Limit
 	PaceTTL time.Duration
+	// Probe, if positive, makes Pace a probe towards the configured rate
+	// rather than a pace to keep: when a learned pace holds whose spacing
+	// is longer than Pace's and that was not slowed (nor probed) for
+	// Probe, its spacing moves halfway to Pace's (to it, once within 1 %
+	// of it); nothing else changes (its
+	// burst, its end), and a key without a learned pace learns none. A
+	// pace is never hurried past Pace, the configured rate's.
+	Probe time.Duration
 	// Remaining units may be sent before Reset (from now), if Reset is
 	// positive: a budget. Reserve takes its units from it, and a request
 	// that finds it short waits until Reset, as for a pause. Within one
@@ -97,6 +105,10 @@ func (l Learned) Validate(key string) error {
 		return bad("pace %s: burst outside 0..N", l.Pace)
 	case l.Pace.N > 0 && (l.PaceTTL <= 0 || l.PaceTTL > MaxFeedback):
 		return bad("pace TTL %s outside (0, %s]", l.PaceTTL, MaxFeedback)
+	case l.Probe < 0 || l.Probe > MaxFeedback:
+		return bad("probe %s outside 0..%s", l.Probe, MaxFeedback)
+	case l.Probe > 0 && l.Pace.N == 0:
+		return bad("a probe without a pace")
 	case l.Remaining < 0:
 		return bad("negative remaining %d", l.Remaining)
 	case l.Reset < 0 || l.Reset > MaxFeedback:

@@ -135,6 +135,9 @@ func (a *Admission) Measured() bool { return !a.due.IsZero() }
 // the last check measured it; zero when not measured.
 func (a *Admission) Due() time.Time { return a.due }
 
+// Paced reports whether a's slot was reserved under a learned pace.
+func (a *Admission) Paced() bool { return a.g.res.Reshaped() != 0 }
+
 // Wait is how long from now until the slot a holds; zero when it is due.
 func (a *Admission) Wait(now time.Time) time.Duration {
 	if a.next != waiting || a.at.IsZero() {

@@ -16,6 +16,7 @@ type memFeedback struct {
 	reset       int64
 	pt, pb, pe  int64 // learned pace: spacing pt, burst pb, valid until pe
 	pm          int64 // when the key last moved to a stricter pace
+	ps          int64 // when the pace was last slowed, set or probed
 }
 
 func (f *memFeedback) expires() int64 { return max(f.pause, f.until, f.reset, f.pe) }
@@ -39,6 +40,18 @@ func (m *Memory) Learn(ctx context.Context, key string, l contract.Learned) erro
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.micros()
+	if l.Probe > 0 {
+		// A probe towards the configured rate (feedback.lua): halfway
+		// from a pace that holds and was left alone for the quiet time.
+		if f := m.liveFeedback(key, now); f != nil && f.pe > now && f.pt > l.Pace.Interval() && now-f.ps >= contract.Micros(l.Probe) {
+			pt := l.Pace.Interval()
+			f.pt, f.ps = pt+(f.pt-pt)/2, now
+			if 100*(f.pt-pt) <= pt { // within the least slowing (1 %): there
+				f.pt = pt
+			}
+		}
+		return nil
+	}
 	if m.feedback == nil {
 		m.feedback = make(map[string]*memFeedback)
 	}
@@ -63,7 +76,7 @@ func (m *Memory) Learn(ctx context.Context, key string, l contract.Learned) erro
 		if moved {
 			f.pm = now
 		}
-		f.pt, f.pb, f.pe = pt, pb, now+contract.Micros(l.PaceTTL)
+		f.pt, f.pb, f.pe, f.ps = pt, pb, now+contract.Micros(l.PaceTTL), now
 	}
 	if l.Reset > 0 {
 		at := now + contract.Micros(l.Reset)

@@ -9,7 +9,7 @@
 --          when the key last moved to a stricter pace: a new one, or a
 --          smaller burst (the reserve scripts return it, so that a caller
 --          may retake what it reserved before; a pace only slowed does not
---          move it).
+--          move it); ps = when the pace was last slowed, set or probed.
 -- KEYS[2]  optional: the key's log (see log), whose last entry is marked
 --          (made negative) so that the next reservation reads the feedback:
 --          the log reads the hash only when it finds a mark.
@@ -22,12 +22,18 @@
 --          same window.
 -- ARGV[9]  learned pace: its spacing in microseconds (0: none); ARGV[10]
 --          its burst and ARGV[11] how long it holds, in microseconds.
+-- ARGV[12] probe: 0, or a quiet time in microseconds: the pace is then a
+--          probe towards the configured rate (spacing ARGV[9]): a pace that
+--          holds, slower and neither slowed nor probed for the quiet time,
+--          moves halfway to it (to it once within 1 %); nothing else is
+--          written.
 --
 -- Reply: the pause end in microseconds from now after the merge (0 if none).
 --
 -- Merges never loosen what is already there: a pause ends at the latest end
 -- ever given; within one window the smaller budget wins; a pace that holds
--- keeps the longer spacing and the smaller burst. A learned limit is
+-- keeps the longer spacing and the smaller burst (a probe alone hurries
+-- it, never past the configured rate). A learned limit is
 -- replaced by the latest (the caller never learns one looser than its own
 -- limits).
 
@@ -38,6 +44,7 @@ local function parse_feedback()
     pause = tonumber(ARGV[2]), n = tonumber(ARGV[3]), w = tonumber(ARGV[4]), ttl = tonumber(ARGV[5]),
     remaining = tonumber(ARGV[6]), reset = tonumber(ARGV[7]), slack = tonumber(ARGV[8]),
     pt = tonumber(ARGV[9]), pb = tonumber(ARGV[10]), pttl = tonumber(ARGV[11]),
+    probe = tonumber(ARGV[12]) or 0,
   }
 end
 
@@ -48,9 +55,21 @@ local function record_feedback(fb, log, now, said)
   local pause, n, w, ttl = said.pause, said.n, said.w, said.ttl
   local remaining, reset, slack = said.remaining, said.reset, said.slack
   local pt, pb, pttl = said.pt, said.pb, said.pttl
-  local f = redis.call('HMGET', fb, 'p', 'le', 'b', 'r', 'pe', 'pt', 'pb')
+  local f = redis.call('HMGET', fb, 'p', 'le', 'b', 'r', 'pe', 'pt', 'pb', 'ps')
   local p, le, b, r = tonumber(f[1]) or 0, tonumber(f[2]) or 0, tonumber(f[3]), tonumber(f[4]) or 0
   local pe = tonumber(f[5]) or 0
+
+  if said.probe > 0 then
+    -- A probe towards the configured rate (pt): halfway from a pace that
+    -- holds and was left alone for the quiet time; nothing else.
+    local held_pt, ps = tonumber(f[6]), tonumber(f[8]) or 0
+    if pe > now and held_pt and held_pt > pt and now - ps >= said.probe then
+      held_pt = pt + math.floor((held_pt - pt) / 2)
+      if held_pt - pt <= pt / 100 then held_pt = pt end -- within the least slowing (1 %): there
+      redis.call('HSET', fb, 'pt', string.format('%.0f', held_pt), 'ps', string.format('%.0f', now))
+    end
+    return 0
+  end
 
   if pause > 0 and now + pause > p then
     p = now + pause
@@ -69,7 +88,8 @@ local function record_feedback(fb, log, now, said)
       moved = pb < held_pb
     end
     pe = now + pttl
-    redis.call('HSET', fb, 'pt', string.format('%.0f', pt), 'pb', pb, 'pe', string.format('%.0f', pe))
+    redis.call('HSET', fb, 'pt', string.format('%.0f', pt), 'pb', pb, 'pe', string.format('%.0f', pe),
+      'ps', string.format('%.0f', now))
     if moved then redis.call('HSET', fb, 'pm', string.format('%.0f', now)) end
   end
   if reset > 0 then

@@ -38,6 +38,9 @@ type laneSlot struct {
 // (LANE_SCAN, TENANT_SCAN).
 const laneScan, tenantScan = 16, 64
 
+// tenantFront is TENANT_FRONT: the waiters that bound the virtual time.
+const tenantFront = 8
+
 // laneSeq numbers the tokens of yielding reservations.
 var laneSeq atomic.Uint64
 
@@ -118,38 +121,50 @@ func (l *memLanes) find(now, until, rank int64, cost int, allowance int64, same,
 	return best
 }
 
-// came is tenant_came: V moved to tag if later (only while the tenants'
-// state lives); it returns V.
-func (l *memLanes) came(now, tag int64) int64 {
-	if l.tensExpires <= now {
-		clear(l.tenants)
-		l.v = 0
-		return tag
+
+// came is tenant_came: the stored V moved to tag if later.
+func (l *memLanes) came(now, tag int64) {
+	if l.tensExpires > now {
+		l.v = max(l.v, tag)
 	}
-	l.v = max(l.v, tag)
-	return l.v
 }
 
-// virtual is tenant_v: V moved to the latest slot within LaneGuard of now,
-// or when none waits beyond it and last, the log's last entry (0: none),
-// is past, to the largest finish tag.
+// virtual is tenant_v, last the log's last entry (0: none).
 func (l *memLanes) virtual(now, last int64) int64 {
+	alive := l.tensExpires > now
+	if !alive {
+		clear(l.tenants)
+		l.v = 0
+	}
 	guard := now + contract.Micros(contract.LaneGuard)
-	tag := int64(0)
-	if n := len(l.idx); n > 0 && l.idx[n-1].slot > guard || last >= now {
-		for i := n - 1; i >= 0; i-- {
-			if l.idx[i].slot <= guard {
-				tag = l.idx[i].rank
-				break
-			}
-		}
-	} else if l.tensExpires > now {
-		tag = l.v
-		for _, f := range l.tenants {
-			tag = max(tag, f)
+	front := make([]int64, 0, tenantFront)
+	latest := -1 // the latest slot within the guard
+	for i := range l.idx {
+		if l.idx[i].slot <= guard {
+			latest = i
+		} else if len(front) < tenantFront {
+			front = append(front, l.idx[i].rank)
+		} else {
+			break
 		}
 	}
-	return l.came(now, tag)
+	v := l.v
+	if len(front) > 0 || last >= now {
+		if latest >= 0 {
+			v = max(v, l.idx[latest].rank)
+		}
+	} else {
+		for _, f := range l.tenants {
+			v = max(v, f)
+		}
+	}
+	if alive {
+		l.v = v
+	}
+	for _, r := range front {
+		v = min(v, r)
+	}
+	return v
 }
 
 // record is tenant_record: the tenants not past V dropped, the tenant's
@@ -163,7 +178,10 @@ func (l *memLanes) record(tenant string, s, step, v, now, ttl int64) {
 			delete(l.tenants, t)
 		}
 	}
-	l.tenants[tenant], l.v = s+step, v
+	if l.tensExpires <= now || l.v <= v { // ZADD NX after the drop: a V at or below v was dropped
+		l.v = v
+	}
+	l.tenants[tenant] = s + step
 	l.tensExpires = max(l.tensExpires, now+ttl)
 }
 
@@ -192,7 +210,7 @@ func (m *Memory) reserveLanes(key string, req contract.Request, now, maxW int64,
 	if req.Confirm != "" {
 		if _, bumped := l.bumped[req.Confirm]; !bumped {
 			l.remove(req.Confirm)
-			if ten && l.tensExpires > now {
+			if ten {
 				l.came(now, contract.MemberRank(req.Confirm))
 			}
 			return contract.Reservation{Allowed: true, Confirmed: true, Key: key, Cost: int32(req.Cost)}

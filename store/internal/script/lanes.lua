@@ -29,8 +29,9 @@ local YIELDED, TOOK, CONFIRMED = 1, 2, 4
 local LANE_GUARD, LANE_SCAN, LANE_ALLOWANCE = 2000, 16, 5000
 -- TENANT_SCAN is LANE_SCAN for a tenant's request (see tenants): the
 -- waiters of a backlog are ordered by tag, and a request goes before all
--- those of a larger one.
-local TENANT_SCAN = 64
+-- those of a larger one; TENANT_FRONT is how many of the first waiters give
+-- the virtual time its bound (tenant_v).
+local TENANT_SCAN, TENANT_FRONT = 64, 8
 
 -- lane_ttl(k, ttl) keeps a TTL of at least ttl ms on k.
 local function lane_ttl(k, ttl)
@@ -92,47 +93,51 @@ end
 -- light tenant's request (S = V) goes before every backlog.
 --
 -- tens    a ZSET beside the log (same hash tag): the active tenants'
---         finish tags, each under its hashed name, and V under '~v' (no hashed name).
---         V is the start tag of the latest slot that came (confirmed, or
---         within LANE_GUARD of now in idx): only tenants whose F is not
---         behind V are kept, dropped in the call that moves V past them.
+--         finish tags, each under its hashed name, and V under '~v' (no
+--         hashed name) (see tenant_v): only tenants whose F is past V
+--         are kept, the others dropped in the call that moves V past them.
 
--- tenant_came(tens, tag) moves V to tag, if later, and returns V. Only a
--- set that exists (with its TTL) is written: tenant_record makes it.
+-- tenant_came(tens, tag) moves the stored V to tag, a confirmed slot's, if
+-- later. Only a set that exists (with its TTL) is written: tenant_record
+-- makes it.
 local function tenant_came(tens, tag)
   local v = tonumber(redis.call('ZSCORE', tens, '~v'))
   if v and v < tag then redis.call('ZADD', tens, string.format('%.0f', tag), '~v') end
-  return math.max(v or 0, tag)
 end
 
 -- tenant_v(tens, idx, key, now) is the key's virtual time, as it stands
--- now, stored (before lane_yield drops the slots that came): the start tag
--- of the latest slot within LANE_GUARD of now in idx; or, when no slot
--- waits beyond it and the log's last entry is past (nothing is sent or
--- waits), the largest finish tag: the end of a busy spell, whoever comes
--- next starts afresh, and every tenant is dropped.
+-- now. Stored: the start tag of the latest slot that came (confirmed, or
+-- within LANE_GUARD of now in idx); or, when no slot waits beyond the guard
+-- and the log's last entry is past (nothing is sent or waits), the largest
+-- finish tag: the end of a busy spell, whoever comes next starts afresh,
+-- and every tenant is dropped. Returned: that, but never past the smallest
+-- tag among the first TENANT_FRONT waiters (a slot that came out of order
+-- does not put a newcomer behind the queue).
 local function tenant_v(tens, idx, key, now)
   local guard = string.format('%.0f', now + LANE_GUARD)
-  local tag = 0
+  local stored = tonumber(redis.call('ZSCORE', tens, '~v'))
+  local v = stored or 0
+  local front = redis.call('ZRANGEBYSCORE', idx, '(' .. guard, '+inf', 'LIMIT', 0, TENANT_FRONT)
   local last = redis.call('LINDEX', key, -1)
-  if redis.call('ZRANGEBYSCORE', idx, '(' .. guard, '+inf', 'LIMIT', 0, 1)[1] or
-      last and math.abs(tonumber(last) or 0) >= now then
+  if front[1] or last and math.abs(tonumber(last) or 0) >= now then
     local came = redis.call('ZREVRANGEBYSCORE', idx, guard, '-inf', 'LIMIT', 0, 1)
-    if came[1] then tag = lane_rank(came[1]) end
+    if came[1] then v = math.max(v, lane_rank(came[1])) end
   else
     local top = redis.call('ZREVRANGEBYSCORE', tens, '+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-    if top[2] then tag = tonumber(top[2]) or 0 end
+    v = math.max(v, tonumber(top[2]) or 0)
   end
-  return tenant_came(tens, tag)
+  if stored and stored < v then redis.call('ZADD', tens, string.format('%.0f', v), '~v') end
+  for i = 1, #front do v = math.min(v, lane_rank(front[i])) end
+  return v
 end
 
 -- tenant_record(ten, s, ttl) drops the tenants whose finish tag is not
 -- past V (their next start is V, as a newcomer's), moves the tenant's to s
--- + its step, stores V, and keeps tens a TTL of ttl ms.
+-- + its step, stores V if none is, and keeps tens a TTL of ttl ms.
 local function tenant_record(ten, s, ttl)
   redis.call('ZREMRANGEBYSCORE', ten.key, '-inf', string.format('%.0f', ten.v))
-  redis.call('ZADD', ten.key, string.format('%.0f', s + ten.step), ten.member,
-    string.format('%.0f', ten.v), '~v')
+  redis.call('ZADD', ten.key, string.format('%.0f', s + ten.step), ten.member)
+  redis.call('ZADD', ten.key, 'NX', string.format('%.0f', ten.v), '~v')
   lane_ttl(ten.key, ttl)
 end
 

@@ -121,7 +121,6 @@ func (l *memLanes) find(now, until, rank int64, cost int, allowance int64, same,
 	return best
 }
 
-
 // came is tenant_came: the stored V moved to tag if later.
 func (l *memLanes) came(now, tag int64) {
 	if l.tensExpires > now {

@@ -98,6 +98,11 @@ type Decision struct {
 	Lane   int
 	Took   bool
 	Bumped int
+	// Tenant is the request's tenant (Rule.Tenant), as Key is reported:
+	// its name, keyed with the secret of WithKeySecret if there is one
+	// (long names hashed). Bumped counts, under tenants, the times another
+	// tenant's earlier turn took the slot it waited for.
+	Tenant string
 	// Shadow is set for the decision of a shadow rule (Rule.Shadow): what
 	// the rule would have done, had it been enforced. Its Outcome, Delay
 	// and Err are the would-be ones; the request was neither delayed nor
@@ -111,7 +116,7 @@ func (r *rule) decision(k keyed, v *engine.Verdict) Decision {
 	d := Decision{Rule: r.Name, Key: k.key, Cost: k.cost, Outcome: Outcome(v.Outcome), Delay: v.Delay,
 		Retaken: v.Retaken, Allowance: v.Allowance, RetryAfter: v.RetryAfter, Upstream: v.Upstream,
 		Local: v.Local, Err: r.storeErr(v.Err), InFlight: v.InFlight, Queued: v.Queued,
-		Lane: k.lane, Took: v.Took, Bumped: v.Bumped}
+		Lane: k.lane, Took: v.Took, Bumped: v.Bumped, Tenant: k.tenant}
 	key := k.key
 	if v.HasLimit {
 		key, d.Limit = r.limitOf(v.LimitPart, v.LimitIdx, k) // the rule's key or one of Also

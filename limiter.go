@@ -84,7 +84,7 @@ func (c *core) now() time.Time { return c.eng.Now() }
 // Name (required: it names the limiter's logs in the store), Limits, FailFast,
 // MaxWait, MaxServerWait, Margin, Algorithm and Shadow. The fields that read an
 // HTTP request (Host, PathPrefix, Method, Key, Also, Cost, IgnoreUpstream,
-// Retries, Lanes and Lane) are a *ConfigError, and so are the options for a Transport's
+// Retries, Lanes, Lane, Tenant and Weights) are a *ConfigError, and so are the options for a Transport's
 // requests (WithRule, WithDefault, WithUnmatchedSent). It does no I/O.
 func NewLimiter(st store.Store, r Rule, opts ...Option) (*Limiter, error) {
 	c, err := configure(st, opts)
@@ -135,6 +135,9 @@ func limiterRule(r Rule) (*rule, error) {
 	}
 	if r.Lanes != 0 || r.Lane != nil {
 		return nil, &ConfigError{Rule: r.Name, Reason: "Lanes and Lane read a request's lane: a Limiter has no request, and would put every use in lane 0"}
+	}
+	if r.Tenant != nil || r.Weights != nil {
+		return nil, &ConfigError{Rule: r.Name, Reason: "Tenant and Weights read a request's tenant: a Limiter has no request to read it from"}
 	}
 	if r.InFlight != 0 || r.LeaseFor != 0 {
 		return nil, &ConfigError{Rule: r.Name, Reason: "InFlight and LeaseFor need a response to end the lease: a Limiter does not cap uses in flight"}

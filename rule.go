@@ -83,6 +83,18 @@ type Rule struct {
 	Lanes int
 	Lane  func(*http.Request) int
 
+	// Tenant, if set, names a request's tenant (a customer of yours, an
+	// account): the waiters of a key are then served in fair shares
+	// between tenants, in proportion to Weights (a tenant not in it has
+	// weight 1, the most is 10000): backlogged tenants each get their
+	// share, one that sends lightly goes before their backlogs, and a
+	// share left idle goes to the others. A request that waits costs one
+	// more store call, at its slot. A request whose tenant cannot be
+	// derived is refused with a *KeyError. SlidingLog only, without Lanes,
+	// Also, a limit of a unit or InFlight. See docs/tenants.md.
+	Tenant  KeyFunc
+	Weights map[string]int
+
 	// FailFast makes a request that finds no free slot now fail at once
 	// with a *LimitError, rather than wait. Unset, a request waits for its
 	// slot if it comes within MaxWait and before its context's deadline,
@@ -238,7 +250,10 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 	if err := c.compileLanes(); err != nil { // lanes.go
 		return nil, err
 	}
-	c.plan = engine.Plan{Lanes: c.plan.Lanes, Name: c.Name, Scope: c.scope, Limits: limits(c.eff), Auto: c.auto, Algorithm: contract.Algorithm(c.Algorithm),
+	if err := c.compileTenants(); err != nil { // tenants.go
+		return nil, err
+	}
+	c.plan = engine.Plan{Lanes: c.plan.Lanes, Tenants: c.plan.Tenants, Name: c.Name, Scope: c.scope, Limits: limits(c.eff), Auto: c.auto, Algorithm: contract.Algorithm(c.Algorithm),
 		Margin: c.Margin, Retake: c.retake, MaxWait: c.maxWait, MaxServerWait: c.maxServerWait,
 		InFlight: c.InFlight, LeaseFor: c.LeaseFor}
 	return c, nil

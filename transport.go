@@ -146,11 +146,15 @@ type keyed struct {
 	cost      int
 	also      []contract.Part // the rule's Also, keyed (multikey.go), then its units' estimates (cost.go)
 	lane      int             // Rule.Lane's (lanes.go)
+	// tenant is Rule.Tenant's, as reported (keyed as keys are), stenant
+	// as stored (hashed), and step its tag's step (tenants.go).
+	tenant, stenant string
+	step            int64
 }
 
 // eng is k as the engine takes it.
 func (k keyed) eng() engine.Keys {
-	return engine.Keys{Key: k.skey, Cost: k.cost, Also: k.also, Lane: k.lane}
+	return engine.Keys{Key: k.skey, Cost: k.cost, Also: k.also, Lane: k.lane, Tenant: k.stenant, Step: k.step}
 }
 
 // keyOf derives the rate key and the cost of req under r.
@@ -173,6 +177,13 @@ func (t *Transport) keyOf(r *rule, req *http.Request) (keyed, error) {
 	k.cost, err = r.cost(req)
 	if err == nil {
 		k.lane, err = r.lane(req) // lanes.go
+	}
+	if err == nil && r.plan.Tenants {
+		var name string
+		if name, k.step, err = r.tenant(req, k.cost); err == nil { // tenants.go
+			k.tenant = t.storeKey(name) // as a key: keyed with the secret, or long names hashed
+			k.stenant = tenantMember(k.tenant)
+		}
 	}
 	if err == nil && r.units != nil {
 		var units []contract.Part

@@ -181,6 +181,17 @@ type Request struct {
 	// caller's lane, or a lower one's, as for a new request of the same
 	// lane.
 	Confirm string
+
+	// Fair shares between tenants (tenants.go, docs/tenants.md).
+
+	// Tenant names the request's tenant (hashed: it is stored): its
+	// reservation yields (Yield must be set) and is ordered among the
+	// key's waiters by its start tag (Reservation.Tag) rather than by a
+	// lane. Empty: no tenant.
+	Tenant string
+	// Step is how far the tenant's finish tag moves (TenantStep: its cost
+	// over its weight), 1 to 2^32; required with Tenant.
+	Step int64
 }
 
 // A key should always be reserved with the same limits: a log is trimmed
@@ -375,6 +386,9 @@ type Reservation struct {
 	Confirmed bool
 	// Took says that the slot was a lower lane's, taken from its waiter.
 	Took bool
+	// Tag is a tenant's reservation's start tag (Request.Tenant), when
+	// Allowed and not Confirmed.
+	Tag int64
 }
 
 // Decided is the store's clock when it decided an allowed reservation, in

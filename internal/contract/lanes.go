@@ -45,7 +45,7 @@ func (r *Request) YieldAllowance() time.Duration {
 }
 
 // laned reports whether r uses lanes at all.
-func (r *Request) laned() bool { return r.Lane != 0 || r.Yield || r.Confirm != "" }
+func (r *Request) laned() bool { return r.Lane != 0 || r.Yield || r.Confirm != "" || r.tenanted() }
 
 // laneValid reports whether r's lane fields are well formed: a lane from 0
 // to MaxLane, on a sliding log without more keys or a cap (lanes own the
@@ -53,6 +53,9 @@ func (r *Request) laned() bool { return r.Lane != 0 || r.Yield || r.Confirm != "
 func (r *Request) laneValid() bool {
 	if !r.laned() {
 		return true
+	}
+	if r.tenanted() && !r.tenantValid() {
+		return false
 	}
 	return r.Lane >= 0 && r.Lane <= MaxLane && r.Algorithm == SlidingLog && r.Also == nil && r.InFlight == 0 &&
 		(r.Confirm == "" || r.Yield)
@@ -62,6 +65,9 @@ func (r *Request) laneValid() bool {
 func (r *Request) laneInvalid() error {
 	if r.laneValid() {
 		return nil
+	}
+	if err := r.tenantInvalid(); err != nil {
+		return err
 	}
 	return fmt.Errorf("%w: lane %d: must be 0 to %d, on a sliding log without Also or InFlight, and Confirm only with Yield",
 		ErrInvalidRequest, r.Lane, MaxLane)
@@ -73,10 +79,15 @@ func (r *Request) laneInvalid() error {
 // within it, a paced time counted the reservation from it) and its entry.
 // lanes.lua builds the same string.
 func LaneMember(token string, r *Request, entry int64) string {
+	return member(token, int64(r.Lane), r, entry)
+}
+
+// member is LaneMember with rank, a lane or a start tag.
+func member(token string, rank int64, r *Request, entry int64) string {
 	var b strings.Builder
-	b.Grow(len(token) + 32)
+	b.Grow(len(token) + 40)
 	b.WriteString(token)
-	for _, v := range [...]int64{int64(r.Lane), int64(r.Cost), Micros(r.YieldAllowance()), entry} {
+	for _, v := range [...]int64{rank, int64(r.Cost), Micros(r.YieldAllowance()), entry} {
 		b.WriteByte(':')
 		b.WriteString(strconv.FormatInt(v, 10))
 	}

@@ -223,7 +223,7 @@ func (c *Engine) take(ctx context.Context, a *Admission) state {
 }
 
 // request is the reservation a asks for now: its limits, cost, waits and
-// keys, the allowance of a sliding log, and its lane.
+// keys, the allowance of a sliding log, and its lane or tenant.
 func (c *Engine) request(ctx context.Context, a *Admission) contract.Request {
 	p := a.p
 	a.epoch = c.news.epoch.Load()
@@ -239,6 +239,9 @@ func (c *Engine) request(ctx context.Context, a *Admission) contract.Request {
 	}
 	if p.Lanes > 1 {
 		req.Lane, req.Yield = a.k.Lane, a.k.Lane < p.Lanes-1
+	}
+	if p.Tenants {
+		req.Tenant, req.Step, req.Yield = a.k.Tenant, a.k.Step, true
 	}
 	return req
 }
@@ -366,7 +369,8 @@ func (c *Engine) await(ctx context.Context, a *Admission) state {
 }
 
 // confirm confirms at its wake-up the slot a holds that yields to higher
-// lanes, in one store call (docs/lanes.md). It reports held when the slot
+// lanes, or to other tenants' earlier turns, in one store call
+// (docs/lanes.md, docs/tenants.md). It reports held when the slot
 // stands; otherwise a higher lane took it and the call reserved the next
 // slot of a's lane, or refused: the next state. A call that fails leaves
 // it unknown whether the slot stands: a gives it back (the store removes

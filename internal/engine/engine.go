@@ -48,6 +48,10 @@ type Plan struct {
 	// lane Keys.Lane below Lanes-1 yields its slot to higher lanes and
 	// confirms it at its wake-up (admit.go's confirm).
 	Lanes int
+	// Tenants orders the waiters of a key by tenant (Keys.Tenant): every
+	// request yields its slot to one of a smaller start tag and confirms it
+	// at its wake-up, as a lower lane does.
+	Tenants bool
 }
 
 // LimitsFor returns the limits a request of cost reserves: the plan's, with
@@ -70,6 +74,10 @@ type Keys struct {
 	Cost int
 	Also []contract.Part
 	Lane int // 0 to Plan.Lanes-1
+	// Tenant is the request's tenant as stored (hashed) and Step its
+	// finish tag's step (contract.TenantStep), under Plan.Tenants.
+	Tenant string
+	Step   int64
 }
 
 // Outcome is what an admission decided; the public Outcome has the same
@@ -96,7 +104,7 @@ type Verdict struct {
 	Delay, Allowance    time.Duration
 	RetryAfter, Queued  time.Duration
 	Retaken             int
-	Bumped              int  // times a higher lane took the slot held (each a slot later)
+	Bumped              int  // times a higher lane (or an earlier tenant's turn) took the slot held (each a slot later)
 	Took                bool // the slot was a lower lane's, taken from its waiter
 	Upstream, Local     bool
 	InFlight            bool // the in-flight cap held the request back

@@ -39,3 +39,14 @@ func (m *Memory) InjectPace(key string, tat int64) error {
 	m.paces[key] = &memPace{tat: tat, expires: math.MaxInt64}
 	return nil
 }
+
+// ActiveTenants returns the number of tenants key's state keeps (the
+// tenants' set of lanes.lua, less its virtual time).
+func (m *Memory) ActiveTenants(key string) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if l := m.lanes[key]; l != nil {
+		return len(l.tenants), nil
+	}
+	return 0, nil
+}

@@ -19,17 +19,27 @@ type memLanes struct {
 	// expires is when bumped is gone, as the SET's TTL: each bump keeps
 	// it past the slot it took.
 	expires int64
+	// tenants holds the active tenants' finish tags and v the key's
+	// virtual time (lanes.lua's tens), until tensExpires.
+	tenants     map[string]int64
+	v           int64
+	tensExpires int64
 }
 
 // laneSlot is a yielding reservation in the index.
 type laneSlot struct {
 	slot, entry, allowance int64
-	lane, cost             int
+	rank                   int64 // the lane, or a tenant's start tag
+	cost                   int
 	member                 string
 }
 
-// laneScan bounds the members read to find one that fits (LANE_SCAN).
-const laneScan = 16
+// laneScan and tenantScan bound the members read to find one that fits
+// (LANE_SCAN, TENANT_SCAN).
+const laneScan, tenantScan = 16, 64
+
+// tenantFront is TENANT_FRONT: the waiters that bound the virtual time.
+const tenantFront = 8
 
 // laneSeq numbers the tokens of yielding reservations.
 var laneSeq atomic.Uint64
@@ -72,25 +82,106 @@ func (l *memLanes) drop(now int64) {
 }
 
 // find is lane_find: the earliest slot after now + LaneGuard and at most
-// until of a lower lane (with same, or the same), of cost units, whose
-// allowance is at least allowance; -1 if none among the first laneScan.
-func (l *memLanes) find(now, until int64, lane, cost int, allowance int64, same bool) int {
+// until of a lower lane (with same, or the same; tagged: of a larger start
+// tag than rank), of cost units, whose allowance is at least allowance; -1
+// if none among the first laneScan (tagged: tenantScan).
+func (l *memLanes) find(now, until, rank int64, cost int, allowance int64, same, tagged bool) int {
 	guard := now + contract.Micros(contract.LaneGuard)
-	seen := 0
+	scan := laneScan
+	if tagged {
+		scan = tenantScan
+		if same {
+			guard = now // lane_find: a tenant's bumped waiter takes a slot due at once
+		}
+	}
+	seen, best := 0, -1
 	for i := range l.idx {
 		s := &l.idx[i]
 		if s.slot <= guard {
 			continue
 		}
-		if s.slot > until || seen == laneScan {
-			return -1
+		if s.slot > until || seen == scan || best >= 0 && s.slot > l.idx[best].slot {
+			return best
 		}
 		seen++
-		if s.cost == cost && (s.lane < lane || same && s.lane == lane) && s.allowance >= allowance {
-			return i
+		later := s.rank < rank || same && s.rank == rank
+		if tagged {
+			later = s.rank > rank
+		}
+		if s.cost == cost && later && s.allowance >= allowance {
+			if !tagged {
+				return i
+			}
+			// Of a tenant's slots due at one time, the largest tag's.
+			if best < 0 || s.rank > l.idx[best].rank {
+				best = i
+			}
 		}
 	}
-	return -1
+	return best
+}
+
+// came is tenant_came: the stored V moved to tag if later.
+func (l *memLanes) came(now, tag int64) {
+	if l.tensExpires > now {
+		l.v = max(l.v, tag)
+	}
+}
+
+// virtual is tenant_v, last the log's last entry (0: none).
+func (l *memLanes) virtual(now, last int64) int64 {
+	alive := l.tensExpires > now
+	if !alive {
+		clear(l.tenants)
+		l.v = 0
+	}
+	guard := now + contract.Micros(contract.LaneGuard)
+	front := make([]int64, 0, tenantFront)
+	latest := -1 // the latest slot within the guard
+	for i := range l.idx {
+		if l.idx[i].slot <= guard {
+			latest = i
+		} else if len(front) < tenantFront {
+			front = append(front, l.idx[i].rank)
+		} else {
+			break
+		}
+	}
+	v := l.v
+	if len(front) > 0 || last >= now {
+		if latest >= 0 {
+			v = max(v, l.idx[latest].rank)
+		}
+	} else {
+		for _, f := range l.tenants {
+			v = max(v, f)
+		}
+	}
+	if alive {
+		l.v = v
+	}
+	for _, r := range front {
+		v = min(v, r)
+	}
+	return v
+}
+
+// record is tenant_record: the tenants not past V dropped, the tenant's
+// finish tag moved to s + step, V stored, the state kept ttl past now.
+func (l *memLanes) record(tenant string, s, step, v, now, ttl int64) {
+	if l.tenants == nil {
+		l.tenants = make(map[string]int64)
+	}
+	for t, f := range l.tenants {
+		if f <= v {
+			delete(l.tenants, t)
+		}
+	}
+	if l.tensExpires <= now || l.v <= v { // ZADD NX after the drop: a V at or below v was dropped
+		l.v = v
+	}
+	l.tenants[tenant] = s + step
+	l.tensExpires = max(l.tensExpires, now+ttl)
 }
 
 // insert adds a yielding reservation in Redis's order.
@@ -113,20 +204,36 @@ func (m *Memory) reserveLanes(key string, req contract.Request, now, maxW int64,
 	if l.expires <= now {
 		clear(l.bumped)
 	}
-	same := false
+	ten := req.Tenant != ""
+	same, rank := false, int64(req.Lane)
 	if req.Confirm != "" {
 		if _, bumped := l.bumped[req.Confirm]; !bumped {
 			l.remove(req.Confirm)
+			if ten {
+				l.came(now, contract.MemberRank(req.Confirm))
+			}
 			return contract.Reservation{Allowed: true, Confirmed: true, Key: key, Cost: int32(req.Cost)}
 		}
 		delete(l.bumped, req.Confirm)
 		same = true
+		if ten {
+			rank = contract.MemberRank(req.Confirm)
+			l.virtual(now, m.lastEntry(key, now))
+		}
+	}
+	var v int64
+	if ten && !same {
+		v = l.virtual(now, m.lastEntry(key, now))
+		rank = v
+		if f, ok := l.tenants[req.Tenant]; ok {
+			rank = max(v, f)
+		}
 	}
 	l.drop(now)
 	maxWait := contract.MicrosDown(req.MaxWait)
 	i := -1
-	if req.Lane > 0 || same {
-		i = l.find(now, now+maxWait, req.Lane, req.Cost, contract.Micros(req.Allowance), same)
+	if req.Lane > 0 || same || ten {
+		i = l.find(now, now+maxWait, rank, req.Cost, contract.Micros(req.Allowance), same, ten)
 	}
 	req.Allowance = req.YieldAllowance() // from here on, the allowance it is recorded with
 	allowance := contract.Micros(req.Allowance)
@@ -149,11 +256,35 @@ func (m *Memory) reserveLanes(key string, req contract.Request, now, maxW int64,
 	} else {
 		res = m.logReserve(key, req, now, maxW, paced)
 	}
-	if res.Allowed && req.Yield && res.Slot > now+contract.Micros(contract.LaneGuard) {
-		res.Yielded = contract.LaneMember("m"+strconv.FormatUint(laneSeq.Add(1), 36), &req, res.Entry)
-		l.insert(laneSlot{res.Slot, res.Entry, allowance, req.Lane, req.Cost, res.Yielded})
+	if !res.Allowed {
+		return res
+	}
+	if ten {
+		res.Tag = rank
+		if !same {
+			l.record(req.Tenant, rank, req.Step, v, now, (res.Entry-now+maxW)/1000*1000+1000)
+		}
+	}
+	if req.Yield && res.Slot > now+contract.Micros(contract.LaneGuard) {
+		token := "m" + strconv.FormatUint(laneSeq.Add(1), 36)
+		if ten {
+			res.Yielded = contract.TenantMember(token, rank, &req, res.Entry)
+		} else {
+			res.Yielded = contract.LaneMember(token, &req, res.Entry)
+		}
+		l.insert(laneSlot{res.Slot, res.Entry, allowance, rank, req.Cost, res.Yielded})
 	}
 	return res
+}
+
+// lastEntry is key's log's last entry (LINDEX key -1), 0 if none; m.mu is
+// held.
+func (m *Memory) lastEntry(key string, now int64) int64 {
+	lg := m.logs[key]
+	if lg == nil || lg.expires <= now || lg.head >= len(lg.times) {
+		return 0
+	}
+	return lg.times[len(lg.times)-1]
 }
 
 // logReserve is one reservation of key's log (log.lua); m.mu is held.

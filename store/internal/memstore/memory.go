@@ -504,7 +504,7 @@ func (m *Memory) sweep(now int64) {
 		}
 	}
 	for k, l := range m.lanes {
-		if l.drop(now); len(l.idx) == 0 && len(l.bumped) == 0 {
+		if l.drop(now); len(l.idx) == 0 && len(l.bumped) == 0 && l.tensExpires <= now {
 			delete(m.lanes, k)
 		}
 	}

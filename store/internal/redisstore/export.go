@@ -36,3 +36,10 @@ func (r *Redis) InjectEntry(key string, at int64) error {
 func (r *Redis) InjectPace(key string, tat int64) error {
 	return r.client.(redis.Cmdable).Set(context.Background(), r.paceKey(key), tat, 0).Err()
 }
+
+// ActiveTenants is ZCARD of key's set of active tenants, less its virtual
+// time.
+func (r *Redis) ActiveTenants(key string) (int, error) {
+	n, err := r.client.(redis.Cmdable).ZCard(context.Background(), r.tenantsKey(key)).Result()
+	return max(int(n)-1, 0), err
+}

@@ -17,9 +17,11 @@ import (
 // and its bumped set beside the log.
 
 var (
-	lanesScript       = newScript(script.Lanes(false))
-	lanesPacedScript  = newScript(script.Lanes(true))
-	cancelLanesScript = newScript(script.CancelLanes())
+	lanesScript        = newScript(script.Lanes(false))
+	lanesPacedScript   = newScript(script.Lanes(true))
+	tenantsScript      = newScript(script.Tenants(false))
+	tenantsPacedScript = newScript(script.Tenants(true))
+	cancelLanesScript  = newScript(script.CancelLanes())
 )
 
 // laneTokens names the yielding reservations of this process: a random
@@ -46,6 +48,10 @@ func (r *Redis) laneKeys(key string) (idx, bumped string) {
 	return r.logKey(key) + ":lane", r.logKey(key) + ":bumped"
 }
 
+// tenantsKey is the name of key's set of active tenants (a ZSET), under
+// the key's hash tag: one key however many tenants.
+func (r *Redis) tenantsKey(key string) string { return r.logKey(key) + ":tenants" }
+
 // laned reports whether req goes through the lanes' script.
 func laned(req *contract.Request) bool { return req.Lane != 0 || req.Yield }
 
@@ -65,9 +71,25 @@ func (r *Redis) reserveLanes(ctx context.Context, key string, req contract.Reque
 	}
 	call.keys = append(call.keys, idx, bumped)
 	call.args = append(call.args, req.Lane, yield, token, req.Confirm)
+	if req.Tenant != "" {
+		call.script = tenantsScript
+		if p >= 0 {
+			call.script = tenantsPacedScript
+		}
+		call.keys = append(call.keys, r.tenantsKey(key))
+		call.args = append(call.args, req.Tenant, req.Step)
+	}
 	reply, err := r.runReserve(ctx, key, req, call, false)
 	if err != nil {
 		return contract.Reservation{}, err
+	}
+	var tag int64
+	if len(reply) == 11 && req.Tenant != "" {
+		var ok bool
+		if tag, ok = reply[10].(int64); !ok || tag < 0 {
+			return contract.Reservation{}, fmt.Errorf("store: redis reserve: unexpected tenant tag %v", reply[10])
+		}
+		reply = reply[:10]
 	}
 	if len(reply) != 10 {
 		return contract.Reservation{}, fmt.Errorf("store: redis reserve: unexpected reply of %d elements", len(reply))
@@ -101,8 +123,14 @@ func (r *Redis) reserveLanes(ctx context.Context, key string, req contract.Reque
 	if !res.Allowed && flags != 0 {
 		return contract.Reservation{}, fmt.Errorf("store: redis reserve: unexpected lane flags %d on a refusal", flags)
 	}
+	if req.Tenant != "" && res.Allowed {
+		res.Tag = tag
+	}
 	if flags&laneYielded != 0 {
 		res.Yielded = contract.LaneMember(token, &req, res.Entry)
+		if req.Tenant != "" {
+			res.Yielded = contract.TenantMember(token, tag, &req, res.Entry)
+		}
 	}
 	return res, nil
 }

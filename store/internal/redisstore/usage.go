@@ -141,7 +141,7 @@ func (r *Redis) Keys(key string) []string {
 	}
 	lk, qk, _ := r.leaseKeys(key)
 	idx, bumped := r.laneKeys(key)
-	return append(out, r.feedbackKey(key), r.paceKey(key), lk, qk, idx, bumped)
+	return append(out, r.feedbackKey(key), r.paceKey(key), lk, qk, idx, bumped, r.tenantsKey(key))
 }
 
 // Delete removes all of key's state (every name Keys returns) in one DEL and

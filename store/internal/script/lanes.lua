@@ -27,6 +27,11 @@ local YIELDED, TOOK, CONFIRMED = 1, 2, 4
 -- reservation is recorded with (when it takes one), so that a higher lane
 -- whose allowance is larger than the yielding waiter's fits in its slot.
 local LANE_GUARD, LANE_SCAN, LANE_ALLOWANCE = 2000, 16, 5000
+-- TENANT_SCAN is LANE_SCAN for a tenant's request (see tenants): the
+-- waiters of a backlog are ordered by tag, and a request goes before all
+-- those of a larger one; TENANT_FRONT is how many of the first waiters give
+-- the virtual time its bound (tenant_v).
+local TENANT_SCAN, TENANT_FRONT = 64, 8
 
 -- lane_ttl(k, ttl) keeps a TTL of at least ttl ms on k.
 local function lane_ttl(k, ttl)
@@ -39,22 +44,101 @@ local function lane_member(token, lane, cost, allowance, entry)
   return string.format('%s:%.0f:%.0f:%.0f:%.0f', token, lane, cost, allowance, entry)
 end
 
--- lane_find(idx, now, lane, cost, allowance, until_, same) is the earliest
--- slot in idx, more than LANE_GUARD after now and at most until_, of a
--- lower lane (or with same, of the same lane too), of cost units, and
--- whose allowance is at least the caller's (the caller sends within its
--- own: by the entry, and by the time a paced limit counted it at): its
--- slot, entry and member; nil if none.
-local function lane_find(idx, now, lane, cost, allowance, until_, same)
-  local got = redis.call('ZRANGEBYSCORE', idx, string.format('(%.0f', now + LANE_GUARD), string.format('%.0f', until_),
-    'WITHSCORES', 'LIMIT', 0, LANE_SCAN)
+-- lane_find(idx, now, lane, cost, allowance, until_, same, tagged) is the
+-- earliest slot in idx, more than LANE_GUARD after now (a tenant's bumped
+-- waiter: after now) and at most until_,
+-- of a lower lane (or with same, of the same lane too; tagged: of a larger
+-- start tag than lane, see tenants), of cost units, and whose allowance is
+-- at least the caller's (the caller sends within its own: by the entry,
+-- and by the time a paced limit counted it at): its slot, entry and
+-- member; nil if none.
+local function lane_find(idx, now, lane, cost, allowance, until_, same, tagged)
+  local scan, near = LANE_SCAN, now + LANE_GUARD
+  if tagged then scan = TENANT_SCAN end
+  -- A tenant's bumped waiter, awake at its slot, takes a slot due at once
+  -- too: the next of its own tenant may be one (FIFO inside a tenant).
+  if tagged and same then near = now end
+  local got = redis.call('ZRANGEBYSCORE', idx, string.format('(%.0f', near), string.format('%.0f', until_),
+    'WITHSCORES', 'LIMIT', 0, scan)
+  local bs, be, bm, bl
   for i = 1, #got, 2 do
-    local m = got[i]
+    local m, sl = got[i], tonumber(got[i + 1])
+    if bs and sl > bs then break end
     local l, c, a, e = string.match(m, ':(%d+):(%d+):(%d+):(%d+)$')
     l, c, a, e = tonumber(l), tonumber(c), tonumber(a), tonumber(e)
-    if l and c == cost and (l < lane or same and l == lane) and a >= allowance then return tonumber(got[i + 1]), e, m end
+    local later
+    if tagged then later = l and l > lane else later = l and (l < lane or same and l == lane) end
+    if later and c == cost and a >= allowance then
+      if not tagged then return sl, e, m end
+      -- Of a tenant's slots due at one time, the largest tag's: the
+      -- waiter moved is the last in order.
+      if not bl or l > bl then bs, be, bm, bl = sl, e, m, l end
+    end
   end
-  return nil
+  return bs, be, bm
+end
+
+-- lane_rank(m) is the lane, or the start tag, of the member m of idx.
+local function lane_rank(m)
+  return tonumber(string.match(m, ':(%d+):%d+:%d+:%d+$')) or 0
+end
+
+-- tenants: fair shares between the tenants of one key (docs/tenants.md),
+-- start-time fair queueing over the same index. A tenant's request has a
+-- start tag S = max(V, F), F the tenant's last finish tag and V the key's
+-- virtual time, and moves F to S + step (its cost over its weight). It
+-- takes the earliest waiting slot whose start tag is larger than its own,
+-- as a higher lane takes a lower one's (rank: its tag); a bumped waiter
+-- keeps its tag. A tenant's tags grow, so FIFO inside a tenant holds; a
+-- light tenant's request (S = V) goes before every backlog.
+--
+-- tens    a ZSET beside the log (same hash tag): the active tenants'
+--         finish tags, each under its hashed name, and V under '~v' (no
+--         hashed name) (see tenant_v): only tenants whose F is past V
+--         are kept, the others dropped in the call that moves V past them.
+
+-- tenant_came(tens, tag) moves the stored V to tag, a confirmed slot's, if
+-- later. Only a set that exists (with its TTL) is written: tenant_record
+-- makes it.
+local function tenant_came(tens, tag)
+  local v = tonumber(redis.call('ZSCORE', tens, '~v'))
+  if v and v < tag then redis.call('ZADD', tens, string.format('%.0f', tag), '~v') end
+end
+
+-- tenant_v(tens, idx, key, now) is the key's virtual time, as it stands
+-- now. Stored: the start tag of the latest slot that came (confirmed, or
+-- within LANE_GUARD of now in idx); or, when no slot waits beyond the guard
+-- and the log's last entry is past (nothing is sent or waits), the largest
+-- finish tag: the end of a busy spell, whoever comes next starts afresh,
+-- and every tenant is dropped. Returned: that, but never past the smallest
+-- tag among the first TENANT_FRONT waiters (a slot that came out of order
+-- does not put a newcomer behind the queue).
+local function tenant_v(tens, idx, key, now)
+  local guard = string.format('%.0f', now + LANE_GUARD)
+  local stored = tonumber(redis.call('ZSCORE', tens, '~v'))
+  local v = stored or 0
+  local front = redis.call('ZRANGEBYSCORE', idx, '(' .. guard, '+inf', 'LIMIT', 0, TENANT_FRONT)
+  local last = redis.call('LINDEX', key, -1)
+  if front[1] or last and math.abs(tonumber(last) or 0) >= now then
+    local came = redis.call('ZREVRANGEBYSCORE', idx, guard, '-inf', 'LIMIT', 0, 1)
+    if came[1] then v = math.max(v, lane_rank(came[1])) end
+  else
+    local top = redis.call('ZREVRANGEBYSCORE', tens, '+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    v = math.max(v, tonumber(top[2]) or 0)
+  end
+  if stored and stored < v then redis.call('ZADD', tens, string.format('%.0f', v), '~v') end
+  for i = 1, #front do v = math.min(v, lane_rank(front[i])) end
+  return v
+end
+
+-- tenant_record(ten, s, ttl) drops the tenants whose finish tag is not
+-- past V (their next start is V, as a newcomer's), moves the tenant's to s
+-- + its step, stores V if none is, and keeps tens a TTL of ttl ms.
+local function tenant_record(ten, s, ttl)
+  redis.call('ZREMRANGEBYSCORE', ten.key, '-inf', string.format('%.0f', ten.v))
+  redis.call('ZADD', ten.key, string.format('%.0f', s + ten.step), ten.member)
+  redis.call('ZADD', ten.key, 'NX', string.format('%.0f', ten.v), '~v')
+  lane_ttl(ten.key, ttl)
 end
 
 -- lane_yield(idx, token, lane, cost, allowance, slot, entry, now, max_w)
@@ -68,24 +152,39 @@ local function lane_yield(idx, token, lane, cost, allowance, slot, entry, now, m
   return YIELDED
 end
 
--- lane_reserve(idx, bumped, lane, yield, token, held, then log_reserve's
--- arguments, without more keys) reserves as log_reserve does, over the lanes (see the header),
--- and returns its values and the flags.
-local function lane_reserve(idx, bumped, lane, yield, token, held,
+-- lane_reserve(idx, bumped, lane, yield, token, held, ten, then
+-- log_reserve's arguments, without more keys) reserves as log_reserve
+-- does, over the lanes (see the header), and returns its values, the flags
+-- and a tenant's start tag. ten is nil, or a tenant's request: { key = tens,
+-- member = its hashed name, step = its step } (see tenants), whose rank is
+-- its start tag instead of lane.
+local function lane_reserve(idx, bumped, lane, yield, token, held, ten,
                             now, cost, max_wait, server_wait, key, fb, pace_key, seen, allowance, limits, pace)
   local UPSTREAM = 3
   local same = false
   if held ~= '' then
     if redis.call('SREM', bumped, held) == 0 then
       redis.call('ZREM', idx, held)
+      if ten then tenant_came(ten.key, lane_rank(held)) end
       return true, 0, 0, 0, 0, 0, nil, nil, nil, CONFIRMED
     end
     same = true -- bumped: the next slot of its lane first
+    if ten then -- and with its own tag
+      lane = lane_rank(held)
+      tenant_v(ten.key, idx, key, now)
+    end
+  elseif ten then
+    ten.v = tenant_v(ten.key, idx, key, now)
+    lane = math.max(ten.v, tonumber(redis.call('ZSCORE', ten.key, ten.member)) or 0)
   end
   local max_w = 0
   for i = 2, #limits, 2 do max_w = math.max(max_w, limits[i]) end
+  -- A new tenant's request moves its tenant's tag when it is allowed.
+  local rec = ten and not same
+  local tag
+  if ten then tag = lane end
   local s, e, m
-  if lane > 0 or same then s, e, m = lane_find(idx, now, lane, cost, allowance, now + max_wait, same) end
+  if lane > 0 or same or ten then s, e, m = lane_find(idx, now, lane, cost, allowance, now + max_wait, same, ten ~= nil) end
   -- From here on, the allowance it is recorded with (contract.YieldAllowance).
   if yield and allowance > 0 then allowance = math.max(allowance, LANE_ALLOWANCE) end
   if s then
@@ -103,7 +202,8 @@ local function lane_reserve(idx, bumped, lane, yield, token, held,
       if a == true and yield and sl > now + LANE_GUARD then
         flag = lane_yield(idx, token, lane, cost, allowance, sl, en, now, max_w)
       end
-      return a, w, sl, li, ca, en, tat, sp, mv, flag
+      if a == true and rec then tenant_record(ten, tag, math.floor((en - now + max_w) / 1000) + 1) end
+      return a, w, sl, li, ca, en, tat, sp, mv, flag, tag
     end
     if s then
       redis.call('ZREM', idx, m)
@@ -111,9 +211,10 @@ local function lane_reserve(idx, bumped, lane, yield, token, held,
       lane_ttl(bumped, math.floor((e - now + max_w) / 1000) + 1)
       local flag = TOOK
       if yield then flag = flag + lane_yield(idx, token, lane, cost, allowance, s, e, now, max_w) end
-      return true, s - now, s, 0, 1, e, nil, nil, nil, flag -- cause ORDER: the lane's order set it
+      if rec then tenant_record(ten, tag, math.floor((e - now + max_w) / 1000) + 1) end
+      return true, s - now, s, 0, 1, e, nil, nil, nil, flag, tag -- cause ORDER: the lane's order set it
     end
-    return a, w, sl, li, ca, en, tat, sp, mv, 0
+    return a, w, sl, li, ca, en, tat, sp, mv, 0, tag
   end
   local a, w, sl, li, ca, en, tat, sp, mv = log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key, seen,
     allowance, limits, pace)
@@ -121,17 +222,21 @@ local function lane_reserve(idx, bumped, lane, yield, token, held,
   if a == true and yield and sl > now + LANE_GUARD then
     flag = lane_yield(idx, token, lane, cost, allowance, sl, en, now, max_w)
   end
-  return a, w, sl, li, ca, en, tat, sp, mv, flag
+  if a == true and rec then tenant_record(ten, tag, math.floor((en - now + max_w) / 1000) + 1) end
+  return a, w, sl, li, ca, en, tat, sp, mv, flag, tag
 end
 
 -- lane_reply(allowed, wait, slot, limit, cause, entry, tat, spacing, moved,
--- flags) is the reply of the lanes' reserve script: every field present
--- (0 for none), the flags last; or an error reply as it is.
-local function lane_reply(allowed, wait, slot, limit, cause, entry, tat, spacing, moved, flags)
+-- flags, tag) is the reply of the lanes' reserve script: every field
+-- present (0 for none), then the flags, then for a tenant's request its
+-- start tag (0 when refused or confirmed); or an error reply as it is.
+local function lane_reply(allowed, wait, slot, limit, cause, entry, tat, spacing, moved, flags, tag)
   if allowed == true then
-    return { 1, wait, slot, limit or 0, cause, entry or 0, tat or 0, spacing or 0, moved or 0, flags }
+    return { 1, wait, slot, limit or 0, cause, entry or 0, tat or 0, spacing or 0, moved or 0, flags, tag }
   elseif allowed == false then
-    return { 0, wait, 0, limit or 0, cause, entry or 0, 0, 0, 0, 0 }
+    local t
+    if tag then t = 0 end
+    return { 0, wait, 0, limit or 0, cause, entry or 0, 0, 0, 0, 0, t }
   end
   return allowed
 end

@@ -80,7 +80,20 @@ func lanesMain(paced bool) string {
 local lane, yield, token, held = ARGV[nargs - 3] + 0, ARGV[nargs - 2] == '1', ARGV[nargs - 1], ARGV[nargs]
 for _ = 1, 4 do table.remove(ARGV) end
 ` + parse("log", "allowance", paced, false, false) +
-		"return lane_reply(lane_reserve(KEYS[5], KEYS[6], lane, yield, token, held,\n" +
+		"return lane_reply(lane_reserve(KEYS[5], KEYS[6], lane, yield, token, held, nil,\n" +
+		"  now, cost, max_wait, server_wait, key, fb, pace_key, seen, allowance, limits, pace))"
+}
+
+// tenantsMain is the main of the log's reserve script for a tenant's
+// request (lanes.lua, tenants): KEYS the lanes' six, then the tenants' set;
+// ARGV the lanes', then the tenant's hashed name and its step.
+func tenantsMain(paced bool) string {
+	return `local nargs = #ARGV
+local yield, token, held = ARGV[nargs - 4] == '1', ARGV[nargs - 3], ARGV[nargs - 2]
+local ten = { key = KEYS[7], member = ARGV[nargs - 1], step = ARGV[nargs] + 0 }
+for _ = 1, 6 do table.remove(ARGV) end
+` + parse("log", "allowance", paced, false, false) +
+		"return lane_reply(lane_reserve(KEYS[5], KEYS[6], 0, yield, token, held, ten,\n" +
 		"  now, cost, max_wait, server_wait, key, fb, pace_key, seen, allowance, limits, pace))"
 }
 
@@ -134,6 +147,8 @@ var recipes = []recipe{
 	// Priority lanes (lanes.lua, lanesMain).
 	{"reserve log, lanes", with(logParts, "log", "lanes"), lanesMain(false)},
 	{"reserve paced, lanes", with(logParts, "log", "lanes"), lanesMain(true)},
+	{"reserve log, tenants", with(logParts, "log", "lanes"), tenantsMain(false)},
+	{"reserve paced, tenants", with(logParts, "log", "lanes"), tenantsMain(true)},
 	// A yielding reservation's cancel: KEYS the log, its seen mark, the
 	// index, the bumped set; ARGV entry, cost, member. A slot a higher
 	// lane took is that one's now: nothing is removed.
@@ -254,6 +269,15 @@ func Lanes(paced bool) string {
 		return scripts["reserve paced, lanes"]
 	}
 	return scripts["reserve log, lanes"]
+}
+
+// Tenants returns the log's reserve script for a tenant's request
+// (lanes.lua, tenants), with a paced limit when paced.
+func Tenants(paced bool) string {
+	if paced {
+		return scripts["reserve paced, tenants"]
+	}
+	return scripts["reserve log, tenants"]
 }
 
 // CancelLanes returns the cancel of a reservation that yields (lanes.lua).

@@ -59,7 +59,7 @@ func TestEveryRecipeIsServed(t *testing.T) {
 	served := map[string]bool{}
 	for _, src := range []string{Cancel(), CancelPaced(), CancelAlso(false), CancelAlso(true), CancelCounts(), CancelUnits(), Settle(),
 		ReserveParts(), CancelParts(),
-		Feedback(), Repair(), LeaseOps(), Lanes(false), Lanes(true), CancelLanes()} {
+		Feedback(), Repair(), LeaseOps(), Lanes(false), Lanes(true), Tenants(false), Tenants(true), CancelLanes()} {
 		served[src] = true
 	}
 	for _, alg := range []string{"log", "paced", "log+also", "paced+also", "fixed", "counter", "buckets"} {

@@ -56,9 +56,15 @@ func TestFleetPerTokenAndApp(t *testing.T) {
 		perReq := float64(res.calls) / float64(received)
 		t.Logf("upstream: accepted=%d 429=%d; app optimum=%d share=%.2f%% steady=%.2f%% of the app's N/W, min gap of the app=%s; script calls=%d per request=%.3f",
 			st.Accepted, st.Rejected, opt, 100*share, 100*steadyShare(appN, w, st.Arrivals), minGap(appN, st.Arrivals), res.calls, perReq)
+		// Which limit refused: the app's rejections are the requests it
+		// had no room for; a token's, those of that token, refused by
+		// either limit.
+		t.Logf("app: accepted=%d 429=%d min gap=%s", res.app.Accepted, res.app.Rejected, minGap(appN, res.app.Arrivals))
+		explain429(t, res.app, appN, w)
 		for i, tok := range tokens {
 			ks := res.stats.Keys[tok]
 			t.Logf("token %d: accepted=%d 429=%d min gap=%s", i+1, ks.Accepted, ks.Rejected, minGap(n, ks.Arrivals))
+			explain429(t, ks, n, w)
 		}
 		require.Zero(t, st.Rejected, "429s at the upstream\n%s", res.output)
 		require.GreaterOrEqual(t, minGap(appN, st.Arrivals), w, "the app's window held more than its N")

@@ -136,7 +136,8 @@ type fleet struct {
 
 type result struct {
 	stats     throttletest.Stats
-	end       time.Time // when the last process had exited
+	app       throttletest.KeyStats // what the upstream's app-wide limit (Config.Also) saw, if it has one
+	end       time.Time             // when the last process had exited
 	summaries []summary
 	calls     int64 // script calls (EVALSHA + EVAL) at the server during the run
 	output    string
@@ -188,7 +189,10 @@ func runFleet(t *testing.T, rdb redis.UniversalClient, f fleet) result {
 	res.end = time.Now()
 	wg.Wait()
 	res.calls = scriptCalls(t, rdb) - callsBefore
-	res.stats = stats()
+	res.stats = stats(false)
+	if len(f.upstream.Also) > 0 {
+		res.app = stats(true).Keys["app"]
+	}
 
 	var all strings.Builder
 	for i := range cmds {
@@ -203,8 +207,9 @@ func runFleet(t *testing.T, rdb redis.UniversalClient, f fleet) result {
 }
 
 // startUpstream starts the strict upstream process and returns its base URL
-// and a function that fetches what it saw. The process ends with the test.
-func startUpstream(t *testing.T, bin string, cfg throttletest.Config, keyQuery string) (string, func() throttletest.Stats) {
+// and a function that fetches what it saw (with app, what its app-wide limit
+// saw, under the key "app"). The process ends with the test.
+func startUpstream(t *testing.T, bin string, cfg throttletest.Config, keyQuery string) (string, func(app bool) throttletest.Stats) {
 	t.Helper()
 	args := []string{"-n", strconv.Itoa(cfg.N), "-per", cfg.Window.String(),
 		"-key-query", keyQuery, "-transit", cfg.Transit.String(),
@@ -233,8 +238,12 @@ func startUpstream(t *testing.T, bin string, cfg throttletest.Config, keyQuery s
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	require.NoError(t, err, "strictapi did not print its URL")
 	base := strings.TrimSpace(line)
-	return base, func() throttletest.Stats {
-		resp, err := http.Get(base + "/_stats")
+	return base, func(app bool) throttletest.Stats {
+		u := base + "/_stats"
+		if app {
+			u += "?app"
+		}
+		resp, err := http.Get(u)
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -368,7 +377,9 @@ func minGap(n int, arrivals []time.Time) time.Duration {
 
 // explain429 logs, for the first few 429s of a key, where they fell relative
 // to the first accepted arrival and to the accepted arrivals that filled the
-// window.
+// window: how many, the oldest, and the n-th latest before the 429, which
+// had to leave the window for it to pass, with how much sooner than w after
+// it the 429 came.
 func explain429(t *testing.T, ks throttletest.KeyStats, n int, w time.Duration) {
 	t.Helper()
 	for i, r := range ks.RejectedAt {
@@ -376,18 +387,23 @@ func explain429(t *testing.T, ks throttletest.KeyStats, n int, w time.Duration) 
 			t.Logf("... and %d more 429s", len(ks.RejectedAt)-i)
 			break
 		}
-		in := 0
-		var oldest time.Time
+		var in []time.Time
 		for _, a := range ks.Arrivals {
 			if a.After(r.Add(-w)) && !a.After(r) {
-				if in == 0 {
-					oldest = a
-				}
-				in++
+				in = append(in, a)
 			}
 		}
-		t.Logf("429 at +%s: %d accepted in the window before it, the oldest at +%s (%s before)",
-			r.Sub(ks.FirstAccepted), in, oldest.Sub(ks.FirstAccepted), r.Sub(oldest))
+		if len(in) == 0 {
+			t.Logf("429 at +%s: no accepted arrival in the window before it", r.Sub(ks.FirstAccepted))
+			continue
+		}
+		msg := fmt.Sprintf("429 at +%s: %d accepted in the window before it, the oldest at +%s (%s before)",
+			r.Sub(ks.FirstAccepted), len(in), in[0].Sub(ks.FirstAccepted), r.Sub(in[0]))
+		if len(in) >= n {
+			d := in[len(in)-n]
+			msg += fmt.Sprintf("; the %dth latest at +%s, %s before it (%s short of the window)", n, d.Sub(ks.FirstAccepted), r.Sub(d), w-r.Sub(d))
+		}
+		t.Log(msg)
 	}
 }
 

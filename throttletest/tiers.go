@@ -36,18 +36,22 @@ func newTiers(cfg Config) ([]*Upstream, error) {
 // assertions (its rejections are the requests it refused).
 func (u *Upstream) Also(i int) *Upstream { return u.also[i] }
 
-// arriveTiers is arrive with Config.Also: the arrival is accepted only if
-// the request's key and every tier's key have room, and is then counted in
-// all of them; refused, it counts in none, and is listed as rejected under
-// the request's key and under the key of every tier that had no room.
-func (u *Upstream) arriveTiers(key string, r *http.Request) (now time.Time, ok bool, retry time.Duration, remaining int, reset time.Duration) {
+// arriveTiers is arrive with Config.Also: the arrival at at (zero: now) is
+// accepted only if the request's key and every tier's key have room, and is
+// then counted in all of them; refused, it counts in none, and is listed as
+// rejected under the request's key and under the key of every tier that had
+// no room.
+func (u *Upstream) arriveTiers(key string, r *http.Request, at time.Time) (now time.Time, ok bool, retry time.Duration, remaining int, reset time.Duration) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	for _, t := range u.also {
 		t.mu.Lock()
 		defer t.mu.Unlock()
 	}
-	now = u.cfg.Now()
+	now = at
+	if now.IsZero() {
+		now = u.cfg.Now()
+	}
 	states := []*keyState{u.state(key)}
 	for _, t := range u.also {
 		states = append(states, t.state(t.cfg.Key(r)))
@@ -65,10 +69,9 @@ func (u *Upstream) arriveTiers(key string, r *http.Request) (now time.Time, ok b
 	for i, ks := range states {
 		switch {
 		case ok:
-			ks.window = append(ks.window, now)
-			ks.arrivals = append(ks.arrivals, now)
+			ks.record(now)
 		case i == 0 || refused[i]:
-			ks.rejected = append(ks.rejected, now)
+			ks.rejected = insertTime(ks.rejected, now)
 		}
 	}
 	if ok {
@@ -87,19 +90,38 @@ func (u *Upstream) state(key string) *keyState {
 	return ks
 }
 
-// room is sliding without the record: whether ks has room now, and if not
-// how long until it would.
+// room is the sliding log without the record: whether ks has room for an
+// arrival at now, and if not how long until it would; how many the window
+// (now-W, now] admits besides those in it, and when its oldest leaves it.
+// There is room when no window of length W holds more than N accepted
+// arrivals with this one: those before it, and, for an arrival decided
+// after later ones (NewServer), those after it.
 func (u *Upstream) room(ks *keyState, now time.Time) (ok bool, retry time.Duration, remaining int, reset time.Duration) {
-	drop := 0
-	for drop < len(ks.window) && !ks.window[drop].After(now.Add(-u.cfg.Window)) {
-		drop++
+	n, w, a := u.cfg.N, u.cfg.Window, ks.arrivals
+	i := after(a, now)
+	in := i - after(a, now.Add(-w)) // in (now-W, now]
+	if in > 0 {
+		reset = a[i-in].Add(w).Sub(now)
 	}
-	ks.window = ks.window[drop:]
-	if len(ks.window) > 0 {
-		reset = ks.window[0].Add(u.cfg.Window).Sub(now)
+	// With now at index i, the arrivals j and j+n (j from i-n to i) are n
+	// apart: they must lie W apart or more.
+	at := func(j int) time.Time {
+		switch {
+		case j < i:
+			return a[j]
+		case j == i:
+			return now
+		default:
+			return a[j-1]
+		}
 	}
-	if len(ks.window) >= u.cfg.N {
-		return false, ks.window[len(ks.window)-u.cfg.N].Add(u.cfg.Window).Sub(now), 0, reset
+	for j := max(i-n, 0); j <= i && j+n <= len(a); j++ {
+		if gap := at(j + n).Sub(at(j)); gap < w {
+			retry = max(retry, w-gap)
+		}
 	}
-	return true, 0, u.cfg.N - len(ks.window), reset
+	if retry > 0 {
+		return false, retry, 0, reset
+	}
+	return true, 0, n - in, reset
 }

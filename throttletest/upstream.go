@@ -4,9 +4,12 @@
 // Upstream is a strict fake of the third party: an http.Handler that allows
 // at most N requests per key in any window of length W, measured on arrival,
 // and answers 429 to the rest; or, with Config.Algorithm, counts as a GCRA
-// (token bucket) or in fixed windows. Serve it with net/http/httptest, point the
-// client at it, and check its Stats, or assert with RequireNoRejections and
-// AssertWithin: a client that keeps the limit meets no 429.
+// (token bucket) or in fixed windows. Serve it with NewServer (or
+// net/http/httptest), point the client at it, and check its Stats, or assert
+// with RequireNoRejections and AssertWithin: a client that keeps the limit
+// meets no 429. NewServer counts a request when it reached the server's
+// socket, not when the test's process got round to it, which on a loaded
+// machine may be many milliseconds later.
 //
 // NewGitHub, NewDiscord, NewMeta, NewGoogleMaps, NewStripe, NewShopify,
 // NewSalesforce, NewHubSpot, NewReddit, NewSlack, NewX, NewZendesk and
@@ -24,6 +27,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -77,7 +81,8 @@ type Config struct {
 	// duration in [0, Transit) before its arrival is recorded, to simulate
 	// the varying time between a client sending and the upstream seeing.
 	Transit time.Duration
-	// Now is the clock arrivals are read from. Nil: time.Now.
+	// Now is the clock arrivals are read from. Nil: time.Now, or, for a
+	// request served by NewServer, when it reached the server's socket.
 	Now func() time.Time
 
 	// NoRetryAfter leaves Retry-After out of the 429s.
@@ -118,18 +123,22 @@ type Upstream struct {
 	cfg  Config
 	also []*Upstream // Config.Also (tiers.go)
 	api  dialect     // the API a fake of one speaks for (api.go), or nil
+	// stamped: Config.Now is time.Now, so a request's arrival is when it
+	// reached the socket of a NewServer, when one served it (server.go).
+	stamped bool
 
 	mu   sync.Mutex
 	keys map[string]*keyState
 }
 
+// keyState is what an Upstream knows of one key. Arrivals timed by a
+// NewServer may be decided out of order (one that reached the socket first
+// may reach the lock second), so every list is kept in the order of
+// arrival, and a decision counts the arrivals on both sides of its own.
 type keyState struct {
-	window   []time.Time // SlidingLog: accepted arrivals in the current window, oldest first
-	tat      time.Time   // GCRA: the theoretical arrival time
-	fixed    int64       // FixedWindow: the index of the current window
-	count    int         // FixedWindow: its accepted arrivals
-	arrivals []time.Time // every accepted arrival
-	rejected []time.Time // every rejected arrival
+	arrivals []time.Time // every accepted arrival, oldest first
+	tats     []time.Time // GCRA: the theoretical arrival time after each accepted arrival
+	rejected []time.Time // every rejected arrival, oldest first
 	inFlight int         // MaxInFlight: requests being answered now
 	atArrive []int       // MaxInFlight: inFlight at each accepted arrival
 }
@@ -188,39 +197,50 @@ func NewUpstream(cfg Config) (*Upstream, error) {
 	if cfg.Key == nil {
 		cfg.Key = func(*http.Request) string { return "" }
 	}
-	if cfg.Now == nil {
+	stamped := cfg.Now == nil
+	if stamped {
 		cfg.Now = time.Now
 	}
 	also, err := newTiers(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &Upstream{cfg: cfg, also: also, keys: make(map[string]*keyState)}, nil
+	return &Upstream{cfg: cfg, also: also, stamped: stamped, keys: make(map[string]*keyState)}, nil
 }
 
 // ServeHTTP answers 200 with a small JSON body to an accepted request, and 429
 // with Retry-After (whole seconds, rounded up; unless NoRetryAfter) to an
 // excess one, with the rate-limit headers the Config asks for; the fake of
 // an API answers as that API does. A request whose context ends during the
-// simulated transit never arrives.
+// simulated transit never arrives. A request arrives when it is counted
+// (read from Config.Now), or, served by NewServer on the real clock, when it
+// reached the server's socket (plus its transit).
 func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if u.api != nil {
 		u.serveAPI(w, r)
 		return
 	}
+	var at time.Time // zero: read the clock when counting
+	if u.stamped {
+		at, _ = arrived(r)
+	}
 	if u.cfg.Transit > 0 {
-		t := time.NewTimer(rand.N(u.cfg.Transit))
+		d := rand.N(u.cfg.Transit)
+		t := time.NewTimer(d)
 		select {
 		case <-t.C:
 		case <-r.Context().Done():
 			t.Stop()
 			return
 		}
+		if !at.IsZero() {
+			at = at.Add(d)
+		}
 	}
 	key := u.cfg.Key(r)
-	arrive := func() (time.Time, bool, time.Duration, int, time.Duration) { return u.arrive(key) }
+	arrive := func() (time.Time, bool, time.Duration, int, time.Duration) { return u.arrive(key, at) }
 	if u.also != nil {
-		arrive = func() (time.Time, bool, time.Duration, int, time.Duration) { return u.arriveTiers(key, r) }
+		arrive = func() (time.Time, bool, time.Duration, int, time.Duration) { return u.arriveTiers(key, r, at) }
 	}
 	now, ok, retry, remaining, reset := arrive()
 	if ok && u.cfg.MaxInFlight > 0 {
@@ -259,89 +279,112 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte(`{"ok":true}` + "\n"))
 }
 
-// arrive records an arrival of key now and says whether it is accepted, and
-// if not, how long until it would be; and how many more the window admits
-// now, and when its oldest arrival leaves it (0 when it is empty).
-func (u *Upstream) arrive(key string) (now time.Time, ok bool, retry time.Duration, remaining int, reset time.Duration) {
+// arrive records an arrival of key at at (zero: now) and says whether it is
+// accepted, and if not, how long until it would be; and how many more the
+// window admits then, and when its oldest arrival leaves it (0 when it is
+// empty).
+func (u *Upstream) arrive(key string, at time.Time) (now time.Time, ok bool, retry time.Duration, remaining int, reset time.Duration) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	// Read the clock under the lock, so that each key's arrivals are ordered.
-	now = u.cfg.Now()
-	ks := u.keys[key]
-	if ks == nil {
-		ks = &keyState{}
-		u.keys[key] = ks
+	now = at
+	if now.IsZero() {
+		now = u.cfg.Now()
 	}
+	ks := u.state(key)
 	if u.cfg.MaxInFlight > 0 && ks.inFlight >= u.cfg.MaxInFlight {
-		ks.rejected = append(ks.rejected, now)
+		ks.rejected = insertTime(ks.rejected, now)
 		return now, false, 0, 0, 0
 	}
+	var tats []time.Time
 	switch u.cfg.Algorithm {
 	case GCRA:
-		ok, retry, remaining, reset = u.gcra(ks, now)
+		ok, retry, remaining, reset, tats = u.gcra(ks, now)
 	case FixedWindow:
 		ok, retry, remaining, reset = u.fixed(ks, now)
 	default:
-		ok, retry, remaining, reset = u.sliding(ks, now)
-	}
-	if ok {
-		ks.arrivals = append(ks.arrivals, now)
-		if u.cfg.MaxInFlight > 0 {
-			ks.inFlight++
-			ks.atArrive = append(ks.atArrive, ks.inFlight)
+		ok, retry, remaining, reset = u.room(ks, now) // tiers.go
+		if ok && remaining == u.cfg.N {
+			reset = u.cfg.Window // the window had none: this one leaves it last
 		}
-	} else {
-		ks.rejected = append(ks.rejected, now)
+		if ok {
+			remaining--
+		}
+	}
+	if !ok {
+		ks.rejected = insertTime(ks.rejected, now)
+		return now, ok, retry, remaining, reset
+	}
+	i := ks.record(now)
+	if tats != nil { // the later arrivals' are recomputed with this one
+		ks.tats = append(ks.tats[:i], tats...)
+	}
+	if u.cfg.MaxInFlight > 0 {
+		ks.inFlight++
+		ks.atArrive = slices.Insert(ks.atArrive, i, ks.inFlight)
 	}
 	return now, ok, retry, remaining, reset
 }
 
-// gcra is arrive's GCRA: accepted when the theoretical arrival time is at
-// most Burst spacings ahead of now; reset is when the bucket is full again.
-func (u *Upstream) gcra(ks *keyState, now time.Time) (ok bool, retry time.Duration, remaining int, reset time.Duration) {
+// record inserts the accepted arrival now in order and returns its index.
+func (ks *keyState) record(now time.Time) int {
+	i := after(ks.arrivals, now)
+	ks.arrivals = slices.Insert(ks.arrivals, i, now)
+	return i
+}
+
+// after returns the index of the first of ts (in order) after t.
+func after(ts []time.Time, t time.Time) int {
+	return sort.Search(len(ts), func(i int) bool { return ts[i].After(t) })
+}
+
+// insertTime inserts t into ts in order.
+func insertTime(ts []time.Time, t time.Time) []time.Time {
+	return slices.Insert(ts, after(ts, t), t)
+}
+
+// gcra is arrive's GCRA: accepted when the theoretical arrival time left by
+// the earlier arrivals is at most Burst spacings ahead of now, and the later
+// ones (decided first) still conform with it; reset is when the bucket is
+// full again. Accepted, it returns the theoretical arrival times after now
+// and after each later arrival.
+func (u *Upstream) gcra(ks *keyState, now time.Time) (ok bool, retry time.Duration, remaining int, reset time.Duration, tats []time.Time) {
 	T := u.cfg.Window / time.Duration(u.cfg.N)
 	tol := time.Duration(u.cfg.Burst) * T
-	tat := ks.tat
-	if tat.Before(now) {
-		tat = now
+	i := after(ks.arrivals, now)
+	var tat time.Time
+	if i > 0 {
+		tat = ks.tats[i-1]
 	}
-	if ahead := tat.Sub(now); ahead > tol {
-		return false, ahead - tol, 0, ahead
+	for j, a := range append([]time.Time{now}, ks.arrivals[i:]...) {
+		if tat.Before(a) {
+			tat = a
+		}
+		if ahead := tat.Sub(a); ahead > tol {
+			if j == 0 {
+				return false, ahead - tol, 0, ahead, nil
+			}
+			return false, ahead - tol, 0, tats[0].Sub(now), nil // a later arrival would no longer conform
+		}
+		tat = tat.Add(T)
+		tats = append(tats, tat)
 	}
-	ks.tat = tat.Add(T)
-	ahead := ks.tat.Sub(now)
-	return true, 0, int((tol + T - ahead) / T), ahead
+	ahead := tats[0].Sub(now)
+	return true, 0, int((tol + T - ahead) / T), ahead, tats
 }
 
 // fixed is arrive's FixedWindow.
 func (u *Upstream) fixed(ks *keyState, now time.Time) (ok bool, retry time.Duration, remaining int, reset time.Duration) {
 	w := int64(u.cfg.Window)
 	k := now.UnixNano() / w
-	if k != ks.fixed {
-		ks.fixed, ks.count = k, 0
-	}
 	reset = time.Duration((k+1)*w - now.UnixNano())
-	if ks.count >= u.cfg.N {
+	from, to := time.Unix(0, k*w), time.Unix(0, (k+1)*w)
+	count := sort.Search(len(ks.arrivals), func(i int) bool { return !ks.arrivals[i].Before(to) }) -
+		sort.Search(len(ks.arrivals), func(i int) bool { return !ks.arrivals[i].Before(from) })
+	if count >= u.cfg.N {
 		return false, reset, 0, reset
 	}
-	ks.count++
-	return true, 0, u.cfg.N - ks.count, reset
-}
-
-// sliding is arrive's SlidingLog.
-func (u *Upstream) sliding(ks *keyState, now time.Time) (ok bool, retry time.Duration, remaining int, reset time.Duration) {
-	// Drop the arrivals at or before now-W: the window is (now-W, now].
-	drop := 0
-	for drop < len(ks.window) && !ks.window[drop].After(now.Add(-u.cfg.Window)) {
-		drop++
-	}
-	ks.window = ks.window[drop:]
-	if len(ks.window) >= u.cfg.N {
-		retry = ks.window[len(ks.window)-u.cfg.N].Add(u.cfg.Window).Sub(now)
-		return false, retry, 0, ks.window[0].Add(u.cfg.Window).Sub(now)
-	}
-	ks.window = append(ks.window, now)
-	return true, 0, u.cfg.N - len(ks.window), ks.window[0].Add(u.cfg.Window).Sub(now)
+	return true, 0, u.cfg.N - count - 1, reset
 }
 
 // done ends the flight of a request of key.

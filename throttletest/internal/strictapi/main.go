@@ -4,7 +4,8 @@
 //
 //	strictapi -n 200 -per 1s [-algorithm log|gcra|fixed] [-burst 10] [-key-query access_token] [-app-n 300] [-transit 5ms] [-ietf] [-xratelimit] [-no-retry-after]
 //
-// It listens on a free loopback port, prints its base URL on the first line
+// It listens on a free loopback port (throttletest.NewServer: an arrival is
+// timed when it reached the socket), prints its base URL on the first line
 // of standard output, answers every path as the upstream does except
 // GET /_stats, which returns throttletest.Stats as JSON (with ?app, the app
 // limit's, under the key "app"), and exits when its standard input is closed.
@@ -15,7 +16,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"time"
@@ -54,11 +54,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "strictapi:", err)
 		os.Exit(2)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "strictapi:", err)
-		os.Exit(1)
-	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /_stats", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -69,13 +64,10 @@ func main() {
 		_ = json.NewEncoder(w).Encode(u.Stats())
 	})
 	mux.Handle("/", u)
-	fmt.Printf("http://%s\n", l.Addr())
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		os.Exit(0)
-	}()
-	if err := http.Serve(l, mux); err != nil {
-		fmt.Fprintln(os.Stderr, "strictapi:", err)
-		os.Exit(1)
-	}
+	// Arrivals are timed when they reached the socket, not when this
+	// process, sharing the machine with the fleet it measures, got round
+	// to them.
+	srv := throttletest.NewServer(mux)
+	fmt.Println(srv.URL)
+	_, _ = io.Copy(io.Discard, os.Stdin) // then exit, the server with it
 }

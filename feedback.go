@@ -98,9 +98,9 @@ type heard struct {
 // listen reads resp, sent under rule r for k, records what it says through
 // the store failure policy, and reports it. complied says the throttle
 // admitted the send (not a failed-open store), due when its slot was due
-// (zero if not measured), paced that its slot was reserved under a learned
-// pace.
-func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Response, complied bool, due time.Time, paced bool) heard {
+// (zero if not measured), paced the spacing of the learned pace its slot was
+// reserved under (zero if none).
+func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Response, complied bool, due time.Time, paced time.Duration) heard {
 	now := t.now()
 	sig := r.dialect.Read(resp, now) // internal/upstream: a refusal or not, and what the headers say
 	r.stats.count(resp, sig.Refused)

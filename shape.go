@@ -122,9 +122,10 @@ func shapeTTL(p Limit) time.Duration {
 }
 
 // reshape adds to l, learned from a 429 on a request that the throttle
-// admitted (due: when its slot was due, zero if not measured; paced: it was
-// reserved under a learned pace, maybe another process's move), the move of
-// skey to r's stricter shape. A 429 to a request sent under that pace (the
+// admitted (due: when its slot was due, zero if not measured; paced: the
+// spacing of the learned pace it was reserved under, maybe another process's
+// move or a pace the headers stated, zero if none), the move of skey to r's
+// stricter shape. A 429 to a request sent under that pace (the
 // upstream spaces strictly and the sends' transit varied more than the
 // pace's margin, or the upstream counts other clients' requests too) slows
 // the pace, fleet-wide, by twice as much as the last time (slowed): a few
@@ -136,14 +137,19 @@ func shapeTTL(p Limit) time.Duration {
 // (refusedAgain): a strict-spacing upstream rounds its next slot, a
 // spacing away, up to the header's whole second.
 // It reports whether the 429 moves the key (a new pace, not a slowing).
-func (f *feedbackState) reshape(r *rule, skey string, sig upstream.Said, due, now time.Time, paced bool, l *contract.Learned) (move bool) {
+func (f *feedbackState) reshape(r *rule, skey string, sig upstream.Said, due, now time.Time, paced time.Duration, l *contract.Learned) (move bool) {
 	p, own, ok := r.shapeFor()
-	if !ok {
-		return false
+	if !ok || l.Pace.N > 0 {
+		return false // a pace the headers state (a route bucket's) is the upstream's own word
+	}
+	if paced > 0 && paced*time.Duration(p.N) > p.Per {
+		p.Per = paced * time.Duration(p.N) // slow the pace that held, never hurry it to the rule's
 	}
 	n := f.slowings(skey, due, now, shapeTTL(p))
-	move = n == 0 && !own && !paced
-	if n == 0 && (own || paced) {
+	move = n == 0 && !own
+	// A first 429 here under a pace another process set slows it too, and
+	// is news to this process's waiters, placed before they heard of it.
+	if n == 0 && (own || paced > 0) {
 		n++ // already paced so (maybe by another process): slow it from the first 429
 	}
 	f.setLevel(skey, min(n, maxSlowed))
@@ -166,7 +172,7 @@ func (f *feedbackState) reshape(r *rule, skey string, sig upstream.Said, due, no
 // wait rounded up to the header's whole second. A fractional wait is
 // precise, and kept.
 func roundedWait(sig upstream.Said) bool {
-	return sig.HasRetryAfter && sig.RetryAfter == time.Second &&
+	return sig.HasRetryAfter && sig.RetryAfter == time.Second && !sig.Global &&
 		sig.Exhausted() == 0 && !(sig.HasUsage && sig.Usage >= 100)
 }
 

@@ -77,7 +77,7 @@ func TestReshape(t *testing.T) {
 			sig := upstream.ReadHeaders(h, now)
 			sig.Refused = true
 			l := r.dialect.Learn(sig)
-			f.reshape(r, "k", sig, now.Add(-time.Millisecond), now, false, &l)
+			f.reshape(r, "k", sig, now.Add(-time.Millisecond), now, 0, &l)
 			assert.Equal(t, pace, Limit(l.Pace))
 			assert.Equal(t, 10*time.Minute, l.PaceTTL)
 			assert.Equal(t, c.pause, l.Pause)
@@ -89,25 +89,25 @@ func TestReshape(t *testing.T) {
 	sig := upstream.ReadHeaders(http.Header{}, now)
 	sig.Refused = true
 	first := r.dialect.Learn(sig)
-	f.reshape(r, "k", sig, now.Add(-time.Millisecond), now, false, &first)
+	f.reshape(r, "k", sig, now.Add(-time.Millisecond), now, 0, &first)
 	assert.Equal(t, spacings(pace), first.Pause)
 	same := r.dialect.Learn(sig)
-	f.reshape(r, "k", sig, now.Add(-time.Millisecond), now.Add(time.Millisecond), false, &same)
+	f.reshape(r, "k", sig, now.Add(-time.Millisecond), now.Add(time.Millisecond), 0, &same)
 	assert.Equal(t, pace, Limit(same.Pace), "a 429 of the same burst, sent before the move")
 	at := now
 	for i, share := range []time.Duration{1, 2, 4, 8, 16, 32, 64, 64} {
 		at = at.Add(100 * time.Millisecond)
 		later := r.dialect.Learn(sig)
-		f.reshape(r, "k", sig, at.Add(-time.Millisecond), at, false, &later)
+		f.reshape(r, "k", sig, at.Add(-time.Millisecond), at, 0, &later)
 		want := Paced(100, sec+sec/100*share, 0)
 		assert.Equal(t, want, Limit(later.Pace), "the %d-th 429 sent under the pace", i+1)
 		assert.Equal(t, spacings(want), later.Pause)
 	}
 	other := r.dialect.Learn(sig)
-	f.reshape(r, "other", sig, now.Add(100*time.Millisecond), now.Add(101*time.Millisecond), false, &other)
+	f.reshape(r, "other", sig, now.Add(100*time.Millisecond), now.Add(101*time.Millisecond), 0, &other)
 	assert.Equal(t, pace, Limit(other.Pace), "per key")
 	expired := r.dialect.Learn(sig)
-	f.reshape(r, "k", sig, now.Add(11*time.Minute), now.Add(11*time.Minute), false, &expired)
+	f.reshape(r, "k", sig, now.Add(11*time.Minute), now.Add(11*time.Minute), 0, &expired)
 	assert.Equal(t, pace, Limit(expired.Pace), "a new move once the last one's TTL is over")
 
 	// Under the pace, a refusal whose only stated wait is Retry-After: 1
@@ -143,31 +143,39 @@ func TestReshape(t *testing.T) {
 		{"a fractional wait: kept whole", head("Retry-After", "0.5"), 3300 * ms, 3310 * ms, 500 * ms},
 		{"two seconds: kept whole", head("Retry-After", "2"), 4400 * ms, 4410 * ms, 2 * time.Second},
 		{"a budget exhausted: kept whole", head("Retry-After", "1", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "4"), 6500 * ms, 6510 * ms, 4 * time.Second},
+		{"a global limit: kept whole", head("Retry-After", "1", "X-RateLimit-Global", "true"), 7600 * ms, 7610 * ms, time.Second},
 	} {
 		l := r.dialect.Learn(c.sig)
-		g.reshape(r, "r", c.sig, now.Add(c.due), now.Add(c.at), false, &l)
+		g.reshape(r, "r", c.sig, now.Add(c.due), now.Add(c.at), 0, &l)
 		assert.Equal(t, c.pause, l.Pause, c.name)
 	}
 
 	// A process's first refusal on a slot reserved under a learned pace
 	// (another process's move) slows it and, stating a second, pauses two
-	// spacings: no move.
+	// spacings; its own waiters take their slots anew under it.
 	var other2 feedbackState
 	l2 := r.dialect.Learn(ra)
-	assert.False(t, other2.reshape(r, "p", ra, now.Add(-ms), now, true, &l2), "no move")
+	assert.True(t, other2.reshape(r, "p", ra, now.Add(-ms), now, sec/100, &l2), "news to this process")
 	assert.Equal(t, slowed(pace, 1), Limit(l2.Pace))
 	assert.Equal(t, spacings(slowed(pace, 1)), l2.Pause)
+
+	// Under a slower pace than the rule's (one a route bucket's headers
+	// stated), a 429 slows that pace: never back to the rule's rate.
+	var bucket feedbackState
+	lb := r.dialect.Learn(ra)
+	bucket.reshape(r, "b", ra, now.Add(-ms), now, time.Second, &lb)
+	assert.Equal(t, slowed(Paced(100, 100*time.Second, 0), 1), Limit(lb.Pace), "the pace that held, slowed")
 
 	own, err := compile(Rule{Host: "h", Limits: []Limit{Paced(100, time.Second, 0)}}, false)
 	require.NoError(t, err)
 	l := own.dialect.Learn(sig)
-	f.reshape(own, "o", sig, now, now, false, &l)
+	f.reshape(own, "o", sig, now, now, 0, &l)
 	assert.Equal(t, Paced(100, sec+sec/100, 0), Limit(l.Pace), "paced so already: slowed at the first 429")
 
 	fixed, err := compile(Rule{Host: "h", Limits: []Limit{PerSecond(100)}, Algorithm: FixedWindow}, false)
 	require.NoError(t, err)
 	l = fixed.dialect.Learn(sig)
-	f.reshape(fixed, "f", sig, now, now, false, &l)
+	f.reshape(fixed, "f", sig, now, now, 0, &l)
 	assert.Equal(t, contract.Learned{Pause: sec}, l, "a counting algorithm: the pause alone")
 }
 

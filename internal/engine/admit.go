@@ -135,8 +135,14 @@ func (a *Admission) Measured() bool { return !a.due.IsZero() }
 // the last check measured it; zero when not measured.
 func (a *Admission) Due() time.Time { return a.due }
 
-// Paced reports whether a's slot was reserved under a learned pace.
-func (a *Admission) Paced() bool { return a.g.res.Reshaped() != 0 }
+// Paced returns the spacing of the learned pace a's slot was reserved
+// under; zero when none held.
+func (a *Admission) Paced() time.Duration {
+	if a.g.res.Reshaped() == 0 || a.g.res.Spacing <= 0 {
+		return 0
+	}
+	return time.Duration(a.g.res.Spacing) * time.Microsecond
+}
 
 // Wait is how long from now until the slot a holds; zero when it is due.
 func (a *Admission) Wait(now time.Time) time.Duration {

@@ -375,3 +375,41 @@ func newMemoryStore(t *testing.T) store.Store {
 	require.NoError(t, err)
 	return st
 }
+
+// writingBase is a base transport that reports the connection, writes the
+// request (records the time) and reports the write, as net/http does.
+type writingBase struct{ gotConn, sent []time.Time }
+
+func (b *writingBase) RoundTrip(req *http.Request) (*http.Response, error) {
+	trace := httptrace.ContextClientTrace(req.Context())
+	if trace != nil && trace.GotConn != nil {
+		trace.GotConn(httptrace.GotConnInfo{})
+	}
+	b.gotConn = append(b.gotConn, time.Now())
+	b.sent = append(b.sent, time.Now())
+	if trace != nil && trace.WroteRequest != nil {
+		trace.WroteRequest(httptrace.WroteRequestInfo{})
+	}
+	return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
+}
+
+// TestHooksRunAfterTheWrite: the Decision hook (and logs, stats) run once
+// the request is written, not between the lateness check on the connection
+// and the write: a slow hook does not make the send late.
+func TestHooksRunAfterTheWrite(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const slow = 20 * time.Millisecond
+		base := &writingBase{}
+		var decisions []Decision
+		tr, err := New(base, newMemoryStore(t), WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerSecond(100)}}),
+			WithOnDecision(func(d Decision) { time.Sleep(slow); decisions = append(decisions, d) }))
+		require.NoError(t, err)
+		start := time.Now()
+		sendPG(t, tr, 1)
+		require.Len(t, base.sent, 1)
+		assert.Equal(t, start, base.sent[0], "written as soon as it had its connection")
+		require.Len(t, decisions, 1, "reported once, after the write")
+		assert.Equal(t, Sent, decisions[0].Outcome)
+	})
+}

@@ -21,19 +21,21 @@ type wire struct {
 	attempt int
 	trace   httptrace.ClientTrace
 
-	mu      sync.Mutex
-	a       engine.Admission
-	got     bool           // the base reported the connection
-	checked sync.WaitGroup // until the check of the connection is done
+	mu       sync.Mutex
+	a        engine.Admission
+	got      bool           // the base reported the connection
+	reported sync.Once      // the Decision's report
+	checked  sync.WaitGroup // until the check of the connection is done
 }
 
 // onWire returns req with a trace that checks its lateness when the base
 // transport has the connection to write it on (a dial, a TLS handshake or a
 // wait for a full pool count): the part of the lateness no wake-up sees
 // (engine.Wired). The returned wire holds the admission, a, as it goes on,
-// and reports its Decision (of the attempt-th send) after the check; it is
-// nil when a is not measured (then req is returned as it is). req itself is
-// not modified.
+// and reports its Decision (of the attempt-th send) once the request is
+// written, so that no hook, log or stat runs between the check and the
+// write; it is nil when a is not measured (then req is returned as it is).
+// req itself is not modified.
 // (The trace cannot be pooled: net/http reads it until the response's body
 // is closed.)
 func (t *Transport) onWire(ctx context.Context, req *http.Request, r *rule, k keyed, attempt int, a engine.Admission) (*http.Request, *wire) {
@@ -42,13 +44,13 @@ func (t *Transport) onWire(ctx context.Context, req *http.Request, r *rule, k ke
 	}
 	w := &wire{t: t, ctx: ctx, r: r, k: k, attempt: attempt, a: a}
 	w.trace.GotConn = w.gotConn
+	w.trace.WroteRequest = func(httptrace.WroteRequestInfo) { w.report() }
 	return req.WithContext(httptrace.WithClientTrace(req.Context(), &w.trace)), w
 }
 
 // gotConn is the trace's GotConn: the admission checks the connection (and
-// retakes its slot when late), then its Decision is reported, before the
-// request is written. A request that net/http writes again on a new
-// connection was checked and reported on the first.
+// retakes its slot when late) before the request is written. A request that
+// net/http writes again on a new connection was checked on the first.
 func (w *wire) gotConn(httptrace.GotConnInfo) {
 	w.mu.Lock()
 	if w.got {
@@ -61,28 +63,37 @@ func (w *wire) gotConn(httptrace.GotConnInfo) {
 	w.mu.Unlock()
 	defer w.checked.Done()
 	w.t.eng.Wired(w.ctx, &a) // internal/engine: the wired state, and a retake's
-	w.t.observe(w.ctx, w.r.stats, w.decision(&a))
 	w.mu.Lock()
 	w.a = a
 	w.mu.Unlock()
 }
 
+// report reports the Decision of the wire's admission, once: when the
+// request was written (the trace's WroteRequest), or when the base returned.
+// A second caller returns once the first has reported.
+func (w *wire) report() {
+	w.reported.Do(func() {
+		w.checked.Wait()
+		w.mu.Lock()
+		a := w.a
+		w.mu.Unlock()
+		w.t.observe(w.ctx, w.r.stats, w.decision(&a))
+	})
+}
+
 // sent returns the admission a request went with: as admitted, or as a
-// retake on the wire left it. A base that answered (ok) without reporting
-// the connection cannot be watched on the wire: the engine is no longer
-// guarded, and the Decision, not yet reported, is reported now.
+// retake on the wire left it, and reports its Decision if the write did not.
+// A base that answered (ok) without reporting the connection cannot be
+// watched on the wire: the engine is no longer guarded.
 func (w *wire) sent(ok bool) engine.Admission {
 	w.checked.Wait()
 	w.mu.Lock()
 	got, a := w.got, w.a
 	w.mu.Unlock()
-	if got {
-		return a
-	}
-	if ok {
+	if !got && ok {
 		w.t.eng.Unguard()
 	}
-	w.t.observe(w.ctx, w.r.stats, w.decision(&a))
+	w.report()
 	return a
 }
 

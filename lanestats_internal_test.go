@@ -162,3 +162,28 @@ func TestLaneTookIsALowerLanesSlot(t *testing.T) {
 	assert.Equal(t, []uint64{0, 0, 1}, []uint64{got[0].Took, got[1].Took, got[2].Took})
 	assert.Equal(t, uint64(1), got[0].Bumped)
 }
+
+// BenchmarkTenantNote is what counting a decision costs a rule with
+// tenants: a tenant with a row, and 10,000 tenants that mostly have none
+// (each a candidate of the sketch).
+func BenchmarkTenantNote(b *testing.B) {
+	names := make([]string, 10000)
+	for i := range names {
+		names[i] = fmt.Sprintf("tenant-%d", i)
+	}
+	clock := &fakeNow{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	for _, c := range []struct {
+		name    string
+		tenants int
+	}{{"one tenant", 1}, {"10000 tenants", len(names)}} {
+		b.Run(c.name, func(b *testing.B) {
+			ts, now := newTenantStats(), clock.now
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				ts.note(now, Decision{Outcome: Sent, Cost: 1, Tenant: names[i%c.tenants]})
+				i++
+			}
+		})
+	}
+}

@@ -168,6 +168,7 @@ func (c *core) observe(ctx context.Context, s *ruleStats, d Decision) {
 	c.pub.touch() // publish.go
 	s.record(d)
 	s.recent.note(c.eng.Now, d) // saturation.go
+	s.tenants.note(c.eng.Now, d)
 	if c.onDecision != nil {
 		c.onDecision(d)
 	}

@@ -157,6 +157,16 @@ type RuleStats struct {
 		// the rule in the last 10 seconds; zero when none waited.
 		Wait time.Duration
 	}
+	// Lanes has the counts of each lane of a rule with lanes (Rule.Lanes),
+	// lane 0 first; nil for a rule without. Stats.Total leaves it nil.
+	Lanes []LaneStats
+	// Tenants has the counts of the tenants of a rule with tenants
+	// (Rule.Tenant): a row for each of the at most 10 that sent the most
+	// units lately, the most first, then one row (Other set) for all the
+	// others together, however many; nil for a rule without. A tenant
+	// that falls out of the ten takes its counts with it. See
+	// docs/operations.md, "Lanes and tenants". Stats.Total leaves it nil.
+	Tenants []TenantStats
 }
 
 // WaitHistogram is a distribution of waits.
@@ -189,8 +199,7 @@ type ruleStats struct {
 	name     string
 	shadow   bool
 	outcomes [numOutcomes]atomic.Uint64 // but Sent: the sum of wait
-	wait     [numWaitBuckets]atomic.Uint64
-	waitSum  atomic.Uint64 // nanoseconds
+	wait     waitCounter                // lanestats.go
 	retakes  atomic.Uint64
 
 	refused, open, local atomic.Uint64
@@ -201,6 +210,9 @@ type ruleStats struct {
 	leasesRefused atomic.Uint64
 
 	recent *recent // the sends of the last windows (saturation.go); nil for unmatched requests
+
+	lanes   []laneCounters // per lane, for a rule with lanes (lanestats.go)
+	tenants *tenantStats   // the busiest tenants' rows, for a rule with tenants
 }
 
 // bindStats gives every rule the counters of its name, shared by the rules of
@@ -218,6 +230,12 @@ func bindStats(rules []*rule, def *rule) []*ruleStats {
 			byName[r.Name] = s
 			list = append(list, s)
 		}
+		if r.plan.Lanes > len(s.lanes) {
+			s.lanes = make([]laneCounters, r.plan.Lanes)
+		}
+		if r.plan.Tenants && s.tenants == nil {
+			s.tenants = newTenantStats()
+		}
 		r.stats = s
 		r.plan.Leases = &s.leases
 	}
@@ -229,10 +247,7 @@ func bindStats(rules []*rule, def *rule) []*ruleStats {
 func (s *ruleStats) record(d Decision) {
 	switch {
 	case d.Outcome == Sent:
-		s.wait[waitBucket(d.Delay)].Add(1)
-		if d.Delay > 0 {
-			s.waitSum.Add(uint64(d.Delay))
-		}
+		s.wait.add(d.Delay)
 	case d.Outcome >= 0 && int(d.Outcome) < numOutcomes:
 		s.outcomes[d.Outcome].Add(1)
 	}
@@ -252,6 +267,9 @@ func (s *ruleStats) record(d Decision) {
 	}
 	if d.InFlight && d.Outcome == Limited {
 		s.leasesRefused.Add(1)
+	}
+	if s.lanes != nil {
+		noteLane(s.lanes, d)
 	}
 }
 
@@ -281,14 +299,11 @@ func (s *ruleStats) snapshot() RuleStats {
 	for i := range s.outcomes {
 		r.Requests[i] = s.outcomes[i].Load()
 	}
-	r.Wait.Bounds = slices.Clone(waitBounds[:])
-	for i := range s.wait {
-		r.Wait.Counts[i] = s.wait[i].Load()
-		r.Wait.Count += r.Wait.Counts[i]
-	}
+	r.Wait = s.wait.read()
 	r.Requests[Sent] = r.Wait.Count
-	r.Wait.Sum = time.Duration(min(s.waitSum.Load(), math.MaxInt64))
 	s.recent.read(&r)
+	r.Lanes = readLanes(s.lanes)
+	s.tenants.read(&r)
 	return r
 }
 

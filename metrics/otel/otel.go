@@ -5,6 +5,9 @@
 //
 // Its attributes are rule names, their limits and fixed values only, never
 // a rate key: their number is bounded by the rules configured in code. A
+// rule with lanes (throttle.Rule.Lanes) has points per lane; a rule with
+// tenants (throttle.Rule.Tenant) has points for at most 10 tenants at a
+// time, its busiest, and throttle.tenant="(other)" for all the others. A
 // shadow rule's points carry throttle.shadow=true: leave them out of a sum
 // of the requests sent.
 //
@@ -60,6 +63,11 @@ const (
 	// LimitKey is one of a rule's limits, as throttle.Limit.String
 	// writes it: "100/1s".
 	LimitKey = attribute.Key("throttle.limit")
+	// LaneKey is a lane of a rule with lanes (throttle.LaneStats.Lane).
+	LaneKey = attribute.Key("throttle.lane")
+	// TenantKey is one of the busiest tenants of a rule with tenants, as
+	// throttle.TenantStats.Tenant names it: "(other)" for all the others.
+	TenantKey = attribute.Key("throttle.tenant")
 )
 
 // Source is what Register observes: a *throttle.Transport or a
@@ -85,12 +93,24 @@ type Source interface {
 //	throttle.in_flight.events     {request}     throttle.rule, throttle.in_flight.event
 //	throttle.limit.used           1             throttle.rule, throttle.limit
 //	throttle.wait.recent          s             throttle.rule
+//	throttle.lane.requests        {request}     throttle.rule, throttle.lane, throttle.outcome
+//	throttle.lane.wait.time       s             throttle.rule, throttle.lane
+//	throttle.lane.wait.requests   {request}     throttle.rule, throttle.lane, throttle.wait.le
+//	throttle.lane.took            {request}     throttle.rule, throttle.lane
+//	throttle.lane.bumped          {bump}        throttle.rule, throttle.lane
+//	throttle.tenant.requests      {request}     throttle.rule, throttle.tenant, throttle.outcome
+//	throttle.tenant.wait.time     s             throttle.rule, throttle.tenant
+//	throttle.tenant.wait.requests {request}     throttle.rule, throttle.tenant, throttle.wait.le
+//	throttle.tenant.bumped        {bump}        throttle.rule, throttle.tenant
+//	throttle.tenant.share         1             throttle.rule, throttle.tenant
 //
 // throttle.in_flight.leases, the leases held now under Rule.InFlight, is a
 // gauge, and so are throttle.limit.used and throttle.wait.recent
 // (RuleStats.Recent: the share of each limit this process used in its last
-// window, and the mean wait of its sends in the last 10 seconds); the
-// others are cumulative counters. Unregister the Registration to
+// window, and the mean wait of its sends in the last 10 seconds), and
+// throttle.tenant.share (the tenant's part of the units this process sent
+// under the rule in the last minute); the others are cumulative counters.
+// The lanes' and tenants' throttle.outcome is sent or limited. Unregister the Registration to
 // stop.
 func Register(m metric.Meter, tr Source, attrs ...attribute.KeyValue) (metric.Registration, error) {
 	if m == nil || tr == nil {
@@ -105,10 +125,12 @@ func Register(m metric.Meter, tr Source, attrs ...attribute.KeyValue) (metric.Re
 	}
 	ins.requests = counter("throttle.requests", "{request}",
 		"Requests by what the transport did with them, one per attempt.")
-	waitTime, err := m.Float64ObservableCounter("throttle.wait.time", metric.WithUnit("s"),
-		metric.WithDescription("Total time the requests sent waited for their slot."))
-	errs = append(errs, err)
-	ins.waitTime = waitTime
+	floatCounter := func(name, unit, desc string) metric.Float64ObservableCounter {
+		c, err := m.Float64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	ins.waitTime = floatCounter("throttle.wait.time", "s", "Total time the requests sent waited for their slot.")
 	ins.waits = counter("throttle.wait.requests", "{request}",
 		"Requests sent that waited at most throttle.wait.le seconds for their slot (cumulative buckets).")
 	ins.retakes = counter("throttle.retakes", "{retake}",
@@ -139,13 +161,35 @@ func Register(m metric.Meter, tr Source, attrs ...attribute.KeyValue) (metric.Re
 		metric.WithDescription("Mean wait of the requests this process sent under the rule in the last 10 seconds."))
 	errs = append(errs, err)
 	ins.recentWait = recent
+	ins.laneRequests = counter("throttle.lane.requests", "{request}",
+		"Requests of each lane of a rule with lanes, sent or limited (refused by a limit).")
+	ins.laneWaitTime = floatCounter("throttle.lane.wait.time", "s", "Total time the requests of the lane sent waited for their slot.")
+	ins.laneWaits = counter("throttle.lane.wait.requests", "{request}",
+		"Requests of the lane sent that waited at most throttle.wait.le seconds for their slot (cumulative buckets).")
+	ins.laneTook = counter("throttle.lane.took", "{request}",
+		"Requests of the lane sent on the slot of a waiting request of a lower lane.")
+	ins.laneBumped = counter("throttle.lane.bumped", "{bump}",
+		"Times a higher lane took the slot a request of the lane waited for.")
+	ins.tenantRequests = counter("throttle.tenant.requests", "{request}",
+		"Requests of the busiest tenants of a rule with tenants, sent or limited (refused by a limit), since the tenant was among them; (other) for all the others.")
+	ins.tenantWaitTime = floatCounter("throttle.tenant.wait.time", "s", "Total time the requests of the tenant sent waited for their slot.")
+	ins.tenantWaits = counter("throttle.tenant.wait.requests", "{request}",
+		"Requests of the tenant sent that waited at most throttle.wait.le seconds for their slot (cumulative buckets).")
+	ins.tenantBumped = counter("throttle.tenant.bumped", "{bump}",
+		"Times another tenant's earlier turn took the slot a request of the tenant waited for.")
+	share, err := m.Float64ObservableGauge("throttle.tenant.share", metric.WithUnit("1"),
+		metric.WithDescription("The tenant's part of the units this process sent under the rule in the last minute (0 to 1)."))
+	errs = append(errs, err)
+	ins.tenantShare = share
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		ins.observe(o, tr.Stats())
 		return nil
-	}, ins.requests, ins.waitTime, ins.waits, ins.retakes, ins.store, ins.upstream, ins.refusals, ins.pauses, ins.tighten, ins.reshape, ins.inFlight, ins.leases, ins.used, ins.recentWait)
+	}, ins.requests, ins.waitTime, ins.waits, ins.retakes, ins.store, ins.upstream, ins.refusals, ins.pauses, ins.tighten, ins.reshape, ins.inFlight, ins.leases, ins.used, ins.recentWait,
+		ins.laneRequests, ins.laneWaitTime, ins.laneWaits, ins.laneTook, ins.laneBumped,
+		ins.tenantRequests, ins.tenantWaitTime, ins.tenantWaits, ins.tenantBumped, ins.tenantShare)
 }
 
 type instruments struct {
@@ -154,6 +198,10 @@ type instruments struct {
 	leases                                                              metric.Int64ObservableGauge
 	waitTime                                                            metric.Float64ObservableCounter
 	used, recentWait                                                    metric.Float64ObservableGauge
+	laneRequests, laneWaits, laneTook, laneBumped                       metric.Int64ObservableCounter
+	tenantRequests, tenantWaits, tenantBumped                           metric.Int64ObservableCounter
+	laneWaitTime, tenantWaitTime                                        metric.Float64ObservableCounter
+	tenantShare                                                         metric.Float64ObservableGauge
 	extra                                                               []attribute.KeyValue
 }
 
@@ -179,16 +227,7 @@ func (ins *instruments) observe(o metric.Observer, s throttle.Stats) {
 				o.ObserveInt64(ins.requests, clamp(n), with(rule, OutcomeKey.String(oc.String())))
 			}
 		}
-		o.ObserveFloat64(ins.waitTime, r.Wait.Sum.Seconds(), with(rule))
-		var cum uint64
-		for i := range len(r.Wait.Bounds) + 1 { // the last bucket's bound is +Inf
-			cum += r.Wait.Counts[i]
-			bound := math.Inf(1)
-			if i < len(r.Wait.Bounds) {
-				bound = r.Wait.Bounds[i].Seconds()
-			}
-			o.ObserveInt64(ins.waits, clamp(cum), with(rule, WaitBoundKey.Float64(bound)))
-		}
+		observeWaits(o, ins.waitTime, ins.waits, r.Wait, with, rule)
 		o.ObserveInt64(ins.retakes, clamp(r.Retakes), with(rule))
 		for _, p := range []struct {
 			name string
@@ -210,6 +249,22 @@ func (ins *instruments) observe(o metric.Observer, s throttle.Stats) {
 			o.ObserveFloat64(ins.used, r.Recent.Used[i], with(rule, LimitKey.String(l.String())))
 		}
 		o.ObserveFloat64(ins.recentWait, r.Recent.Wait.Seconds(), with(rule))
+		for _, l := range r.Lanes {
+			lane := LaneKey.Int(l.Lane)
+			o.ObserveInt64(ins.laneRequests, clamp(l.Sent), with(rule, lane, OutcomeKey.String(throttle.Sent.String())))
+			o.ObserveInt64(ins.laneRequests, clamp(l.Limited), with(rule, lane, OutcomeKey.String(throttle.Limited.String())))
+			observeWaits(o, ins.laneWaitTime, ins.laneWaits, l.Wait, with, rule, lane)
+			o.ObserveInt64(ins.laneTook, clamp(l.Took), with(rule, lane))
+			o.ObserveInt64(ins.laneBumped, clamp(l.Bumped), with(rule, lane))
+		}
+		for _, t := range r.Tenants {
+			tenant := TenantKey.String(t.Tenant)
+			o.ObserveInt64(ins.tenantRequests, clamp(t.Sent), with(rule, tenant, OutcomeKey.String(throttle.Sent.String())))
+			o.ObserveInt64(ins.tenantRequests, clamp(t.Limited), with(rule, tenant, OutcomeKey.String(throttle.Limited.String())))
+			observeWaits(o, ins.tenantWaitTime, ins.tenantWaits, t.Wait, with, rule, tenant)
+			o.ObserveInt64(ins.tenantBumped, clamp(t.Bumped), with(rule, tenant))
+			o.ObserveFloat64(ins.tenantShare, t.Share, with(rule, tenant))
+		}
 	}
 	rule := RuleKey.String("")
 	o.ObserveInt64(ins.requests, clamp(s.Unmatched.Requests[throttle.Unmatched]),
@@ -220,6 +275,22 @@ func (ins *instruments) observe(o metric.Observer, s throttle.Stats) {
 func (ins *instruments) observeUpstream(o metric.Observer, with func(...attribute.KeyValue) metric.MeasurementOption, rule attribute.KeyValue, r throttle.RuleStats) {
 	o.ObserveInt64(ins.upstream, clamp(r.Upstream.TooManyRequests), with(rule, StatusKey.Int(429)))
 	o.ObserveInt64(ins.upstream, clamp(r.Upstream.Unavailable), with(rule, StatusKey.Int(503)))
+}
+
+// observeWaits reports h: its total in sum, its cumulative buckets in
+// buckets, each with the attributes kv and its bound.
+func observeWaits(o metric.Observer, sum metric.Float64ObservableCounter, buckets metric.Int64ObservableCounter, h throttle.WaitHistogram,
+	with func(...attribute.KeyValue) metric.MeasurementOption, kv ...attribute.KeyValue) {
+	o.ObserveFloat64(sum, h.Sum.Seconds(), with(kv...))
+	var cum uint64
+	for i := range len(h.Bounds) + 1 { // the last bucket's bound is +Inf
+		cum += h.Counts[i]
+		bound := math.Inf(1)
+		if i < len(h.Bounds) {
+			bound = h.Bounds[i].Seconds()
+		}
+		o.ObserveInt64(buckets, clamp(cum), with(append(kv[:len(kv):len(kv)], WaitBoundKey.Float64(bound))...))
+	}
 }
 
 // clamp converts a count to the int64 of an instrument.

@@ -3,10 +3,12 @@ package throttleotel_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -298,5 +300,91 @@ func TestRegisterShadowAndRecent(t *testing.T) {
 			"throttle.rule=api":                      0,
 			"throttle.rule=try,throttle.shadow=true": 0,
 		}, got["throttle.wait.recent"].points)
+	})
+}
+
+// TestRegisterLanesAndTenants: a rule with two lanes has points per lane;
+// a rule with 1,003 tenants, three of them heavy, has points for at most 11
+// values of throttle.tenant: the three heavy ones among them, and "(other)".
+func TestRegisterLanesAndTenants(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newTransport(t, nil,
+			throttle.WithRule(throttle.Rule{Name: "lanes", Host: "lanes.example", Limits: []throttle.Limit{throttle.PerSecond(10)},
+				NoDefaultPace: true, Margin: throttle.NoMargin, Lanes: 2,
+				Lane: func(r *http.Request) int {
+					if r.Header.Get("X-Lane") == "1" {
+						return 1
+					}
+					return 0
+				}}),
+			throttle.WithRule(throttle.Rule{Name: "saas", Host: "saas.example", Limits: []throttle.Limit{throttle.PerSecond(1 << 20)},
+				NoDefaultPace: true, Margin: throttle.NoMargin,
+				Tenant: func(r *http.Request) (string, error) { return r.Header.Get("X-Customer"), nil }}))
+		send := func(rawURL, header, value string) {
+			req, err := http.NewRequest(http.MethodGet, rawURL, nil)
+			require.NoError(t, err)
+			req.Header.Set(header, value)
+			resp, err := tr.RoundTrip(req)
+			require.NoError(t, err)
+			require.NoError(t, resp.Body.Close())
+		}
+		// Twenty backfill requests fill this second and the next; an
+		// interactive one at 50ms takes the first slot of the next.
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() { send("https://lanes.example/a", "X-Lane", "0") })
+		}
+		synctest.Wait()
+		time.Sleep(50 * time.Millisecond)
+		send("https://lanes.example/a", "X-Lane", "1")
+		wg.Wait()
+		heavy := []string{"heavy-a", "heavy-b", "heavy-c"}
+		for i := range 1000 {
+			send("https://saas.example/a", "X-Customer", fmt.Sprintf("light-%d", i))
+			if i%10 == 9 {
+				for _, h := range heavy {
+					send("https://saas.example/a", "X-Customer", h)
+				}
+			}
+		}
+
+		reader := sdkmetric.NewManualReader()
+		_, err := throttleotel.Register(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("throttle"), tr)
+		require.NoError(t, err)
+		got := collect(t, reader)
+		assert.Equal(t, map[string]float64{
+			"throttle.lane=0,throttle.outcome=sent,throttle.rule=lanes":    20,
+			"throttle.lane=0,throttle.outcome=limited,throttle.rule=lanes": 0,
+			"throttle.lane=1,throttle.outcome=sent,throttle.rule=lanes":    1,
+			"throttle.lane=1,throttle.outcome=limited,throttle.rule=lanes": 0,
+		}, got["throttle.lane.requests"].points)
+		assert.Equal(t, map[string]float64{"throttle.lane=0,throttle.rule=lanes": 0, "throttle.lane=1,throttle.rule=lanes": 1},
+			got["throttle.lane.took"].points)
+		assert.Equal(t, map[string]float64{"throttle.lane=0,throttle.rule=lanes": 1, "throttle.lane=1,throttle.rule=lanes": 0},
+			got["throttle.lane.bumped"].points)
+		assert.InDelta(t, 0.95, got["throttle.lane.wait.time"].points["throttle.lane=1,throttle.rule=lanes"], 1e-9)
+		assert.Equal(t, 1.0, got["throttle.lane.wait.requests"].points["throttle.lane=1,throttle.rule=lanes,throttle.wait.le=1.024"])
+		assert.Equal(t, 0.0, got["throttle.lane.wait.requests"].points["throttle.lane=1,throttle.rule=lanes,throttle.wait.le=0.512"])
+		assert.Equal(t, "1", got["throttle.tenant.share"].unit)
+
+		for _, name := range []string{"throttle.tenant.requests", "throttle.tenant.wait.time", "throttle.tenant.wait.requests",
+			"throttle.tenant.bumped", "throttle.tenant.share"} {
+			tenants := map[string]bool{}
+			for attrs := range got[name].points {
+				for _, kv := range strings.Split(attrs, ",") {
+					if v, ok := strings.CutPrefix(kv, "throttle.tenant="); ok {
+						tenants[v] = true
+					}
+				}
+			}
+			assert.Len(t, tenants, 11, name)
+			for _, v := range append(heavy, "(other)") {
+				assert.True(t, tenants[v], "%s: %s", name, v)
+			}
+		}
+		for _, h := range heavy {
+			assert.InDelta(t, 96.0/1300, got["throttle.tenant.share"].points["throttle.rule=saas,throttle.tenant="+h], 1e-9)
+			assert.Equal(t, 96.0, got["throttle.tenant.requests"].points["throttle.outcome=sent,throttle.rule=saas,throttle.tenant="+h])
+		}
 	})
 }

@@ -4,7 +4,10 @@
 // not depend on the Prometheus client.
 //
 // Its labels are rule names, their limits and fixed values only, never a
-// rate key: their number is bounded by the rules configured in code. The
+// rate key: their number is bounded by the rules configured in code. A rule
+// with lanes (throttle.Rule.Lanes) has series per lane; a rule with tenants
+// (throttle.Rule.Tenant) has series for at most 10 tenants at a time, its
+// busiest, and tenant="(other)" for all the others together. The
 // decisions and waits of a shadow rule (throttle.Rule.Shadow), which are
 // what it would have done, carry shadow="true"; leave them out of a sum of
 // the requests sent with shadow="false".
@@ -39,6 +42,8 @@ type Collector struct {
 	requests, wait, retakes, store, upstream, pauses, tighten, reshape *prometheus.Desc
 	refusals, leases, inFlight                                         *prometheus.Desc
 	used, recentWait                                                   *prometheus.Desc
+	laneRequests, laneWait, laneTook, laneBumped                       *prometheus.Desc
+	tenantRequests, tenantWait, tenantBumped, tenantShare              *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -80,13 +85,31 @@ func NewCollector(tr Source) *Collector {
 		inFlight: prometheus.NewDesc("throttle_in_flight_total",
 			"What the cap on requests in flight did: queued (waited for a lease), refused (none within the wait), lost (a lease found expired when renewed) or reclaimed (given back because a response body was not closed in time).",
 			[]string{"rule", "event"}, nil),
+		laneRequests: prometheus.NewDesc("throttle_lane_requests_total",
+			"Requests of each lane of a rule with lanes, sent or limited (refused by a limit).", []string{"rule", "lane", "outcome"}, nil),
+		laneWait: prometheus.NewDesc("throttle_lane_wait_seconds",
+			"How long the requests of each lane sent waited for their slot.", []string{"rule", "lane"}, nil),
+		laneTook: prometheus.NewDesc("throttle_lane_took_total",
+			"Requests of the lane sent on the slot of a waiting request of a lower lane.", []string{"rule", "lane"}, nil),
+		laneBumped: prometheus.NewDesc("throttle_lane_bumped_total",
+			"Times a higher lane took the slot a request of the lane waited for.", []string{"rule", "lane"}, nil),
+		tenantRequests: prometheus.NewDesc("throttle_tenant_requests_total",
+			"Requests of the busiest tenants of a rule with tenants, sent or limited (refused by a limit), since the tenant was among them; tenant=\"(other)\" for all the others.",
+			[]string{"rule", "tenant", "outcome"}, nil),
+		tenantWait: prometheus.NewDesc("throttle_tenant_wait_seconds",
+			"How long the requests of the busiest tenants sent waited for their slot; tenant=\"(other)\" for all the others.", []string{"rule", "tenant"}, nil),
+		tenantBumped: prometheus.NewDesc("throttle_tenant_bumped_total",
+			"Times another tenant's earlier turn took the slot a request of the tenant waited for.", []string{"rule", "tenant"}, nil),
+		tenantShare: prometheus.NewDesc("throttle_tenant_share_ratio",
+			"The tenant's part of the units this process sent under the rule in the last minute (0 to 1).", []string{"rule", "tenant"}, nil),
 	}
 	return c
 }
 
 // Describe sends the descriptions of every metric of c.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.requests, c.wait, c.retakes, c.store, c.upstream, c.refusals, c.pauses, c.tighten, c.reshape, c.leases, c.inFlight, c.used, c.recentWait} {
+	for _, d := range []*prometheus.Desc{c.requests, c.wait, c.retakes, c.store, c.upstream, c.refusals, c.pauses, c.tighten, c.reshape, c.leases, c.inFlight, c.used, c.recentWait,
+		c.laneRequests, c.laneWait, c.laneTook, c.laneBumped, c.tenantRequests, c.tenantWait, c.tenantBumped, c.tenantShare} {
 		ch <- d
 	}
 }
@@ -109,13 +132,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				counter(c.requests, n, r.Rule, throttle.Outcome(o).String(), shadow)
 			}
 		}
-		buckets := make(map[float64]uint64, len(r.Wait.Bounds))
-		var cum uint64
-		for i, b := range r.Wait.Bounds {
-			cum += r.Wait.Counts[i]
-			buckets[b.Seconds()] = cum
-		}
-		ch <- prometheus.MustNewConstHistogram(c.wait, r.Wait.Count, r.Wait.Sum.Seconds(), buckets, r.Rule, shadow)
+		ch <- histogram(c.wait, r.Wait, r.Rule, shadow)
 		for i, l := range r.Recent.Limits {
 			ch <- prometheus.MustNewConstMetric(c.used, prometheus.GaugeValue, r.Recent.Used[i], r.Rule, l.String(), shadow)
 		}
@@ -134,9 +151,35 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.inFlight, r.InFlight.Refused, r.Rule, "refused")
 		counter(c.inFlight, r.InFlight.Lost, r.Rule, "lost")
 		counter(c.inFlight, r.InFlight.Reclaimed, r.Rule, "reclaimed")
+		for _, l := range r.Lanes {
+			lane := strconv.Itoa(l.Lane)
+			counter(c.laneRequests, l.Sent, r.Rule, lane, throttle.Sent.String())
+			counter(c.laneRequests, l.Limited, r.Rule, lane, throttle.Limited.String())
+			ch <- histogram(c.laneWait, l.Wait, r.Rule, lane)
+			counter(c.laneTook, l.Took, r.Rule, lane)
+			counter(c.laneBumped, l.Bumped, r.Rule, lane)
+		}
+		for _, t := range r.Tenants {
+			counter(c.tenantRequests, t.Sent, r.Rule, t.Tenant, throttle.Sent.String())
+			counter(c.tenantRequests, t.Limited, r.Rule, t.Tenant, throttle.Limited.String())
+			ch <- histogram(c.tenantWait, t.Wait, r.Rule, t.Tenant)
+			counter(c.tenantBumped, t.Bumped, r.Rule, t.Tenant)
+			ch <- prometheus.MustNewConstMetric(c.tenantShare, prometheus.GaugeValue, t.Share, r.Rule, t.Tenant)
+		}
 	}
 	counter(c.requests, s.Unmatched.Requests[throttle.Unmatched], "", throttle.Unmatched.String(), "false")
 	c.upstreamMetrics(ch, s.Unmatched)
+}
+
+// histogram is h as a Prometheus histogram of d.
+func histogram(d *prometheus.Desc, h throttle.WaitHistogram, labels ...string) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(h.Bounds))
+	var cum uint64
+	for i, b := range h.Bounds {
+		cum += h.Counts[i]
+		buckets[b.Seconds()] = cum
+	}
+	return prometheus.MustNewConstHistogram(d, h.Count, h.Sum.Seconds(), buckets, labels...)
 }
 
 func (c *Collector) upstreamMetrics(ch chan<- prometheus.Metric, r throttle.RuleStats) {

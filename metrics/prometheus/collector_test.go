@@ -3,9 +3,11 @@ package throttleprom_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -343,5 +345,113 @@ throttle_recent_wait_seconds{rule="try",shadow="true"} 0
 		assert.Equal(t, 3.0, got["api sent false"])
 		assert.Equal(t, 2.0, got["try sent true"], "would have sent two")
 		assert.Equal(t, 1.0, got["try limited true"], "and refused the third")
+	})
+}
+
+// TestCollectorLanesAndTenants: a rule with two lanes has series per lane;
+// a rule with 1,003 tenants, three of them heavy, has series for at most 11
+// values of tenant: the three heavy ones among them, and "(other)".
+func TestCollectorLanesAndTenants(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newTransport(t, nil,
+			throttle.WithRule(throttle.Rule{Name: "lanes", Host: "lanes.example", Limits: []throttle.Limit{throttle.PerSecond(10)},
+				NoDefaultPace: true, Margin: throttle.NoMargin, Lanes: 2,
+				Lane: func(r *http.Request) int {
+					if r.Header.Get("X-Lane") == "1" {
+						return 1
+					}
+					return 0
+				}}),
+			throttle.WithRule(throttle.Rule{Name: "saas", Host: "saas.example", Limits: []throttle.Limit{throttle.PerSecond(1 << 20)},
+				NoDefaultPace: true, Margin: throttle.NoMargin,
+				Tenant: func(r *http.Request) (string, error) { return r.Header.Get("X-Customer"), nil }}))
+		send := func(rawURL, header, value string) {
+			req, err := http.NewRequest(http.MethodGet, rawURL, nil)
+			require.NoError(t, err)
+			req.Header.Set(header, value)
+			resp, err := tr.RoundTrip(req)
+			require.NoError(t, err)
+			require.NoError(t, resp.Body.Close())
+		}
+		// Twenty backfill requests fill this second and the next; an
+		// interactive one at 50ms takes the first slot of the next.
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() { send("https://lanes.example/a", "X-Lane", "0") })
+		}
+		synctest.Wait()
+		time.Sleep(50 * time.Millisecond)
+		send("https://lanes.example/a", "X-Lane", "1")
+		wg.Wait()
+		heavy := []string{"heavy-a", "heavy-b", "heavy-c"}
+		for i := range 1000 {
+			send("https://saas.example/a", "X-Customer", fmt.Sprintf("light-%d", i))
+			if i%10 == 9 {
+				for _, h := range heavy {
+					send("https://saas.example/a", "X-Customer", h)
+				}
+			}
+		}
+
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(throttleprom.NewCollector(tr))
+		const want = `
+# HELP throttle_lane_bumped_total Times a higher lane took the slot a request of the lane waited for.
+# TYPE throttle_lane_bumped_total counter
+throttle_lane_bumped_total{lane="0",rule="lanes"} 1
+throttle_lane_bumped_total{lane="1",rule="lanes"} 0
+# HELP throttle_lane_requests_total Requests of each lane of a rule with lanes, sent or limited (refused by a limit).
+# TYPE throttle_lane_requests_total counter
+throttle_lane_requests_total{lane="0",outcome="limited",rule="lanes"} 0
+throttle_lane_requests_total{lane="0",outcome="sent",rule="lanes"} 20
+throttle_lane_requests_total{lane="1",outcome="limited",rule="lanes"} 0
+throttle_lane_requests_total{lane="1",outcome="sent",rule="lanes"} 1
+# HELP throttle_lane_took_total Requests of the lane sent on the slot of a waiting request of a lower lane.
+# TYPE throttle_lane_took_total counter
+throttle_lane_took_total{lane="0",rule="lanes"} 0
+throttle_lane_took_total{lane="1",rule="lanes"} 1
+`
+		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want),
+			"throttle_lane_requests_total", "throttle_lane_took_total", "throttle_lane_bumped_total"))
+
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		tenants := map[string]map[string]bool{} // family → tenant label values
+		var laneWait map[string]float64         // lane → sum of the waits
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if v, ok := labels["tenant"]; ok {
+					if tenants[f.GetName()] == nil {
+						tenants[f.GetName()] = map[string]bool{}
+					}
+					tenants[f.GetName()][v] = true
+				}
+				if f.GetName() == "throttle_lane_wait_seconds" {
+					if laneWait == nil {
+						laneWait = map[string]float64{}
+					}
+					laneWait[labels["lane"]] = m.GetHistogram().GetSampleSum()
+				}
+				if f.GetName() == "throttle_tenant_share_ratio" && strings.HasPrefix(labels["tenant"], "heavy-") {
+					assert.InDelta(t, 96.0/1300, m.GetGauge().GetValue(), 1e-9)
+				}
+			}
+		}
+		assert.Equal(t, map[string]float64{"1": 0.95, "0": laneWait["0"]}, laneWait)
+		assert.Len(t, tenants, 4)
+		for name, values := range tenants {
+			assert.Len(t, values, 11, name)
+			for _, v := range append(heavy, "(other)") {
+				assert.True(t, values[v], "%s: %s", name, v)
+			}
+		}
+
+		problems, err := testutil.GatherAndLint(reg)
+		require.NoError(t, err)
+		assert.Empty(t, problems)
 	})
 }

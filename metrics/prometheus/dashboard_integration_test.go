@@ -31,10 +31,10 @@ type dashboard struct {
 	} `json:"panels"`
 }
 
-// TestDashboard runs the example (with a shadow rule) and a real Prometheus
-// server (Debian's prometheus package) scraping it every second, and checks
-// that every query of every panel of dashboard.json returns data: at least
-// one series with a finite value.
+// TestDashboard runs the example twice (with a shadow rule and lanes, and
+// with tenants) and a real Prometheus server (Debian's prometheus package)
+// scraping them every second, and checks that every query of every panel of
+// dashboard.json returns data: at least one series with a finite value.
 func TestDashboard(t *testing.T) {
 	promBin, err := exec.LookPath("prometheus")
 	if err != nil {
@@ -55,9 +55,13 @@ func TestDashboard(t *testing.T) {
 	build.Stderr = os.Stderr
 	require.NoError(t, build.Run())
 
-	metricsAddr, promAddr := freeAddr(t), freeAddr(t)
-	start(t, exe, "-metrics", metricsAddr, "-duration", "2m", "-shadow", "40")
-	waitHTTP(t, "http://"+metricsAddr+"/metrics")
+	// Two processes: one with a shadow rule and lanes, one whose quota
+	// a thousand merchants share (lanes and tenants do not combine).
+	lanesAddr, tenantsAddr, promAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	start(t, exe, "-metrics", lanesAddr, "-duration", "2m", "-shadow", "40", "-lanes")
+	start(t, exe, "-metrics", tenantsAddr, "-duration", "2m", "-tenants", "1000")
+	waitHTTP(t, "http://"+lanesAddr+"/metrics")
+	waitHTTP(t, "http://"+tenantsAddr+"/metrics")
 
 	config := filepath.Join(dir, "prometheus.yml")
 	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(`global:
@@ -66,8 +70,8 @@ func TestDashboard(t *testing.T) {
 scrape_configs:
   - job_name: throttle
     static_configs:
-      - targets: [%q]
-`, metricsAddr)), 0o600))
+      - targets: [%q, %q]
+`, lanesAddr, tenantsAddr)), 0o600))
 	start(t, promBin, "--config.file="+config, "--storage.tsdb.path="+filepath.Join(dir, "tsdb"),
 		"--web.listen-address="+promAddr, "--log.level=warn")
 	waitHTTP(t, "http://"+promAddr+"/-/ready")

@@ -5,6 +5,10 @@
 //	go run ./example -metrics :9090 -duration 30s
 //	curl -s localhost:9090/metrics | grep ^throttle_
 //
+// With -lanes, one worker's requests go first (a second lane); with
+// -tenants N, the gateway's quota is shared between N merchants, one of
+// them sending half the requests.
+//
 // It lives in the metrics/prometheus module so that the core module never
 // imports Prometheus. With no -redis it starts an embedded Redis.
 package main
@@ -15,12 +19,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,9 +48,11 @@ func run() int {
 	workers := flag.Int("workers", 4, "concurrent workers")
 	duration := flag.Duration("duration", 30*time.Second, "how long to run")
 	shadow := flag.Int("shadow", 0, "if positive, also try this many per second as a shadow rule: it records what it would do, and enforces nothing")
+	lanes := flag.Bool("lanes", false, "give the rule two lanes: the first worker sends a request of the higher lane every 200ms, the others backfill")
+	tenants := flag.Int("tenants", 0, "if positive, share the quota between this many merchants (the X-Merchant header), one of them sending half the requests")
 	flag.Parse()
-	if *rate < 1 || *workers < 1 || *duration <= 0 || *shadow < 0 {
-		fmt.Fprintln(os.Stderr, "example: -rate, -workers and -duration must be positive, -shadow not negative")
+	if *rate < 1 || *workers < 1 || *duration <= 0 || *shadow < 0 || *tenants < 0 {
+		fmt.Fprintln(os.Stderr, "example: -rate, -workers and -duration must be positive, -shadow and -tenants not negative")
 		return 2
 	}
 
@@ -76,12 +84,25 @@ func run() int {
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	base.MaxIdleConnsPerHost = *workers
 	host := strings.TrimPrefix(gateway.URL, "http://")
-	opts := []throttle.Option{throttle.WithRule(throttle.Rule{
+	rule := throttle.Rule{
 		Name:   "payments",
 		Host:   host,
 		Limits: []throttle.Limit{throttle.PerSecond(*rate)},
 		Key:    throttle.Fixed("gateway-1"),
-	})}
+	}
+	if *lanes {
+		rule.Lanes = 2
+		rule.Lane = func(r *http.Request) int {
+			if r.Header.Get("X-Priority") == "interactive" {
+				return 1
+			}
+			return 0
+		}
+	}
+	if *tenants > 0 {
+		rule.Tenant = func(r *http.Request) (string, error) { return r.Header.Get("X-Merchant"), nil }
+	}
+	opts := []throttle.Option{throttle.WithRule(rule)}
 	if *shadow > 0 { // what a lower limit would do, before turning it on
 		opts = append(opts, throttle.WithRule(throttle.Rule{
 			Name:   fmt.Sprintf("payments-%d", *shadow),
@@ -112,12 +133,24 @@ func run() int {
 	defer cancel()
 	client := &http.Client{Transport: tr}
 	var wg sync.WaitGroup
-	for range *workers {
+	var sent atomic.Uint64
+	for w := range *workers {
+		interactive := *lanes && w == 0
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				req, err := http.NewRequestWithContext(ctx, http.MethodPost, gateway.URL+"/v1/charges", nil)
 				if err != nil {
 					return
+				}
+				if interactive {
+					req.Header.Set("X-Priority", "interactive")
+				}
+				if *tenants > 0 {
+					merchant := "merchant-bulk"
+					if sent.Add(1)%2 == 0 {
+						merchant = fmt.Sprintf("merchant-%d", rand.IntN(*tenants))
+					}
+					req.Header.Set("X-Merchant", merchant)
 				}
 				resp, err := client.Do(req)
 				var limited *throttle.LimitError
@@ -136,6 +169,12 @@ func run() int {
 				default:
 					fmt.Fprintln(os.Stderr, "example:", err)
 					time.Sleep(100 * time.Millisecond)
+				}
+				if interactive {
+					select {
+					case <-time.After(200 * time.Millisecond):
+					case <-ctx.Done():
+					}
 				}
 			}
 		})

@@ -70,8 +70,11 @@ type told struct {
 	short    time.Time
 	shortFor time.Duration
 	// level is how far this transport last slowed the pace (slowed's n),
-	// less the probes since; probed when it last probed it (shape.go).
+	// less the probes since, base the pace it slowed (the rule's shape, or
+	// a slower one that held: a route bucket's); probed when it last probed
+	// it (shape.go).
 	level  int
+	base   Limit
 	probed time.Time
 }
 

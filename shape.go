@@ -152,7 +152,7 @@ func (f *feedbackState) reshape(r *rule, skey string, sig upstream.Said, due, no
 	if n == 0 && (own || paced > 0) {
 		n++ // already paced so (maybe by another process): slow it from the first 429
 	}
-	f.setLevel(skey, min(n, maxSlowed))
+	f.setLevel(skey, min(n, maxSlowed), p)
 	p = slowed(p, min(n, maxSlowed))
 	l.Pace, l.PaceTTL = contract.Limit(p), shapeTTL(p)
 	spacing := (p.Per + time.Duration(p.N) - 1) / time.Duration(p.N)
@@ -222,11 +222,11 @@ func (f *feedbackState) slowings(skey string, due, now time.Time, ttl time.Durat
 }
 
 // setLevel remembers how far this transport last slowed skey's pace.
-func (f *feedbackState) setLevel(skey string, n int) {
+func (f *feedbackState) setLevel(skey string, n int, base Limit) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	old := f.told[skey]
-	old.level = n
+	old.level, old.base = n, base
 	f.told[skey] = old
 }
 
@@ -240,17 +240,21 @@ const probeQuiet = 5 * time.Second
 // probe returns the probe (contract.Learned.Probe) that skey's learned pace
 // is due after a response that was no refusal, if this transport slowed
 // that pace and heard no refusal of it (nor probed it) for the quiet time:
-// towards the rule's own shape, never faster (shapeFor). The store hurries
-// the pace only if no process slowed it meanwhile.
+// towards the pace it slowed (the rule's own shape, or a slower one that
+// held, as a route bucket's), never faster. The store hurries the pace only
+// if no process slowed it meanwhile.
 func (f *feedbackState) probe(r *rule, skey string, now time.Time) (contract.Learned, bool) {
 	p, _, ok := r.shapeFor()
 	if !ok {
 		return contract.Learned{}, false
 	}
-	quiet := max(probeQuiet, 10*p.Per/time.Duration(p.N))
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	old, seen := f.told[skey]
+	if old.base.N > 0 {
+		p = old.base
+	}
+	quiet := max(probeQuiet, 10*p.Per/time.Duration(p.N))
 	since := now.Sub(old.shaped)
 	if !seen || old.level == 0 || since < quiet || since >= shapeTTL(p) || now.Sub(old.probed) < quiet {
 		return contract.Learned{}, false

@@ -165,6 +165,9 @@ func TestReshape(t *testing.T) {
 	lb := r.dialect.Learn(ra)
 	bucket.reshape(r, "b", ra, now.Add(-ms), now, time.Second, &lb)
 	assert.Equal(t, slowed(Paced(100, 100*time.Second, 0), 1), Limit(lb.Pace), "the pace that held, slowed")
+	pr, ok := bucket.probe(r, "b", now.Add(11*time.Second))
+	require.True(t, ok, "probed after ten quiet spacings")
+	assert.Equal(t, Paced(100, 100*time.Second, 0), Limit(pr.Pace), "back to the pace that held, not the rule's")
 
 	own, err := compile(Rule{Host: "h", Limits: []Limit{Paced(100, time.Second, 0)}}, false)
 	require.NoError(t, err)

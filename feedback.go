@@ -53,8 +53,9 @@ type Feedback struct {
 // cost a store call on every response. (The counters are per rule, in
 // metrics.go.)
 type feedbackState struct {
-	mu   sync.Mutex
-	told map[string]told
+	mu    sync.Mutex
+	told  map[string]told
+	paths map[string]*pathSpread // per rule name (margin.go)
 }
 
 type told struct {
@@ -120,6 +121,9 @@ func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Res
 	// response) is no move: the slots placed before it fall in the
 	// bucket's first window, and taking them anew only delays them.
 	move := false
+	if complied {
+		t.fb.measure(r, due, now) // margin.go: the path's spread
+	}
 	switch {
 	case !complied || !sig.Refused || resp.StatusCode == http.StatusServiceUnavailable:
 	case edge:

@@ -57,3 +57,37 @@ func TestMarginLearnedAtWindowEdge(t *testing.T) {
 		assert.Zero(t, a.Stats().Total().Upstream.Reshapes)
 	})
 }
+
+// TestMarginCoversMeasuredSpread: the margin a refusal at a window edge
+// teaches covers the spread the transport measured from its slots to the
+// answers (here 30ms: one answer took 30ms, the others none), when that is
+// more than twice the rule's margin.
+func TestMarginCoversMeasuredSpread(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		st := newMemory(t)
+		slow := func(r *http.Request) *http.Response {
+			time.Sleep(30 * time.Millisecond)
+			return ok200(r)
+		}
+		up := &scripted{answers: []func(*http.Request) *http.Response{slow, ok200, answer(429, "", "Retry-After", "1"), ok200, ok200}}
+		edge := rule(func(r *throttle.Rule) {
+			r.Limits = []throttle.Limit{throttle.PerSecond(2)}
+			r.Margin = 10 * time.Millisecond
+		})
+		a := newTransport(t, up, st, edge)
+		b := newTransport(t, up, st, edge)
+		send := func(tr http.RoundTripper) time.Duration {
+			return elapsed(func() {
+				_, err := do(t, tr, context.Background())
+				require.NoError(t, err)
+			})
+		}
+		ms := time.Millisecond
+		assert.Equal(t, 30*ms, send(a), "answered in 30ms")
+		assert.Zero(t, send(a))
+		assert.Equal(t, 980*ms, send(a), "at the window's edge; answered 429")
+		assert.Equal(t, time.Second, send(a), "the pause")
+		assert.Equal(t, 30*ms, send(b), "the window's edge with a margin of the spread measured, 30ms")
+	})
+}

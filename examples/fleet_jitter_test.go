@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"slices"
@@ -42,7 +43,7 @@ import (
 //
 // FLEET_RATE defaults to 100 here; FLEET_DURATION as for TestFleet. A run is
 // judged on the guarantee after the first refusal: at most maxAfterFirst
-// more 429s.
+// 429s to requests written after it was answered.
 func TestFleetJitter(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the jitter fleet runs for several seconds per run")
@@ -72,7 +73,7 @@ func TestFleetJitter(t *testing.T) {
 	var table strings.Builder
 	fmt.Fprintf(&table, "\nexact sliding log %d/s over a path of 5 ± 3 ms + a 10 ms handshake, margin %s, %d x %d workers, %s per run\n",
 		rate, margin, procs, workers, d)
-	fmt.Fprintf(&table, "%-4s %-6s %-18s %-10s %-8s %s\n", "run", "429s", "429s after first", "share", "conns", "first 429 at")
+	fmt.Fprintf(&table, "%-4s %-6s %-26s %-8s %-14s %-16s %-6s %s\n", "run", "429s", "429s sent after the first", "share", "after pause", "margin learned", "conns", "first 429 at")
 	var totals, afters []int
 	var shares []float64
 	for i := range runs {
@@ -84,6 +85,7 @@ func TestFleetJitter(t *testing.T) {
 
 		var mu sync.Mutex
 		var feedback []string
+		var refused [][2]time.Time // the 429s seen by the clients: when written, when answered
 		rule := throttle.Rule{
 			Name:    "payments",
 			Limits:  []throttle.Limit{throttle.PerSecond(rate)},
@@ -118,11 +120,19 @@ func TestFleetJitter(t *testing.T) {
 			wg.Go(func() {
 				defer conns.CloseIdleConnections()
 				tally.Drive(runCtx, workers, func(ctx context.Context, _, _ int) (*http.Response, error) {
-					req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, strings.NewReader(`{"amount":1000}`))
+					var wrote time.Time
+					trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { wrote = time.Now() }}
+					req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, target, strings.NewReader(`{"amount":1000}`))
 					if err != nil {
 						return nil, err
 					}
-					return client.Do(req)
+					resp, err := client.Do(req)
+					if err == nil && resp.StatusCode == http.StatusTooManyRequests {
+						mu.Lock()
+						refused = append(refused, [2]time.Time{wrote, time.Now()})
+						mu.Unlock()
+					}
+					return resp, err
 				})
 			})
 		}
@@ -135,15 +145,50 @@ func TestFleetJitter(t *testing.T) {
 		require.Zero(t, c.Errors, "errors: %v", c.FirstError)
 		require.Zero(t, c.Limited, "requests refused by the limit in wait mode")
 
-		after := max(st.Rejected-1, 0)
+		// The 429s after the first: of requests written after a process
+		// had the first 429's answer (the ones in flight then could not
+		// learn from it), and all of them.
+		after, heard := 0, time.Time{}
+		for _, r := range refused {
+			if heard.IsZero() || r[1].Before(heard) {
+				heard = r[1]
+			}
+		}
+		for _, r := range refused {
+			if r[0].After(heard) {
+				after++
+			}
+		}
 		share := float64(st.Accepted) / float64(pacedOptimum(rate, time.Second, defaultPaceBurst, st.FirstAccepted, end))
 		first := "-"
 		if len(st.RejectedAt) > 0 {
 			first = "+" + st.RejectedAt[0].Sub(st.FirstAccepted).Round(time.Millisecond).String()
 		}
+		// What the fleet learned: the margin beyond the rule's, in the
+		// key's feedback hash (µs); and the share of the rate after the
+		// first 429's pause (Retry-After: 1), or after the first second.
+		learned := "-"
+		keys, err := rdb.Keys(ctx, "*:p").Result()
+		require.NoError(t, err)
+		for _, k := range keys {
+			if xm, err := rdb.HGet(ctx, k, "xm").Int64(); err == nil {
+				learned = (time.Duration(xm) * time.Microsecond).String()
+			}
+		}
+		from := st.FirstAccepted.Add(time.Second)
+		if len(st.RejectedAt) > 0 {
+			from = st.RejectedAt[0].Add(time.Second)
+		}
+		later := 0
+		for _, a := range st.Arrivals {
+			if a.After(from) {
+				later++
+			}
+		}
+		steady := float64(later) / (end.Sub(from).Seconds() * float64(rate))
 		totals, afters, shares = append(totals, st.Rejected), append(afters, after), append(shares, share)
-		fmt.Fprintf(&table, "%-4d %-6d %-18d %-10s %-8d %s\n", i+1, st.Rejected, after,
-			fmt.Sprintf("%.1f%%", 100*share), proxy.Conns(), first)
+		fmt.Fprintf(&table, "%-4d %-6d %-26d %-8s %-14s %-16s %-6d %s\n", i+1, st.Rejected, after,
+			fmt.Sprintf("%.1f%%", 100*share), fmt.Sprintf("%.1f%%", 100*steady), "+"+learned, proxy.Conns(), first)
 		for _, r := range st.RejectedAt {
 			t.Logf("run %d: 429 at +%s", i+1, r.Sub(st.FirstAccepted).Round(time.Millisecond))
 		}
@@ -157,7 +202,7 @@ func TestFleetJitter(t *testing.T) {
 	}
 	sorted := slices.Clone(shares)
 	slices.Sort(sorted)
-	fmt.Fprintf(&table, "429s per run: %v; after the first: %v; share: median %.1f%%, range %.1f-%.1f%%\n",
+	fmt.Fprintf(&table, "429s per run: %v; sent after the first was answered: %v; share: median %.1f%%, range %.1f-%.1f%%\n",
 		totals, afters, 100*sorted[len(sorted)/2], 100*sorted[0], 100*sorted[len(sorted)-1])
 	t.Log(table.String())
 }

@@ -53,8 +53,9 @@ type Feedback struct {
 // cost a store call on every response. (The counters are per rule, in
 // metrics.go.)
 type feedbackState struct {
-	mu   sync.Mutex
-	told map[string]told
+	mu    sync.Mutex
+	told  map[string]told
+	paths map[string]*pathSpread // per rule name (margin.go)
 }
 
 type told struct {
@@ -76,6 +77,10 @@ type told struct {
 	level  int
 	base   Limit
 	probed time.Time
+	// widened is when this transport last widened the key's margin, and
+	// marginProbed when it last probed it, with marginProbes left (margin.go).
+	widened, marginProbed time.Time
+	marginProbes          int
 }
 
 // maxTold bounds the keys remembered; past it the memory starts afresh (which
@@ -102,8 +107,9 @@ type heard struct {
 // the store failure policy, and reports it. complied says the throttle
 // admitted the send (not a failed-open store), due when its slot was due
 // (zero if not measured), paced the spacing of the learned pace its slot was
-// reserved under (zero if none).
-func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Response, complied bool, due time.Time, paced time.Duration) heard {
+// reserved under (zero if none), edge that a window limit placed it
+// (margin.go).
+func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Response, complied bool, due time.Time, paced time.Duration, edge bool) heard {
 	now := t.now()
 	sig := r.dialect.Read(resp, now) // internal/upstream: a refusal or not, and what the headers say
 	r.stats.count(resp, sig.Refused)
@@ -119,15 +125,22 @@ func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Res
 	// response) is no move: the slots placed before it fall in the
 	// bucket's first window, and taking them anew only delays them.
 	move := false
-	if complied && sig.Refused && resp.StatusCode != http.StatusServiceUnavailable {
+	if complied {
+		t.fb.measure(r, due, now) // margin.go: the path's spread
+	}
+	switch {
+	case !complied || !sig.Refused || resp.StatusCode == http.StatusServiceUnavailable:
+	case edge:
+		t.fb.widen(r, k.skey, due, now, &l) // margin.go: the path needs a wider margin
+	default:
 		move = t.fb.reshape(r, k.skey, sig, due, now, paced, &l) // shape.go
 	}
 	if complied && !sig.Refused && resp.StatusCode < 300 {
 		if pr, ok := t.fb.probe(r, k.skey, now); ok { // shape.go: back towards the rule's rate
-			_, err := t.eng.Learn(ctx, k.skey, pr, false)
-			if err != nil {
-				t.report(ctx, Feedback{Rule: r.Name, Key: k.key, Status: resp.StatusCode, Err: r.storeErr(err)})
-			}
+			t.learnQuietly(ctx, r, k, resp.StatusCode, pr)
+		}
+		if pr, ok := t.fb.marginProbe(r, k.skey, now); ok { // margin.go: back towards the rule's margin
+			t.learnQuietly(ctx, r, k, resp.StatusCode, pr)
 		}
 	}
 	if !sig.Refused && l.Pause == 0 && !t.fb.news(k.skey, l, now) {
@@ -136,7 +149,7 @@ func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Res
 	fb := Feedback{Rule: r.Name, Key: k.key, Status: resp.StatusCode, Throttled: sig.Refused,
 		Pause: l.Pause, Limit: Limit(l.Limit), Paced: Limit(l.Pace), Remaining: l.Remaining, Reset: l.Reset}
 	h := heard{refused: sig.Refused, pause: l.Pause}
-	if l.Pause > 0 || l.Limit.N > 0 || l.Reset > 0 || l.Pace.N > 0 {
+	if l.Pause > 0 || l.Limit.N > 0 || l.Reset > 0 || l.Pace.N > 0 || l.Margin > 0 {
 		recorded, err := t.eng.Learn(ctx, k.skey, l, move && l.Pace.N > 0) // internal/engine: recorded, and heard by the waiters
 		fb.Err = r.storeErr(err)
 		if recorded {
@@ -154,6 +167,13 @@ func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Res
 	}
 	t.report(ctx, fb)
 	return h
+}
+
+// learnQuietly records a probe, reporting only a failure.
+func (t *Transport) learnQuietly(ctx context.Context, r *rule, k keyed, status int, l contract.Learned) {
+	if _, err := t.eng.Learn(ctx, k.skey, l, false); err != nil {
+		t.report(ctx, Feedback{Rule: r.Name, Key: k.key, Status: status, Err: r.storeErr(err)})
+	}
 }
 
 // news reports whether l tells the store anything it was not told lately by

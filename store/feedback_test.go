@@ -339,12 +339,13 @@ func TestFeedbackMemory(t *testing.T) {
 	require.NoError(t, st.Learn(ctx, key, contract.Learned{
 		Pause: time.Minute, Limit: lim(40, time.Second), LimitTTL: time.Hour, Remaining: 4999, Reset: time.Hour,
 		Pace: paced(100, time.Second, 0), PaceTTL: time.Hour,
+		Margin: 10 * time.Millisecond, MarginTTL: time.Hour, MarginCap: 100 * time.Millisecond,
 	}))
 	n, err := rdb.MemoryUsage(ctx, st.FeedbackKey(key)).Result()
 	require.NoError(t, err)
 	fields, err := rdb.HLen(ctx, st.FeedbackKey(key)).Result()
 	require.NoError(t, err)
-	assert.Equal(t, int64(11), fields)
+	assert.Equal(t, int64(14), fields)
 	assert.Less(t, n, int64(512), "a small listpack")
 	t.Logf("feedback hash with all %d fields: %d bytes (MEMORY USAGE)", fields, n)
 }
@@ -384,6 +385,11 @@ func TestFeedbackDifferential(t *testing.T) {
 						case 8:
 							l.Pace = paced(1+rng.IntN(8), time.Duration(500+rng.IntN(2000))*time.Millisecond, rng.IntN(2))
 							l.PaceTTL = time.Duration(1+rng.IntN(4)) * time.Second
+						case 9: // a refusal at a window edge (margin_test.go)
+							l.Margin, l.MarginTTL = time.Duration(1+rng.IntN(300))*time.Millisecond, time.Duration(1+rng.IntN(4))*time.Second
+							l.MarginCap, l.MarginAge = 400*time.Millisecond, time.Duration(rng.IntN(2000))*time.Millisecond
+						case 10:
+							l.MarginProbe = time.Duration(1+rng.IntN(3000)) * time.Millisecond
 						case 4, 5:
 							if len(granted) > 0 {
 								i := rng.IntN(len(granted))

@@ -55,6 +55,21 @@ type Learned struct {
 	// burst, its end), and a key without a learned pace learns none. A
 	// pace is never hurried past Pace, the configured rate's.
 	Probe time.Duration
+	// Margin, if positive, widens the key's SlidingLog window limits
+	// beyond the margin already in them, for MarginTTL: the path between
+	// the fleet and the upstream varies by more than that margin. A key
+	// with no margin learned, or one learned within MarginAge (the
+	// refused request's slot was placed before it, under a narrower
+	// margin), takes the larger of the two; otherwise the learned margin
+	// m becomes 2m + Margin (the whole margin doubled, when Margin is the
+	// rule's own plus twice the refused send's lateness), at most
+	// MarginCap. Paced limits are not widened.
+	Margin, MarginTTL, MarginCap, MarginAge time.Duration
+	// MarginProbe, if positive, probes the learned margin back towards
+	// none: one that holds and was neither widened nor probed for
+	// MarginProbe halves (and is dropped below a millisecond); nothing
+	// else is written.
+	MarginProbe time.Duration
 	// Remaining units may be sent before Reset (from now), if Reset is
 	// positive: a budget. Reserve takes its units from it, and a request
 	// that finds it short waits until Reset, as for a pause. Within one
@@ -109,6 +124,13 @@ func (l Learned) Validate(key string) error {
 		return bad("probe %s outside 0..%s", l.Probe, MaxFeedback)
 	case l.Probe > 0 && l.Pace.N == 0:
 		return bad("a probe without a pace")
+	case l.Margin < 0 || l.Margin > MaxFeedback || l.MarginCap < 0 || l.MarginCap > MaxFeedback ||
+		l.MarginAge < 0 || l.MarginAge > MaxFeedback:
+		return bad("margin %s (cap %s, age %s) outside 0..%s", l.Margin, l.MarginCap, l.MarginAge, MaxFeedback)
+	case l.Margin > 0 && (l.MarginTTL <= 0 || l.MarginTTL > MaxFeedback || l.MarginCap < l.Margin):
+		return bad("margin %s: TTL %s outside (0, %s] or cap %s below it", l.Margin, l.MarginTTL, MaxFeedback, l.MarginCap)
+	case l.MarginProbe < 0 || l.MarginProbe > MaxFeedback:
+		return bad("margin probe %s outside 0..%s", l.MarginProbe, MaxFeedback)
 	case l.Remaining < 0:
 		return bad("negative remaining %d", l.Remaining)
 	case l.Reset < 0 || l.Reset > MaxFeedback:
@@ -119,7 +141,7 @@ func (l Learned) Validate(key string) error {
 
 // Empty reports whether l says nothing.
 func (l Learned) Empty() bool {
-	return l.Pause <= 0 && l.Limit.N == 0 && l.Pace.N == 0 && l.Reset <= 0
+	return l.Pause <= 0 && l.Limit.N == 0 && l.Pace.N == 0 && l.Reset <= 0 && l.Margin <= 0 && l.MarginProbe <= 0
 }
 
 // ServerWait is the longest delay a pause or an exhausted budget may impose

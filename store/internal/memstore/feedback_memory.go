@@ -17,9 +17,11 @@ type memFeedback struct {
 	pt, pb, pe  int64 // learned pace: spacing pt, burst pb, valid until pe
 	pm          int64 // when the key last moved to a stricter pace
 	ps          int64 // when the pace was last slowed, set or probed
+	xm, xe      int64 // learned margin xm beyond the rule's, valid until xe
+	xs          int64 // when the margin was last widened or probed
 }
 
-func (f *memFeedback) expires() int64 { return max(f.pause, f.until, f.reset, f.pe) }
+func (f *memFeedback) expires() int64 { return max(f.pause, f.until, f.reset, f.pe, f.xe) }
 
 // Pause implements Feedback.
 func (m *Memory) Pause(ctx context.Context, key string, d time.Duration) error {
@@ -40,14 +42,22 @@ func (m *Memory) Learn(ctx context.Context, key string, l contract.Learned) erro
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.micros()
-	if l.Probe > 0 {
+	if l.Probe > 0 || l.MarginProbe > 0 {
+		f := m.liveFeedback(key, now)
 		// A probe towards the configured rate (feedback.lua): halfway
 		// from a pace that holds and was left alone for the quiet time.
-		if f := m.liveFeedback(key, now); f != nil && f.pe > now && f.pt > l.Pace.Interval() && now-f.ps >= contract.Micros(l.Probe) {
+		if f != nil && l.Probe > 0 && f.pe > now && f.pt > l.Pace.Interval() && now-f.ps >= contract.Micros(l.Probe) {
 			pt := l.Pace.Interval()
 			f.pt, f.ps = pt+(f.pt-pt)/2, now
 			if 100*(f.pt-pt) <= pt { // within the least slowing (1 %): there
 				f.pt = pt
+			}
+		}
+		// A probe of the margin: halved when left alone for the quiet time.
+		if f != nil && l.MarginProbe > 0 && f.margin(now) > 0 && now-f.xs >= contract.Micros(l.MarginProbe) {
+			f.xm, f.xs = f.xm/2, now
+			if f.xm < 1000 {
+				f.xm = 0
 			}
 		}
 		return nil
@@ -77,6 +87,18 @@ func (m *Memory) Learn(ctx context.Context, key string, l contract.Learned) erro
 			f.pm = now
 		}
 		f.pt, f.pb, f.pe, f.ps = pt, pb, now+contract.Micros(l.PaceTTL), now
+	}
+	if l.Margin > 0 {
+		xm, w := f.margin(now), contract.Micros(l.Margin)
+		m := max(xm, w)
+		if xm > 0 && now-contract.Micros(l.MarginAge) >= f.xs { // placed under xm: doubled
+			m = 2*xm + w
+		}
+		m = min(m, contract.Micros(l.MarginCap))
+		if m != xm {
+			f.xm, f.xs = m, now
+		}
+		f.xe = now + contract.Micros(l.MarginTTL)
 	}
 	if l.Reset > 0 {
 		at := now + contract.Micros(l.Reset)
@@ -152,4 +174,13 @@ func (f *memFeedback) pace(now int64) (t, burst int64, ok bool) {
 		return f.pt, f.pb, true
 	}
 	return 0, 0, false
+}
+
+// margin returns the learned margin (µs beyond the rule's), if one holds
+// at now, else 0.
+func (f *memFeedback) margin(now int64) int64 {
+	if f.xe > now {
+		return f.xm
+	}
+	return 0
 }

@@ -263,7 +263,8 @@ type logCall struct {
 	req       contract.Request
 	key       string
 	now, maxW int64
-	windows   bool // the request has window limits: it keeps a log
+	wide, xm  int64 // maxW with a learned margin, and that margin (feedback_memory.go)
+	windows   bool  // the request has window limits: it keeps a log
 	lg        *memLog
 	s         slot
 	// The paced state (pace.lua): the key's, ps, with its TAT
@@ -280,14 +281,20 @@ type logCall struct {
 // reserve is log.lua: the slot, then the refusal or the record, into res.
 func (c *logCall) reserve(res *contract.Reservation, paced bool) {
 	req := &c.req
-	c.lg = c.m.openLog(c.key, c.now, c.maxW, c.windows)
+	f := c.m.liveFeedback(c.key, c.now)
+	c.wide = c.maxW
+	if f != nil {
+		c.xm = f.margin(c.now)
+		c.wide += c.xm // the log keeps the window a learned margin widens
+	}
+	c.lg = c.m.openLog(c.key, c.now, c.wide, c.windows)
 	c.s = slot{at: c.now}
 	if paced {
 		c.ownPace()
 	}
 	c.lg.slot(&c.s, req.Limits, req.Cost, 0)
 	res.Key, res.Cost = c.key, int32(req.Cost)
-	if f := c.m.liveFeedback(c.key, c.now); f != nil && !c.feedback(f, res) {
+	if f != nil && !c.feedback(f, res) {
 		return
 	}
 	c.slowStart()
@@ -351,6 +358,13 @@ func (c *logCall) feedback(f *memFeedback, res *contract.Reservation) bool {
 		}
 	}
 	c.budgetReset = h.budgetReset
+	if c.xm > 0 { // a learned margin widens every window limit (log.lua)
+		for i := range c.req.Limits {
+			if l := &c.req.Limits[i]; !l.Paced {
+				c.s.raise(c.lg.admits(int64(l.N), contract.Micros(l.Per)+c.xm, c.req.Cost), 0, i, contract.CauseLimit)
+			}
+		}
+	}
 	if n, w, ok := f.learned(c.now, c.maxW); ok {
 		c.s.raise(c.lg.admits(n, w, c.req.Cost), 0, 0, contract.CauseLearned)
 	}
@@ -407,7 +421,7 @@ func (c *logCall) record(res *contract.Reservation) {
 		res.TAT, res.Spacing, res.Moved = c.ps.tat, c.t, c.moved
 	}
 	if c.windows {
-		c.lg.record(rec, req.Cost, c.maxW)
+		c.lg.record(rec, req.Cost, c.wide)
 	}
 	res.Slot, res.Entry = s, rec
 }

@@ -596,7 +596,9 @@ func (r *Redis) learn(ctx context.Context, key string, l contract.Learned) error
 		return nil, feedbackScript.Run(ctx, r.client, []string{r.feedbackKey(key), r.logKey(key)},
 			now, contract.Micros(l.Pause), l.Limit.N, contract.Micros(l.Limit.Per), contract.Micros(l.LimitTTL),
 			l.Remaining, contract.Micros(l.Reset), contract.Micros(contract.ResetSlack),
-			contract.PaceInterval(l.Pace), l.Pace.Burst, contract.Micros(l.PaceTTL), contract.Micros(l.Probe)).Err()
+			contract.PaceInterval(l.Pace), l.Pace.Burst, contract.Micros(l.PaceTTL), contract.Micros(l.Probe),
+			contract.Micros(l.Margin), contract.Micros(l.MarginTTL), contract.Micros(l.MarginCap), contract.Micros(l.MarginAge),
+			contract.Micros(l.MarginProbe)).Err()
 	}
 	_, err := run()
 	if err != nil && badState(err) {

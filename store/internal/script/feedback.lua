@@ -9,7 +9,10 @@
 --          when the key last moved to a stricter pace: a new one, or a
 --          smaller burst (the reserve scripts return it, so that a caller
 --          may retake what it reserved before; a pace only slowed does not
---          move it); ps = when the pace was last slowed, set or probed.
+--          move it); ps = when the pace was last slowed, set or probed;
+--          xm, xe = a learned margin of xm beyond the rule's, added to the
+--          log's window limits (see log), valid until xe; xs = when it was
+--          last widened or probed.
 -- KEYS[2]  optional: the key's log (see log), whose last entry is marked
 --          (made negative) so that the next reservation reads the feedback:
 --          the log reads the hash only when it finds a mark.
@@ -27,6 +30,20 @@
 --          holds, slower and neither slowed nor probed for the quiet time,
 --          moves halfway to it (to it once within 1 %); nothing else is
 --          written.
+-- ARGV[13] margin: 0, or a widening in microseconds (see below); ARGV[14]
+--          how long it holds, ARGV[15] the most the margin may reach and
+--          ARGV[16] how long before now the refused request's slot was,
+--          all in microseconds.
+-- ARGV[17] margin probe: 0, or a quiet time in microseconds: a learned
+--          margin that holds, neither widened nor probed for the quiet
+--          time, halves (dropped below a millisecond); nothing else is
+--          written.
+--
+-- A widening w merges into the learned margin m (0 if none holds): when
+-- there is none, or the refused slot was placed before m was last set
+-- (under a narrower margin, which m answers already), m becomes max(m, w);
+-- otherwise 2m + w, the whole margin doubled when w is the rule's margin
+-- plus twice the refused send's lateness. Never above ARGV[15].
 --
 -- Reply: the pause end in microseconds from now after the merge (0 if none).
 --
@@ -45,6 +62,8 @@ local function parse_feedback()
     remaining = tonumber(ARGV[6]), reset = tonumber(ARGV[7]), slack = tonumber(ARGV[8]),
     pt = tonumber(ARGV[9]), pb = tonumber(ARGV[10]), pttl = tonumber(ARGV[11]),
     probe = tonumber(ARGV[12]) or 0,
+    margin = tonumber(ARGV[13]) or 0, mttl = tonumber(ARGV[14]) or 0, mcap = tonumber(ARGV[15]) or 0,
+    mage = tonumber(ARGV[16]) or 0, mprobe = tonumber(ARGV[17]) or 0,
   }
 end
 
@@ -55,18 +74,26 @@ local function record_feedback(fb, log, now, said)
   local pause, n, w, ttl = said.pause, said.n, said.w, said.ttl
   local remaining, reset, slack = said.remaining, said.reset, said.slack
   local pt, pb, pttl = said.pt, said.pb, said.pttl
-  local f = redis.call('HMGET', fb, 'p', 'le', 'b', 'r', 'pe', 'pt', 'pb', 'ps')
+  local f = redis.call('HMGET', fb, 'p', 'le', 'b', 'r', 'pe', 'pt', 'pb', 'ps', 'xm', 'xe', 'xs')
   local p, le, b, r = tonumber(f[1]) or 0, tonumber(f[2]) or 0, tonumber(f[3]), tonumber(f[4]) or 0
   local pe = tonumber(f[5]) or 0
+  local xm, xe, xs = tonumber(f[9]) or 0, tonumber(f[10]) or 0, tonumber(f[11]) or 0
+  if xe <= now then xm = 0 end
 
-  if said.probe > 0 then
+  if said.probe > 0 or said.mprobe > 0 then
     -- A probe towards the configured rate (pt): halfway from a pace that
     -- holds and was left alone for the quiet time; nothing else.
     local held_pt, ps = tonumber(f[6]), tonumber(f[8]) or 0
-    if pe > now and held_pt and held_pt > pt and now - ps >= said.probe then
+    if said.probe > 0 and pe > now and held_pt and held_pt > pt and now - ps >= said.probe then
       held_pt = pt + math.floor((held_pt - pt) / 2)
       if held_pt - pt <= pt / 100 then held_pt = pt end -- within the least slowing (1 %): there
       redis.call('HSET', fb, 'pt', string.format('%.0f', held_pt), 'ps', string.format('%.0f', now))
+    end
+    -- A probe of the margin: halved, when left alone for the quiet time.
+    if said.mprobe > 0 and xm > 0 and now - xs >= said.mprobe then
+      xm = math.floor(xm / 2)
+      if xm < 1000 then xm = 0 end
+      redis.call('HSET', fb, 'xm', string.format('%.0f', xm), 'xs', string.format('%.0f', now))
     end
     return 0
   end
@@ -92,6 +119,17 @@ local function record_feedback(fb, log, now, said)
       'ps', string.format('%.0f', now))
     if moved then redis.call('HSET', fb, 'pm', string.format('%.0f', now)) end
   end
+  if said.margin > 0 then
+    local m = math.max(xm, said.margin)
+    if xm > 0 and now - said.mage >= xs then m = 2 * xm + said.margin end -- placed under xm: doubled
+    m = math.min(m, said.mcap)
+    xe = now + said.mttl
+    if m ~= xm then
+      xm = m
+      redis.call('HSET', fb, 'xm', string.format('%.0f', xm), 'xs', string.format('%.0f', now))
+    end
+    redis.call('HSET', fb, 'xe', string.format('%.0f', xe))
+  end
   if reset > 0 then
     local at = now + reset
     if r > now and b and math.abs(at - r) <= slack then
@@ -108,7 +146,7 @@ local function record_feedback(fb, log, now, said)
   end
 
   -- The hash lives as long as its longest-lived field, never shortened.
-  local last = math.max(p, le, r, pe)
+  local last = math.max(p, le, r, pe, xe)
   if last > now then expire(fb, last, now) end
   if last > now and log then
     local e = redis.call('LINDEX', log, -1)

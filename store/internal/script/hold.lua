@@ -6,7 +6,8 @@
 --           a learned limit of n per w µs, valid until le; b, r = a budget of
 --           b units left until the reset r (µs); pt, pb, pe = a learned pace
 --           of spacing pt µs and burst pb, valid until pe, to which the key
---           last moved at pm (see feedback). Absent fields say nothing.
+--           last moved at pm; xm, xe = a learned margin of xm µs beyond the
+--           rule's, valid until xe (see feedback). Absent fields say nothing.
 
 -- hold(fb, now, cost) reads the hash fb (one HMGET) for a request of cost
 -- units at now, and returns:
@@ -20,9 +21,11 @@
 --   n, w     a learned limit of n per w µs still valid, or nil;
 --   active   whether anything in the hash is still live;
 --   pt, pb   a learned pace (spacing in µs, burst) still valid, or nil;
---   pm       when the key last moved to it (µs), or nil.
+--   pm       when the key last moved to it (µs), or nil;
+--   xm       a learned margin (µs) still valid, added to every window
+--            limit of the log (see log), or 0.
 local function hold(fb, now, cost)
-  local f = redis.call('HMGET', fb, 'p', 'n', 'w', 'le', 'b', 'r', 'pt', 'pb', 'pe', 'pm')
+  local f = redis.call('HMGET', fb, 'p', 'n', 'w', 'le', 'b', 'r', 'pt', 'pb', 'pe', 'pm', 'xm', 'xe')
   local till, budget, active = tonumber(f[1]) or 0, nil, false
   local b, r = tonumber(f[5]), tonumber(f[6])
   -- Past MaxFeedback (366 days) from now no feedback is ever written: a
@@ -46,9 +49,11 @@ local function hold(fb, now, cost)
   else
     pt, pb, pm = nil, nil, nil
   end
+  local xm, xe = tonumber(f[11]) or 0, tonumber(f[12]) or 0
+  if xm > 0 and xe > now then active = true else xm = 0 end
   local n, w, le = tonumber(f[2]), tonumber(f[3]), tonumber(f[4])
-  if not (n and w and le and le > now) then return nil, till, budget, nil, nil, active, pt, pb, pm end
-  return nil, till, budget, n, w, true, pt, pb, pm
+  if not (n and w and le and le > now) then return nil, till, budget, nil, nil, active, pt, pb, pm, xm end
+  return nil, till, budget, n, w, true, pt, pb, pm, xm
 end
 
 -- spend(fb, cost, budget, slot) takes cost from the budget in fb whose

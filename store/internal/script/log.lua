@@ -157,16 +157,31 @@ local function log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key, 
   -- the max server wait; a learned limit counts like one more limit of the
   -- request; a learned pace is reserved on the key's paced state, as the
   -- request's own paced limit would be, with the larger spacing and the
-  -- smaller burst when the request has one.
+  -- smaller burst when the request has one; a learned margin widens every
+  -- window limit (and the trim and TTL keep the wider window).
   local budget, active = nil, false
   local held, moved = 0, nil -- the end of a pause that holds the slot; when the pace last moved
+  local wide = max_w -- the longest window, with a learned margin: what the log must keep
   if fb and marked then
-    local bad, till, n, w, pt, pb
-    bad, till, budget, n, w, active, pt, pb, moved = hold(fb, now, cost)
+    local bad, till, n, w, pt, pb, xm
+    bad, till, budget, n, w, active, pt, pb, moved, xm = hold(fb, now, cost)
     if bad then return bad end
     if till - now > server_wait then return false, till - now, nil, 0, UPSTREAM end
     held = till
     if till >= s then s, limit, cause = till, 0, UPSTREAM end
+    if xm > 0 then
+      -- A learned margin (see feedback): every window limit is wider by it.
+      wide = max_w + xm
+      for i = 1, count, 2 do
+        local e, _, bad = log_after(key, last, limits[i], limits[i + 1] + xm, cost)
+        if bad then return bad end
+        if e and e > s then
+          local j = (i + 1) / 2
+          if pace and j >= pace.index then j = j + 1 end
+          s, limit, cause = e, j, LIMIT
+        end
+      end
+    end
     if n and w <= max_w then
       local e, _, bad = log_after(key, last, n, w, cost)
       if bad then return bad end
@@ -236,6 +251,6 @@ local function log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key, 
   -- the newest entry (see write).
   local entry = rec
   if active then entry = -rec end
-  log_write(key, entry, rec, cost, max_n, max_w, last, now, seen)
+  log_write(key, entry, rec, cost, max_n, wide, last, now, seen)
   return true, wait, s, limit, cause, rec, tat, spacing, moved
 end

@@ -140,7 +140,7 @@ func TestFleetJitter(t *testing.T) {
 		end := time.Now()
 		cancel()
 		proxy.Close()
-		st := stats().Total
+		st := stats(false).Total
 		c := tally.Counts()
 		require.Zero(t, c.Errors, "errors: %v", c.FirstError)
 		require.Zero(t, c.Limited, "requests refused by the limit in wait mode")

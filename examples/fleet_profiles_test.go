@@ -33,12 +33,17 @@ import (
 // Transport and a Redis client of its own (a process each, but for the
 // binary), one real redis-server, limits scaled down so that a run lasts a
 // few seconds. It counts the fake's refusals after the first window and
-// the share of the binding limit the fleet used after it.
+// the share of the binding limit the fleet used after it. The families:
+// GitHub (an hourly window, points, in flight, 403s), Discord (a route's
+// bucket), Meta (usage as percentages), Google Maps (a 200 that refuses),
+// Salesforce (a 403 with an error code), AWS (a 400 with an error code, a
+// token bucket) and Shopify (a leaky bucket).
 //
-//	FLEET_PROFILE_REPS=5 go test -tags integration -run 'TestFleetProfiles' -v ./examples/
+//	FLEET_PROFILE_REPS=10 go test -tags integration -run 'TestFleetProfiles' -v ./examples/
 //
 // FLEET_PROFILE_REPS=n runs every family n times (cold: a fresh key each
-// run); without it the test is skipped.
+// run); without it the test is skipped. FLEET_PROFILE_TRACE=1 adds each
+// run's timeline.
 func TestFleetProfiles(t *testing.T) {
 	// A measurement, not a check: it asserts nothing of the figures it
 	// prints (docs/profiles.md states them, misses included), so it runs
@@ -83,6 +88,31 @@ func TestFleetProfiles(t *testing.T) {
 			r := profiles.GoogleMaps(100, 0)
 			r.Limits = []throttle.Limit{throttle.Per(100, 2*time.Second)}
 			return r, up, http.MethodGet, "https://maps.googleapis.com/maps/api/geocode/json?key=k&address=x", [2]string{}, 100, 2 * time.Second
+		}, 7 * time.Second},
+		{"Salesforce: a 403 REQUEST_LIMIT_EXCEEDED (100 per rolling 2s)", func() (throttle.Rule, *throttletest.Upstream, string, string, [2]string, int, time.Duration) {
+			// An org's rolling 24 hours, scaled to 2 seconds.
+			up, err := throttletest.NewSalesforce(throttletest.Config{N: 100, Window: 2 * time.Second})
+			require.NoError(t, err)
+			r := profiles.Salesforce(100)
+			r.Limits = []throttle.Limit{throttle.Per(100, 2*time.Second)}
+			return r, up, http.MethodGet, "https://acme.my.salesforce.com/services/data/v62.0/query?q=x", [2]string{"Authorization", "Bearer t"}, 100, 2 * time.Second
+		}, 7 * time.Second},
+		{"AWS: a 400 with an error code, a token bucket (100, refilled 50/s)", func() (throttle.Rule, *throttletest.Upstream, string, string, [2]string, int, time.Duration) {
+			// EC2's DescribeHosts bucket of 100, refilled 100 per 2s
+			// rather than 20 per second.
+			up, err := throttletest.NewAWS(throttletest.Config{N: 100, Window: 2 * time.Second})
+			require.NoError(t, err)
+			return profiles.AWS(100, 50), up, http.MethodGet, "https://ec2.us-east-1.amazonaws.com/?Action=DescribeHosts&Version=2016-11-15",
+				[2]string{"Authorization", "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261126/us-east-1/ec2/aws4_request, SignedHeaders=host;x-amz-date, Signature=5d67"}, 100, 2 * time.Second
+		}, 7 * time.Second},
+		{"Shopify: a leaky bucket (40, leaking 20/s)", func() (throttle.Rule, *throttletest.Upstream, string, string, [2]string, int, time.Duration) {
+			// The standard plan's bucket of 40, leaking 40 per 2s rather
+			// than 2 per second.
+			up, err := throttletest.NewShopify(throttletest.Config{N: 40, Window: 2 * time.Second})
+			require.NoError(t, err)
+			r := profiles.Shopify(profiles.ShopifyStandard)
+			r.Limits = []throttle.Limit{throttle.Paced(40, 2*time.Second, 39)}
+			return r, up, http.MethodGet, "https://shop.myshopify.com/admin/api/2026-01/orders.json", [2]string{"X-Shopify-Access-Token", "shpat"}, 40, 2 * time.Second
 		}, 7 * time.Second},
 	}
 	for _, f := range families {
@@ -222,6 +252,9 @@ func runProfileFleet(t *testing.T, redisAddr string, rule throttle.Rule, up *thr
 	if os.Getenv("FLEET_PROFILE_TRACE") != "" {
 		t.Logf("  the throttle refused %d requests itself (the longest RetryAfter %s); errors %q", limited, longest, failed)
 		for _, l := range rule.Limits {
+			if l.Paced {
+				continue // a bucket: no window to fill
+			}
 			t.Logf("  %d arrivals within %s at the closest (the limit: %s)", l.N+1, minGap(l.N, total.Arrivals), l.Per)
 		}
 		traceFleet(t, total, heard, w)

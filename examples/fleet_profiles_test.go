@@ -70,6 +70,17 @@ func TestFleetProfiles(t *testing.T) {
 			r.Limits = []throttle.Limit{throttle.Per(300, 3*time.Second), throttle.Per(54, 50*time.Millisecond).Of("points")}
 			return r, up, http.MethodGet, "https://api.github.com/repos/a/b", [2]string{"Authorization", "Bearer t"}, 300, 3 * time.Second
 		}, 10500 * time.Millisecond},
+		{"GitHub with a margin of 20ms", func() (throttle.Rule, *throttletest.Upstream, string, string, [2]string, int, time.Duration) {
+			// The same, with the margin the README advises for a path
+			// whose jitter is a few ms (a loaded machine's loopback):
+			// with the default 5 ms, the 50 ms points window met 403s.
+			up, err := throttletest.NewGitHub(throttletest.Config{N: 300, Window: 3 * time.Second})
+			require.NoError(t, err)
+			r := profiles.GitHub()
+			r.Limits = []throttle.Limit{throttle.Per(300, 3*time.Second), throttle.Per(54, 50*time.Millisecond).Of("points")}
+			r.Margin = 20 * time.Millisecond
+			return r, up, http.MethodGet, "https://api.github.com/repos/a/b", [2]string{"Authorization", "Bearer t"}, 300, 3 * time.Second
+		}, 10500 * time.Millisecond},
 		{"Discord: a route's bucket (10 per 3s), the global limit", func() (throttle.Rule, *throttletest.Upstream, string, string, [2]string, int, time.Duration) {
 			up, err := throttletest.NewDiscord(throttletest.Config{N: 10, Window: 3 * time.Second})
 			require.NoError(t, err)

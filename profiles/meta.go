@@ -12,7 +12,7 @@ import (
 // for each of the app's users), sent in bursts as a rolling window allows
 // (NoDefaultPace). X-App-Usage and X-Business-Use-Case-Usage, the usage
 // Meta reports as percentages, spread the key's sends over the hour from
-// 80% (at no less than 90% of its rate) and pause it at 100%, for the
+// 80% (at no less than 99% of its rate) and pause it at 100%, for the
 // estimated_time_to_regain_access Meta states or else a hundredth of the
 // hour per percent over 99.
 // A 400 or 403 whose error says a request limit was reached (codes 4, 17,

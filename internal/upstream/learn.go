@@ -18,9 +18,12 @@ import (
 const appUsageSlow = 80.0
 
 // appUsageFloor is the share of the configured rate a key keeps at 99%
-// usage: a usage the fleet reaches alone at its full rate must not cut that
-// rate by much, and the pause at 100% (usagePause) stops what more there is.
-const appUsageFloor = 0.95
+// usage. A fleet alone at its full rate keeps the usage at 99–100%, and a
+// percentage has a resolution of 1%: at 99% the window holds 99% of the
+// limit or more, so 99% of the rate is the most that does not fill it with
+// the key's own sends, and the pause at 100% (usagePause) stops what more
+// there is. Less would only cut a fleet that fills the window alone.
+const appUsageFloor = 0.99
 
 // appUsageSpans is how many parts of the longest window the slowed key's
 // sends are spread over, at most: a learned limit of a tenth of N per tenth
@@ -163,9 +166,13 @@ func (d *Dialect) Learn(sig Said) contract.Learned {
 	}
 	switch {
 	case usage.N > 0 && l.Limit.N == usage.N && l.Limit.Per == usage.Per+d.margin:
-		// It lapses soon after the usage falls below appUsageSlow: the
-		// responses say it again while the usage stays high.
-		l.LimitTTL = 2 * l.Limit.Per
+		// The responses say it again while the usage stays high, and it
+		// lapses two windows after they last did: a fleet whose own log
+		// holds a full window sends nothing for up to a window, and its
+		// spread sends take up to another to bring the usage back over
+		// appUsageSlow. Lapsing sooner (two parts), it let the fleet
+		// send the window's burst again each time.
+		l.LimitTTL = 2 * (longest.Per + d.margin)
 	case l.Limit.N > 0:
 		l.LimitTTL = min(max(10*time.Minute, 2*l.Limit.Per), 24*time.Hour)
 	}
@@ -210,19 +217,22 @@ func usagePause(pct float64, w time.Duration) time.Duration {
 
 // usageLimit returns the limit a key keeps at a usage of pct (from
 // appUsageSlow to 100%) of its longest limit: its N and window cut in
-// appUsageSpans parts, the N from all of it at appUsageSlow to
-// appUsageFloor of it at 100%. Zero for a limit below 2 × appUsageUnits,
-// too small to cut: the pause at 100% alone holds it.
+// appUsageSpans parts, the rate from all of it at appUsageSlow to
+// appUsageFloor of it at 99% and over. The share lengthens each part
+// rather than rounding its N down, which would cost up to a unit in
+// appUsageUnits (5%) whatever the usage. Zero for a limit below
+// 2 × appUsageUnits, too small to cut: the pause at 100% alone holds it.
 func usageLimit(pct float64, longest contract.Limit) contract.Limit {
 	spans := min(appUsageSpans, longest.N/appUsageUnits)
 	if spans < 2 {
 		return contract.Limit{}
 	}
-	share := 1 - (1-appUsageFloor)*(pct-appUsageSlow)/(100-appUsageSlow)
-	return contract.Limit{
-		N:   max(1, int(float64(longest.N)*share/float64(spans))),
-		Per: longest.Per / time.Duration(spans),
-	}
+	share := 1 - (1-appUsageFloor)*(min(pct, 99)-appUsageSlow)/(99-appUsageSlow)
+	n := longest.N / spans
+	// n of longest.N over as much of its window, lengthened by the
+	// share; rounded up to a millisecond.
+	ms := math.Ceil(float64(longest.Per) * float64(n) / float64(longest.N) / share / float64(time.Millisecond))
+	return contract.Limit{N: n, Per: time.Duration(ms) * time.Millisecond}
 }
 
 // regain reports whether the response stated a time to regain access

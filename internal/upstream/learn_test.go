@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 	"testing"
@@ -59,12 +60,18 @@ func TestLearnXRateLimitLimit(t *testing.T) {
 }
 
 // The usage Meta reports: from 80% the key's sends are spread over its
-// window at no less than 95% of its rate, and at 100% it pauses for what
-// the API states (estimated_time_to_regain_access) or, without it, a
-// hundredth of the window per percent over 99, not a fixed 5 minutes.
+// window at no less than 99% of its rate (a fleet alone at its full rate
+// keeps the usage at 99–100%: less would cut it for nothing), and at 100%
+// it pauses for what the API states (estimated_time_to_regain_access) or,
+// without it, a hundredth of the window per percent over 99, not a fixed 5
+// minutes.
 func TestLearnUsage(t *testing.T) {
 	r := New([]contract.Limit{{N: 400, Per: time.Hour}}, testMargin, nil, nil)
 	span := 6*time.Minute + testMargin
+	// 40 per 6 minutes at the rate; a share of it lengthens the part.
+	at := func(share float64) time.Duration {
+		return time.Duration(math.Ceil(float64(6*time.Minute)/share/float64(time.Millisecond)))*time.Millisecond + testMargin
+	}
 	for _, c := range []struct {
 		name  string
 		kv    []string
@@ -73,8 +80,9 @@ func TestLearnUsage(t *testing.T) {
 	}{
 		{"79%: nothing", []string{"X-App-Usage", `{"call_count":79}`}, contract.Limit{}, 0},
 		{"80%: the rate, spread", []string{"X-App-Usage", `{"call_count":80}`}, contract.Limit{N: 40, Per: span}, 0},
-		{"90%: 97.5% of the rate", []string{"X-App-Usage", `{"call_count":90}`}, contract.Limit{N: 39, Per: span}, 0},
-		{"99%: 95% of the rate", []string{"X-App-Usage", `{"call_count":99}`}, contract.Limit{N: 38, Per: span}, 0},
+		{"90%: 99.5% of the rate", []string{"X-App-Usage", `{"call_count":90}`}, contract.Limit{N: 40, Per: at(1 - 0.01*10/19)}, 0},
+		{"99%: 99% of the rate", []string{"X-App-Usage", `{"call_count":99}`}, contract.Limit{N: 40, Per: at(0.99)}, 0},
+		{"99.5%: no less", []string{"X-App-Usage", `{"call_count":99.5}`}, contract.Limit{N: 40, Per: at(0.99)}, 0},
 		{"100%: a hundredth of the window", []string{"X-App-Usage", `{"call_count":100}`}, contract.Limit{}, 36 * time.Second},
 		{"110%: eleven hundredths", []string{"X-App-Usage", `{"call_count":110}`}, contract.Limit{}, 11 * 36 * time.Second},
 		{"100% with a time to regain access: that time", []string{"X-Business-Use-Case-Usage",
@@ -93,7 +101,11 @@ func TestLearnUsage(t *testing.T) {
 			assert.Equal(t, c.limit, l.Limit)
 			assert.Equal(t, c.pause, l.Pause)
 			if c.limit.N > 0 {
-				assert.Equal(t, 2*span, l.LimitTTL, "lapses soon when the usage falls")
+				// Two windows: a fleet whose own log is full sends
+				// nothing for up to a window, and its spread sends
+				// take up to another to bring the usage back over
+				// 80%; a limit lapsing sooner lets it burst again.
+				assert.Equal(t, 2*(time.Hour+testMargin), l.LimitTTL, "lapses two windows after the usage was last high")
 			}
 		})
 	}

@@ -161,7 +161,7 @@ func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var yes, feedback bool
 	t, st, done, code := open(ctx, "reset", args, stderr, func(fs *flag.FlagSet) {
 		fs.BoolVar(&yes, "yes", false, "do not ask for confirmation")
-		fs.BoolVar(&feedback, "feedback", false, "delete only what the upstream said (pause, learned limit or pace, budget); the sends stay counted")
+		fs.BoolVar(&feedback, "feedback", false, "delete only what the upstream said (pause, learned limit, pace or margin, budget); the sends stay counted")
 	})
 	if code >= 0 {
 		return code
@@ -209,7 +209,7 @@ func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 const (
 	resetSays = "The upstream still counts what was sent: a sliding log waits out one window " +
 		"before it sends again (the other algorithms start afresh). To lift only a pause, use -feedback."
-	feedbackSays = "Pauses, learned limits and budgets go; the sends stay counted."
+	feedbackSays = "Pauses, learned limits, paces and margins, and budgets go; the sends stay counted."
 )
 
 // writeUsage prints a Usage as a small table and a few lines.

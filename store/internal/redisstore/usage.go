@@ -161,7 +161,7 @@ func (r *Redis) Delete(ctx context.Context, key string) (int64, error) {
 }
 
 // DeleteFeedback removes what the upstream said about key (its pause,
-// learned limit or pace, budget: the feedback hash) and returns how many
+// learned limit, pace or margin, budget: the feedback hash) and returns how many
 // Redis keys existed (0 or 1). The sends stay counted.
 func (r *Redis) DeleteFeedback(ctx context.Context, key string) (int64, error) {
 	return r.del(ctx, key, []string{r.feedbackKey(key)})

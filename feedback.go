@@ -39,6 +39,17 @@ type Feedback struct {
 	// bucket's headers stated (its window includes the rule's Margin),
 	// zero if none: see docs/feedback.md.
 	Paced Limit
+	// Margin is how much wider than the rule's Margin the key's windows
+	// are now, fleet-wide, when this response changed that: a refusal at a
+	// window's edge widened them, or a probe after a quiet time narrowed
+	// them (Eased set; zero when it dropped the learned margin). See
+	// docs/feedback.md.
+	Margin time.Duration
+	// Eased is set when, after a quiet time without refusals, a probe
+	// moved the key back towards the rule's own shape: its learned pace
+	// sped up (Paced is the pace now), or its learned margin narrowed
+	// (Paced zero; Margin is what is left). Each probe reports once.
+	Eased bool
 	// Remaining units until Reset: a budget learned from the headers, when
 	// Reset is positive.
 	Remaining int
@@ -137,10 +148,10 @@ func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Res
 	}
 	if complied && !sig.Refused && resp.StatusCode < 300 {
 		if pr, ok := t.fb.probe(r, k.skey, now); ok { // shape.go: back towards the rule's rate
-			t.learnQuietly(ctx, r, k, resp.StatusCode, pr)
+			t.ease(ctx, r, k, resp.StatusCode, pr)
 		}
 		if pr, ok := t.fb.marginProbe(r, k.skey, now); ok { // margin.go: back towards the rule's margin
-			t.learnQuietly(ctx, r, k, resp.StatusCode, pr)
+			t.ease(ctx, r, k, resp.StatusCode, pr)
 		}
 	}
 	if !sig.Refused && l.Pause == 0 && !t.fb.news(k.skey, l, now) {
@@ -150,8 +161,12 @@ func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Res
 		Pause: l.Pause, Limit: Limit(l.Limit), Paced: Limit(l.Pace), Remaining: l.Remaining, Reset: l.Reset}
 	h := heard{refused: sig.Refused, pause: l.Pause}
 	if l.Pause > 0 || l.Limit.N > 0 || l.Reset > 0 || l.Pace.N > 0 || l.Margin > 0 {
-		recorded, err := t.eng.Learn(ctx, k.skey, l, move && l.Pace.N > 0) // internal/engine: recorded, and heard by the waiters
+		ef, recorded, err := t.eng.LearnEffect(ctx, k.skey, l, move && l.Pace.N > 0) // internal/engine: recorded, and heard by the waiters
 		fb.Err = r.storeErr(err)
+		if recorded && l.Margin > 0 {
+			r.stats.widenings.Add(1)
+			fb.Margin = ef.Margin
+		}
 		if recorded {
 			if l.Pause > 0 {
 				r.stats.pauses.Add(1)
@@ -169,11 +184,26 @@ func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Res
 	return h
 }
 
-// learnQuietly records a probe, reporting only a failure.
-func (t *Transport) learnQuietly(ctx context.Context, r *rule, k keyed, status int, l contract.Learned) {
-	if _, err := t.eng.Learn(ctx, k.skey, l, false); err != nil {
-		t.report(ctx, Feedback{Rule: r.Name, Key: k.key, Status: status, Err: r.storeErr(err)})
+// ease records a probe, and reports it when the store moved the key back
+// towards the rule's shape (another process may have slowed or widened it
+// meanwhile), or when it failed.
+func (t *Transport) ease(ctx context.Context, r *rule, k keyed, status int, l contract.Learned) {
+	ef, _, err := t.eng.LearnEffect(ctx, k.skey, l, false)
+	fb := Feedback{Rule: r.Name, Key: k.key, Status: status, Err: r.storeErr(err)}
+	switch {
+	case err != nil:
+	case ef.Hurried && l.Pace.N > 0:
+		fb.Eased = true
+		fb.Paced = Paced(l.Pace.N, ef.Spacing*time.Duration(l.Pace.N), 0)
+	case ef.Narrowed:
+		fb.Eased, fb.Margin = true, ef.Margin
+	default:
+		return
 	}
+	if fb.Eased {
+		r.stats.easings.Add(1)
+	}
+	t.report(ctx, fb)
 }
 
 // news reports whether l tells the store anything it was not told lately by
@@ -241,6 +271,12 @@ func (c *core) report(ctx context.Context, fb Feedback) {
 	}
 	if fb.Paced.N > 0 {
 		attrs = append(attrs, slog.String("learned_pace", fb.Paced.String()))
+	}
+	if fb.Margin > 0 {
+		attrs = append(attrs, slog.Duration("learned_margin", fb.Margin))
+	}
+	if fb.Eased {
+		attrs = append(attrs, slog.Bool("eased", true))
 	}
 	if fb.Reset > 0 {
 		attrs = append(attrs, slog.Int("remaining", fb.Remaining), slog.Duration("reset", fb.Reset))

@@ -91,3 +91,44 @@ func TestMarginCoversMeasuredSpread(t *testing.T) {
 		assert.Equal(t, 30*ms, send(b), "the window's edge with a margin of the spread measured, 30ms")
 	})
 }
+
+// TestMarginReported: the refusal at a window's edge reports the margin it
+// widened the key's windows to (Feedback.Margin), and the probe after 30s
+// without a refusal reports the margin it narrowed them to (Eased); the
+// rule's Stats count each.
+func TestMarginReported(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		st := newMemory(t)
+		up := &scripted{answers: []func(*http.Request) *http.Response{ok200, ok200, answer(429, "", "Retry-After", "1"), ok200, ok200}}
+		var fbs feedbackLog
+		a := newTransport(t, up, st, fbs.option(), rule(func(r *throttle.Rule) {
+			r.Limits = []throttle.Limit{throttle.PerSecond(2)}
+			r.Margin = 10 * time.Millisecond
+		}))
+		send := func() {
+			_, err := do(t, a, context.Background())
+			require.NoError(t, err)
+		}
+		send()
+		send()
+		send() // at the window's edge: 429
+		got := fbs.all()
+		require.Len(t, got, 1)
+		assert.Equal(t, 10*time.Millisecond, got[0].Margin, "twice the rule's margin: 10ms beyond it")
+		assert.False(t, got[0].Eased)
+		u := a.Stats().Total().Upstream
+		assert.Equal(t, uint64(1), u.Widenings)
+		assert.Zero(t, u.Easings)
+
+		time.Sleep(31 * time.Second)
+		send() // quiet for 30s: this answer probes the margin
+		send()
+		got = fbs.all()
+		require.Len(t, got, 2, "the probe reports once")
+		assert.Equal(t, throttle.Feedback{Rule: "api", Key: got[0].Key, Status: http.StatusOK, Margin: 5 * time.Millisecond, Eased: true}, got[1])
+		u = a.Stats().Total().Upstream
+		assert.Equal(t, uint64(1), u.Widenings)
+		assert.Equal(t, uint64(1), u.Easings)
+	})
+}

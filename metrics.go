@@ -120,6 +120,14 @@ type RuleStats struct {
 		// limit without a burst, after a 429 although the throttle kept
 		// the rule's limits), renewals included.
 		Reshapes uint64
+		// Widenings counts the widenings of a key's margin recorded after
+		// a refusal at a window's edge (Feedback.Margin), renewals
+		// included.
+		Widenings uint64
+		// Easings counts the probes that moved a key back towards the
+		// rule's own shape after a quiet time: a learned pace sped up or
+		// a learned margin narrowed (Feedback.Eased).
+		Easings uint64
 	}
 	// InFlight counts what the rule's cap on requests in flight
 	// (Rule.InFlight) did in this process.
@@ -205,6 +213,7 @@ type ruleStats struct {
 	refused, open, local atomic.Uint64
 
 	tooMany, unavailable, refusals, pauses, tightenings, reshapes atomic.Uint64
+	widenings, easings                                            atomic.Uint64
 
 	leases        engine.LeaseCounters // held, queued, lost, reclaimed: the engine's
 	leasesRefused atomic.Uint64
@@ -293,6 +302,7 @@ func (s *ruleStats) snapshot() RuleStats {
 	u := &r.Upstream
 	u.TooManyRequests, u.Unavailable, u.Refusals = s.tooMany.Load(), s.unavailable.Load(), s.refusals.Load()
 	u.Pauses, u.Tightenings, u.Reshapes = s.pauses.Load(), s.tightenings.Load(), s.reshapes.Load()
+	u.Widenings, u.Easings = s.widenings.Load(), s.easings.Load()
 	f := &r.InFlight
 	f.Held, f.Queued, f.Refused = s.leases.Held.Load(), s.leases.Queued.Load(), s.leasesRefused.Load()
 	f.Lost, f.Reclaimed = s.leases.Lost.Load(), s.leases.Reclaimed.Load()
@@ -329,6 +339,8 @@ func (r *RuleStats) add(o RuleStats) {
 	r.Upstream.Pauses += o.Upstream.Pauses
 	r.Upstream.Tightenings += o.Upstream.Tightenings
 	r.Upstream.Reshapes += o.Upstream.Reshapes
+	r.Upstream.Widenings += o.Upstream.Widenings
+	r.Upstream.Easings += o.Upstream.Easings
 	r.InFlight.Held += o.InFlight.Held
 	r.InFlight.Queued += o.InFlight.Queued
 	r.InFlight.Refused += o.InFlight.Refused

@@ -187,3 +187,31 @@ func TestShapeProbesBack(t *testing.T) {
 			"after the slot placed before the probe, back at the rule's rate, and no faster")
 	})
 }
+
+// TestShapeProbeReported: the probe that speeds a slowed pace back up
+// reports it (Feedback.Eased, with the pace now) once, and Stats count it.
+func TestShapeProbeReported(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		st := newMemory(t)
+		up := &scripted{answers: []func(*http.Request) *http.Response{answer(429, ""), ok200, answer(429, ""), ok200, ok200, ok200}}
+		var fbs feedbackLog
+		a := newTransport(t, up, st, fbs.option(), rule(nil)) // PerSecond(10), NoMargin
+		for range 5 {
+			_, err := do(t, a, context.Background())
+			require.NoError(t, err)
+		}
+		require.Len(t, fbs.all(), 2, "the two 429s")
+		assert.Zero(t, a.Stats().Total().Upstream.Easings)
+		time.Sleep(5 * time.Second)
+		_, err := do(t, a, context.Background()) // quiet for 5s: this response probes
+		require.NoError(t, err)
+		got := fbs.all()
+		require.Len(t, got, 3)
+		assert.True(t, got[2].Eased)
+		assert.Equal(t, throttle.Paced(10, time.Second, 0), got[2].Paced, "back at the rule's rate (within 1 %)")
+		assert.Zero(t, got[2].Margin)
+		assert.Equal(t, uint64(1), a.Stats().Total().Upstream.Easings)
+		assert.Zero(t, a.Stats().Total().Upstream.Widenings)
+	})
+}

@@ -62,7 +62,7 @@ func StoreKey(t *throttle.Transport, rule, rateKey string) (string, error) {
 // Usage reports the state of one rate key of t's rule named rule, in one
 // read-only call to the store: units used per limit, the next free slot a
 // request of cost 1 would get, the upstream's pause, learned limit, learned
-// pace and budget. rateKey is the key as the rule's KeyFunc returns it, not
+// pace, learned margin and budget. rateKey is the key as the rule's KeyFunc returns it, not
 // a raw token: derive it from a token with CredentialKey. The stored key is
 // derived as for a request (see StoreKey), and the limits are those a
 // request reserves, under the rule's Algorithm: the rule's with its Margin
@@ -191,6 +191,17 @@ type KeyUsage struct {
 	// (N 0: none): one request per Per, Burst more at once.
 	LearnedPace    throttle.Limit
 	LearnedPaceFor time.Duration
+	// LearnedPaceChanged is how long ago the learned pace was last set,
+	// slowed, or sped up by a probe after a quiet time; LearnedPaceProbed,
+	// how long ago a probe last sped it up, when one did since it was set
+	// (PaceProbed).
+	LearnedPaceChanged, LearnedPaceProbed time.Duration
+	PaceProbed                            bool
+	// LearnedMargin is how much wider than the rule's Margin a refusal at a
+	// window's edge made the key's window limits, for the whole fleet,
+	// still valid for LearnedMarginFor, last widened or narrowed by a probe
+	// LearnedMarginChanged ago (0s: none). Next includes it.
+	LearnedMargin, LearnedMarginFor, LearnedMarginChanged time.Duration
 	// Budget units are left until BudgetReset from now, as the upstream's
 	// headers said (BudgetReset 0: no budget).
 	Budget      int
@@ -242,7 +253,9 @@ const (
 func usageOf(u contract.Usage) KeyUsage {
 	o := KeyUsage{Algorithm: throttle.Algorithm(u.Algorithm), Next: u.Next, NextLimit: u.NextLimit, Capped: u.Capped,
 		Entries: u.Entries, Last: u.Last, Pause: u.Pause, Learned: throttle.Limit(u.Learned), LearnedFor: u.LearnedFor,
-		LearnedPace: throttle.Limit(u.LearnedPace), LearnedPaceFor: u.LearnedPaceFor, Budget: u.Budget, BudgetReset: u.BudgetReset}
+		LearnedPace: throttle.Limit(u.LearnedPace), LearnedPaceFor: u.LearnedPaceFor, Budget: u.Budget, BudgetReset: u.BudgetReset,
+		LearnedPaceChanged: u.LearnedPaceChanged, LearnedPaceProbed: u.LearnedPaceProbed, PaceProbed: u.PaceProbed,
+		LearnedMargin: u.LearnedMargin, LearnedMarginFor: u.LearnedMarginFor, LearnedMarginChanged: u.LearnedMarginChanged}
 	switch u.NextCause {
 	case contract.CauseLimit:
 		o.NextCause = CauseLimit

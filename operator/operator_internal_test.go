@@ -21,7 +21,8 @@ func TestUsageOfCopiesEveryField(t *testing.T) {
 	in := contract.Usage{Algorithm: contract.Buckets, Limits: []contract.LimitUsage{{Limit: lim, Used: 1, Reserved: 2, Previous: 3}},
 		Next: 4, NextCause: contract.CauseLearned, NextLimit: 5, Capped: true, Entries: 6, Last: 7, Pause: 8,
 		Learned: contract.Limit{N: 9, Per: time.Minute}, LearnedFor: 10, LearnedPace: contract.Limit{N: 1, Per: 11, Paced: true, Burst: 2},
-		LearnedPaceFor: 12, Budget: 13, BudgetReset: 14}
+		LearnedPaceFor: 12, Budget: 13, BudgetReset: 14, LearnedPaceChanged: 15, LearnedPaceProbed: 16, PaceProbed: true,
+		LearnedMargin: 17, LearnedMarginFor: 18, LearnedMarginChanged: 19}
 	out := usageOf(in)
 	assert.Equal(t, CauseLearned, out.NextCause)
 

@@ -248,3 +248,37 @@ func TestUsageUpstream(t *testing.T) {
 type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestUsageLearnedMargin: the margin a 429 at a window's edge taught the
+// fleet shows in the key's usage, with how long it holds.
+func TestUsageLearnedMargin(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		st, err := store.NewMemory()
+		require.NoError(t, err)
+		n := 0
+		tr, err := throttle.New(roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			n++
+			if n == 3 { // at the window's edge
+				return &http.Response{StatusCode: http.StatusTooManyRequests, Header: http.Header{"Retry-After": {"1"}}, Body: http.NoBody, Request: r}, nil
+			}
+			return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+		}), st, throttle.WithRule(throttle.Rule{Name: "api", Host: "api.example.com", Limits: []throttle.Limit{throttle.PerSecond(2)},
+			Key: throttle.Fixed("k"), Margin: 10 * time.Millisecond}))
+		require.NoError(t, err)
+		for range 3 {
+			req, err := http.NewRequest(http.MethodGet, "https://api.example.com/", nil)
+			require.NoError(t, err)
+			resp, err := tr.RoundTrip(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+		}
+		time.Sleep(time.Second)
+		u, err := operator.Usage(context.Background(), tr, "api", "k")
+		require.NoError(t, err)
+		assert.Equal(t, 10*time.Millisecond, u.LearnedMargin)
+		assert.Equal(t, 10*time.Minute-time.Second, u.LearnedMarginFor)
+		assert.Equal(t, time.Second, u.LearnedMarginChanged)
+		assert.Zero(t, u.LearnedPace, "the key keeps its pace")
+	})
+}

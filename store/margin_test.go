@@ -98,6 +98,32 @@ var marginCases = []feedbackCase{
 			assert.Equal(t, want, edgeDelay(t, s, clock, key+"w"))
 		}
 	}},
+	{"LearnEffect says the margin a widening or a probe leaves, and the spacing of a pace a probe sped up", func(t *testing.T, s store.Store, _ contract.Feedback, clock *fakeClock, key string) {
+		ef, ok := s.(contract.Effector)
+		require.True(t, ok, "%T implements contract.Effector", s)
+		effect := func(key string, l contract.Learned) contract.Effect {
+			t.Helper()
+			e, err := ef.LearnEffect(ctx, key, l)
+			require.NoError(t, err)
+			return e
+		}
+		assert.Equal(t, contract.Effect{Margin: 10 * ms, MarginFor: time.Minute}, effect(key, widen(10*ms, 0)), "the first widening: as asked")
+		clock.Advance(time.Second)
+		assert.Equal(t, contract.Effect{Margin: 30 * ms, MarginFor: time.Minute}, effect(key, widen(10*ms, 500*ms)), "placed under it: 2m + w")
+		probe := contract.Learned{MarginProbe: 5 * time.Second}
+		assert.Equal(t, contract.Effect{}, effect(key, probe), "widened just now: the probe does nothing")
+		clock.Advance(5 * time.Second)
+		assert.Equal(t, contract.Effect{Margin: 15 * ms, MarginFor: 55 * time.Second, Narrowed: true}, effect(key, probe), "halved")
+		assert.Equal(t, contract.Effect{}, effect(key, contract.Learned{Pause: time.Second}), "a pause alone: nothing to say")
+
+		pace := contract.Learned{Pace: paced(10, time.Second, 0), PaceTTL: time.Minute}
+		assert.Equal(t, contract.Effect{}, effect(key+"p", pace))
+		effect(key+"p", contract.Learned{Pace: paced(10, 1100*ms, 0), PaceTTL: time.Minute}) // slowed to 110ms
+		hurry := contract.Learned{Pace: paced(10, time.Second, 0), PaceTTL: time.Minute, Probe: 5 * time.Second}
+		assert.Equal(t, contract.Effect{}, effect(key+"p", hurry), "slowed just now: the probe does nothing")
+		clock.Advance(5 * time.Second)
+		assert.Equal(t, contract.Effect{Hurried: true, Spacing: 105 * ms}, effect(key+"p", hurry), "halfway back")
+	}},
 	{"an invalid margin is refused with ErrInvalidFeedback", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
 		for name, l := range map[string]contract.Learned{
 			"negative margin":  {Margin: -ms, MarginTTL: time.Second, MarginCap: ms},

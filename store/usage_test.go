@@ -61,6 +61,48 @@ var usageCases = []conformanceCase{
 		assert.Equal(t, contract.CauseLimit, u.NextCause)
 		assert.Equal(t, 1, u.NextLimit)
 	}},
+	{"feedback: a learned margin, in Next too, and the learned pace's changes", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		r := req(1, 0, lim(1, time.Second))
+		require.True(t, reserve(t, s, key, r).Allowed)
+		fb := s.(contract.Feedback)
+		require.NoError(t, fb.Learn(ctx, key, contract.Learned{Margin: 100 * time.Millisecond, MarginTTL: time.Minute, MarginCap: time.Second}))
+		clock.Advance(500 * time.Millisecond)
+		u := usage(t, s, key, r)
+		assert.Equal(t, 100*time.Millisecond, u.LearnedMargin)
+		assert.Equal(t, time.Minute-500*time.Millisecond, u.LearnedMarginFor)
+		assert.Equal(t, 500*time.Millisecond, u.LearnedMarginChanged)
+		assert.Equal(t, 600*time.Millisecond, u.Next, "the window of 1 per second, 100ms wider")
+		assert.Equal(t, contract.CauseLimit, u.NextCause)
+		assert.False(t, u.PaceProbed)
+
+		pace := func(per, probe time.Duration) contract.Learned {
+			return contract.Learned{Pace: paced(10, per, 0), PaceTTL: time.Minute, Probe: probe}
+		}
+		require.NoError(t, fb.Learn(ctx, key, pace(time.Second, 0)))
+		require.NoError(t, fb.Learn(ctx, key, pace(1100*time.Millisecond, 0))) // slowed
+		clock.Advance(time.Second)
+		u = usage(t, s, key, r)
+		assert.Equal(t, contract.LearnedPace(110_000, 0), u.LearnedPace)
+		assert.Equal(t, time.Second, u.LearnedPaceChanged)
+		assert.False(t, u.PaceProbed, "not probed")
+		require.NoError(t, fb.Learn(ctx, key, pace(time.Second, 500*time.Millisecond))) // sped up halfway
+		clock.Advance(200 * time.Millisecond)
+		u = usage(t, s, key, r)
+		assert.Equal(t, contract.LearnedPace(105_000, 0), u.LearnedPace)
+		assert.Equal(t, 200*time.Millisecond, u.LearnedPaceChanged)
+		assert.True(t, u.PaceProbed)
+		assert.Equal(t, 200*time.Millisecond, u.LearnedPaceProbed)
+		clock.Advance(100 * time.Millisecond)
+		require.NoError(t, fb.Learn(ctx, key, pace(1200*time.Millisecond, 0))) // slowed again
+		u = usage(t, s, key, r)
+		assert.Equal(t, time.Duration(0), u.LearnedPaceChanged)
+		assert.Equal(t, 300*time.Millisecond, u.LearnedPaceProbed, "the probe before")
+
+		clock.Advance(time.Minute)
+		u = usage(t, s, key, r)
+		assert.Zero(t, u.LearnedMargin, "ended with its TTL")
+		assert.Zero(t, u.LearnedMarginChanged)
+	}},
 	{"feedback: pause, learned limit, budget", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		r := req(1, 0, lim(5, 10*time.Second))
 		require.True(t, reserve(t, s, key, r).Allowed)

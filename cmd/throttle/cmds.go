@@ -161,7 +161,7 @@ func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var yes, feedback bool
 	t, st, done, code := open(ctx, "reset", args, stderr, func(fs *flag.FlagSet) {
 		fs.BoolVar(&yes, "yes", false, "do not ask for confirmation")
-		fs.BoolVar(&feedback, "feedback", false, "delete only what the upstream said (pause, learned limit or pace, budget); the sends stay counted")
+		fs.BoolVar(&feedback, "feedback", false, "delete only what the upstream said (pause, learned limit, pace or margin, budget); the sends stay counted")
 	})
 	if code >= 0 {
 		return code
@@ -209,7 +209,7 @@ func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 const (
 	resetSays = "The upstream still counts what was sent: a sliding log waits out one window " +
 		"before it sends again (the other algorithms start afresh). To lift only a pause, use -feedback."
-	feedbackSays = "Pauses, learned limits and budgets go; the sends stay counted."
+	feedbackSays = "Pauses, learned limits, paces and margins, and budgets go; the sends stay counted."
 )
 
 // writeUsage prints a Usage as a small table and a few lines.
@@ -249,13 +249,64 @@ func writeUsage(w io.Writer, t *target, u operator.KeyUsage) {
 		fmt.Fprintln(w, "learned limit: none")
 	}
 	if p := u.LearnedPace; p.N > 0 {
-		fmt.Fprintf(w, "learned pace: one per %s, %d more at once, for %s\n", human(p.Per), p.Burst, human(u.LearnedPaceFor))
+		fmt.Fprintf(w, "learned pace: one per %s, %d more at once, for %s; %s\n", human(p.Per), p.Burst, human(u.LearnedPaceFor), paceText(u))
+	}
+	if u.LearnedMargin > 0 {
+		fmt.Fprintf(w, "learned margin: windows %s wider than the rule's, for %s; last widened or narrowed %s ago\n",
+			human(u.LearnedMargin), human(u.LearnedMarginFor), human(u.LearnedMarginChanged))
 	}
 	if u.BudgetReset > 0 {
 		fmt.Fprintf(w, "budget: %d left until the reset in %s\n", u.Budget, human(u.BudgetReset))
 	} else {
 		fmt.Fprintln(w, "budget: none")
 	}
+}
+
+// paceText says how the learned pace stands against the rule's own (the
+// spacing of its paced limit, the default pace included, else of its
+// shortest window: the pace a 429 despite compliance moves a key to), and
+// what last changed it.
+func paceText(u operator.KeyUsage) string {
+	var s string
+	// The store keeps spacings in whole microseconds.
+	switch own := ruleSpacing(u); {
+	case own <= 0:
+	case u.LearnedPace.Per > own+time.Microsecond:
+		s = fmt.Sprintf("%.0f%% slower than the rule's rate", 100*float64(u.LearnedPace.Per-own)/float64(own))
+	case u.LearnedPace.Per >= own-time.Microsecond:
+		s = "at the rule's rate"
+	default:
+		s = "faster than the rule's rate"
+	}
+	if s != "" {
+		s += "; "
+	}
+	switch {
+	case u.PaceProbed && u.LearnedPaceProbed == u.LearnedPaceChanged:
+		return s + "last sped up by a probe " + human(u.LearnedPaceProbed) + " ago"
+	case u.PaceProbed:
+		return s + "last set or slowed " + human(u.LearnedPaceChanged) + " ago, sped up by a probe " + human(u.LearnedPaceProbed) + " ago"
+	}
+	return s + "last set or slowed " + human(u.LearnedPaceChanged) + " ago, not sped up since"
+}
+
+// ruleSpacing is the spacing of the pace a key of the rule moves to: its
+// paced limit's (the default pace's), else its shortest window's; 0 if it
+// has no limit.
+func ruleSpacing(u operator.KeyUsage) time.Duration {
+	var w throttle.Limit
+	for _, l := range u.Limits {
+		if l.Limit.Paced {
+			return l.Limit.Per / time.Duration(l.Limit.N)
+		}
+		if w.N == 0 || l.Limit.Per < w.Per || l.Limit.Per == w.Per && l.Limit.N < w.N {
+			w = l.Limit
+		}
+	}
+	if w.N == 0 {
+		return 0
+	}
+	return w.Per / time.Duration(w.N)
 }
 
 // inFlightText says how many leases of the cap are held and how many
@@ -325,6 +376,15 @@ func watchLine(now time.Time, t *target, u operator.KeyUsage) string {
 		}
 	}
 	fmt.Fprintf(&b, "  next %s  pause %s", nextShort(u), until(u.Pause))
+	if p := u.LearnedPace; p.N > 0 {
+		fmt.Fprintf(&b, "  learned pace 1/%s", human(p.Per))
+		if own := ruleSpacing(u); own > 0 && p.Per > own+time.Microsecond {
+			fmt.Fprintf(&b, " (%.0f%% slower)", 100*float64(p.Per-own)/float64(own))
+		}
+	}
+	if u.LearnedMargin > 0 {
+		fmt.Fprintf(&b, "  margin +%s", human(u.LearnedMargin))
+	}
 	return b.String()
 }
 

@@ -156,9 +156,43 @@ budget: 40 left until the reset in 20s
 	writeUsage(&b, tg, u)
 	assert.Contains(t, b.String(), "  default 100/1.005s/paced+9  1.005s   10/10         2\n")
 	assert.Contains(t, b.String(), "next free slot: in 20ms (the default pace)\n")
-	assert.Contains(t, b.String(), "learned pace: one per 20ms, 0 more at once, for 1m\n")
-	assert.Equal(t, "03:04:05.006  100/1s 40/100  default 100/1.005s/paced+9 10/10 +2  next 20ms  pause none",
+	assert.Contains(t, b.String(), "learned pace: one per 20ms, 0 more at once, for 1m; 99% slower than the rule's rate; last set or slowed 0s ago, not sped up since\n")
+	assert.Equal(t, "03:04:05.006  100/1s 40/100  default 100/1.005s/paced+9 10/10 +2  next 20ms  pause none  learned pace 1/20ms (99% slower)",
 		watchLine(time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC), tg, u))
+}
+
+// TestWriteUsageLearned: the learned margin, and the learned pace against
+// the rule's own and what last changed it, in usage and watch.
+func TestWriteUsageLearned(t *testing.T) {
+	tg := &target{rule: "payments", rateKey: "pg1", skey: "payments:pg1", redis: "throttle:{payments:pg1}",
+		limits: []throttle.Limit{throttle.PerSecond(100)}}
+	ms := time.Millisecond
+	u := operator.KeyUsage{
+		Limits:      []operator.LimitUsage{{Limit: throttle.Per(100, time.Second)}, {Limit: throttle.Paced(100, time.Second, 9)}},
+		LearnedPace: throttle.Paced(1, 10400*time.Microsecond, 0), LearnedPaceFor: 9 * time.Minute, LearnedPaceChanged: 3 * time.Second,
+		LearnedMargin: 20 * ms, LearnedMarginFor: 10 * time.Minute, LearnedMarginChanged: 2 * time.Second,
+	}
+	var b bytes.Buffer
+	writeUsage(&b, tg, u)
+	assert.Contains(t, b.String(), "learned pace: one per 10.4ms, 0 more at once, for 9m; 4% slower than the rule's rate; last set or slowed 3s ago, not sped up since\n")
+	assert.Contains(t, b.String(), "learned margin: windows 20ms wider than the rule's, for 10m; last widened or narrowed 2s ago\n")
+	now := time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC)
+	assert.Equal(t, "03:04:05.006  100/1s 0/100  default 100/1s/paced+9 0/10  next now  pause none  learned pace 1/10.4ms (4% slower)  margin +20ms",
+		watchLine(now, tg, u))
+
+	u.PaceProbed, u.LearnedPaceProbed = true, 3*time.Second
+	b.Reset()
+	writeUsage(&b, tg, u)
+	assert.Contains(t, b.String(), "; 4% slower than the rule's rate; last sped up by a probe 3s ago\n")
+	u.LearnedPaceChanged = time.Second
+	b.Reset()
+	writeUsage(&b, tg, u)
+	assert.Contains(t, b.String(), "; last set or slowed 1s ago, sped up by a probe 3s ago\n")
+	u.LearnedPace.Per = 10 * ms
+	b.Reset()
+	writeUsage(&b, tg, u)
+	assert.Contains(t, b.String(), "one per 10ms, 0 more at once, for 9m; at the rule's rate; ")
+	assert.NotContains(t, watchLine(now, tg, u), "slower")
 }
 
 // runCLI runs the command in process.

@@ -24,6 +24,28 @@ type Feedback interface {
 	Learn(ctx context.Context, key string, l Learned) error
 }
 
+// Effector is the part of a Feedback store that says what a Learn did to
+// the key's learned margin and pace, for the caller to report (Redis and
+// Memory). LearnEffect is Learn, and its Effect.
+type Effector interface {
+	LearnEffect(ctx context.Context, key string, l Learned) (Effect, error)
+}
+
+// Effect is what a Learn did to a key's learned margin and pace, as far as
+// its Learned asked to change them (zero otherwise).
+type Effect struct {
+	// Margin is the learned margin after a widening or a margin probe
+	// (beyond the request's own), valid for MarginFor (0: none holds).
+	Margin, MarginFor time.Duration
+	// Narrowed is set when the margin probe halved the margin (or
+	// dropped it).
+	Narrowed bool
+	// Hurried is set when the probe moved the learned pace towards
+	// Learned.Pace; Spacing is its spacing after.
+	Hurried bool
+	Spacing time.Duration
+}
+
 // Learned is what the upstream's headers said about a key. Zero fields say
 // nothing. Whatever it holds can only delay reservations, never admit one
 // that the request's own limits would refuse.

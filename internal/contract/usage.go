@@ -47,6 +47,16 @@ type Usage struct {
 	// paced limit of their own, the stricter of the two.
 	LearnedPace    Limit
 	LearnedPaceFor time.Duration
+	// LearnedPaceChanged is how long ago the learned pace was last set,
+	// slowed or sped up by a probe; LearnedPaceProbed, how long ago a
+	// probe last sped it up, when one did since it was set (PaceProbed).
+	LearnedPaceChanged, LearnedPaceProbed time.Duration
+	PaceProbed                            bool
+	// LearnedMargin is how much wider than the request's own a refusal at
+	// a window's edge made the key's window limits (SlidingLog), still
+	// valid for LearnedMarginFor, last widened or narrowed by a probe
+	// LearnedMarginChanged ago (0s: none). Next includes it.
+	LearnedMargin, LearnedMarginFor, LearnedMarginChanged time.Duration
 	// Budget units are left until BudgetReset from now (BudgetReset 0: no
 	// budget).
 	Budget      int

@@ -230,11 +230,18 @@ func (e *Engine) Unguard() {
 // whether the store (or FailLocal's limiter) recorded it: false with a nil
 // error when the store keeps no feedback. A store marked down is a *Down.
 func (e *Engine) Learn(ctx context.Context, key string, l contract.Learned, move bool) (bool, error) {
-	recorded, err := e.policy.learn(ctx, key, l)
+	_, recorded, err := e.LearnEffect(ctx, key, l, move)
+	return recorded, err
+}
+
+// LearnEffect is Learn, and what the store says it did to the key's
+// learned margin and pace (zero when the store does not say).
+func (e *Engine) LearnEffect(ctx context.Context, key string, l contract.Learned, move bool) (contract.Effect, bool, error) {
+	ef, recorded, err := e.policy.learn(ctx, key, l)
 	if recorded {
 		e.news.recorded(key, e.Now(), l.Pause, move)
 	}
-	return recorded, err
+	return ef, recorded, err
 }
 
 // DefaultMargin is a rule's Margin when it sets none: enough on loopback and

@@ -205,23 +205,28 @@ func (p *policy) call(ctx context.Context, skey string, req contract.Request) (c
 // learn records what the upstream said about skey: in the shared store, or
 // in the local limiter while the shared store is marked down under FailLocal.
 // It reports whether a store recorded l.
-func (p *policy) learn(ctx context.Context, skey string, l contract.Learned) (recorded bool, err error) {
+func (p *policy) learn(ctx context.Context, skey string, l contract.Learned) (e contract.Effect, recorded bool, err error) {
 	var fb contract.Feedback = p.feedback
 	if p.health.isDown.Load() {
 		if p.kind != FailLocal {
-			return false, &Down{Err: p.health.lastError(), NotTried: true}
+			return e, false, &Down{Err: p.health.lastError(), NotTried: true}
 		}
 		fb = p.local
 	}
 	if fb == nil {
-		return false, nil
+		return e, false, nil
 	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), feedbackTimeout)
 	defer cancel()
-	if err := fb.Learn(lctx, skey, l); err != nil {
-		return false, err
+	if ef, ok := fb.(contract.Effector); ok {
+		e, err = ef.LearnEffect(lctx, skey, l)
+	} else {
+		err = fb.Learn(lctx, skey, l)
 	}
-	return true, nil
+	if err != nil {
+		return contract.Effect{}, false, err
+	}
+	return e, true, nil
 }
 
 // mirror records a send that the shared store admitted in the local limiter

@@ -89,6 +89,8 @@ type Source interface {
 //	throttle.upstream.pauses      {pause}       throttle.rule
 //	throttle.upstream.tightenings {tightening}  throttle.rule
 //	throttle.upstream.reshapes    {reshape}     throttle.rule
+//	throttle.upstream.widenings   {widening}    throttle.rule
+//	throttle.upstream.easings     {easing}      throttle.rule
 //	throttle.in_flight.leases     {lease}       throttle.rule
 //	throttle.in_flight.events     {request}     throttle.rule, throttle.in_flight.event
 //	throttle.limit.used           1             throttle.rule, throttle.limit
@@ -147,6 +149,10 @@ func Register(m metric.Meter, tr Source, attrs ...attribute.KeyValue) (metric.Re
 		"Limits and budgets learned from the upstream's headers and recorded.")
 	ins.reshape = counter("throttle.upstream.reshapes", "{reshape}",
 		"Moves to a stricter shape (a pace without a burst) recorded after a 429 that came although the fleet kept its limits.")
+	ins.widen = counter("throttle.upstream.widenings", "{widening}",
+		"Widenings of a key's margin recorded after a refusal at a window's edge, renewals included.")
+	ins.ease = counter("throttle.upstream.easings", "{easing}",
+		"Probes that moved a key back towards the rule's own shape after a quiet time: a learned pace sped up, or a learned margin narrowed.")
 	ins.inFlight = counter("throttle.in_flight.events", "{request}",
 		"What the cap on requests in flight did: queued (waited for a lease), refused (none within the wait), lost (a lease found expired when renewed) or reclaimed (given back because a response body was not closed in time).")
 	leases, err := m.Int64ObservableGauge("throttle.in_flight.leases", metric.WithUnit("{lease}"),
@@ -187,14 +193,14 @@ func Register(m metric.Meter, tr Source, attrs ...attribute.KeyValue) (metric.Re
 	return m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		ins.observe(o, tr.Stats())
 		return nil
-	}, ins.requests, ins.waitTime, ins.waits, ins.retakes, ins.store, ins.upstream, ins.refusals, ins.pauses, ins.tighten, ins.reshape, ins.inFlight, ins.leases, ins.used, ins.recentWait,
+	}, ins.requests, ins.waitTime, ins.waits, ins.retakes, ins.store, ins.upstream, ins.refusals, ins.pauses, ins.tighten, ins.reshape, ins.widen, ins.ease, ins.inFlight, ins.leases, ins.used, ins.recentWait,
 		ins.laneRequests, ins.laneWaitTime, ins.laneWaits, ins.laneTook, ins.laneBumped,
 		ins.tenantRequests, ins.tenantWaitTime, ins.tenantWaits, ins.tenantBumped, ins.tenantShare)
 }
 
 type instruments struct {
 	requests, waits, retakes, store, upstream, pauses, tighten, reshape metric.Int64ObservableCounter
-	refusals, inFlight                                                  metric.Int64ObservableCounter
+	refusals, inFlight, widen, ease                                     metric.Int64ObservableCounter
 	leases                                                              metric.Int64ObservableGauge
 	waitTime                                                            metric.Float64ObservableCounter
 	used, recentWait                                                    metric.Float64ObservableGauge
@@ -240,6 +246,8 @@ func (ins *instruments) observe(o metric.Observer, s throttle.Stats) {
 		o.ObserveInt64(ins.pauses, clamp(r.Upstream.Pauses), with(rule))
 		o.ObserveInt64(ins.tighten, clamp(r.Upstream.Tightenings), with(rule))
 		o.ObserveInt64(ins.reshape, clamp(r.Upstream.Reshapes), with(rule))
+		o.ObserveInt64(ins.widen, clamp(r.Upstream.Widenings), with(rule))
+		o.ObserveInt64(ins.ease, clamp(r.Upstream.Easings), with(rule))
 		o.ObserveInt64(ins.leases, r.InFlight.Held, with(rule))
 		o.ObserveInt64(ins.inFlight, clamp(r.InFlight.Queued), with(rule, EventKey.String("queued")))
 		o.ObserveInt64(ins.inFlight, clamp(r.InFlight.Refused), with(rule, EventKey.String("refused")))

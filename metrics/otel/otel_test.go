@@ -167,6 +167,8 @@ func TestRegister(t *testing.T) {
 			"throttle.upstream.pauses":      "{pause}",
 			"throttle.upstream.tightenings": "{tightening}",
 			"throttle.upstream.reshapes":    "{reshape}",
+			"throttle.upstream.widenings":   "{widening}",
+			"throttle.upstream.easings":     "{easing}",
 			"throttle.in_flight.events":     "{request}",
 			"throttle.in_flight.leases":     "{lease}",
 			"throttle.limit.used":           "1",
@@ -387,4 +389,23 @@ func TestRegisterLanesAndTenants(t *testing.T) {
 			assert.Equal(t, 96.0, got["throttle.tenant.requests"].points["throttle.outcome=sent,throttle.rule=saas,throttle.tenant="+h])
 		}
 	})
+}
+
+// fixed is a Source whose Stats are given.
+type fixed throttle.Stats
+
+func (f fixed) Stats() throttle.Stats { return throttle.Stats(f) }
+
+// TestRegisterWideningsAndEasings: the learned margin's widenings and the
+// probes that eased a key back are observed per rule.
+func TestRegisterWideningsAndEasings(t *testing.T) {
+	r := throttle.RuleStats{Rule: "api"}
+	r.Upstream.Widenings, r.Upstream.Easings = 3, 2
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	_, err := throttleotel.Register(mp.Meter("test"), fixed{Rules: []throttle.RuleStats{r}})
+	require.NoError(t, err)
+	got := collect(t, reader)
+	assert.Equal(t, map[string]float64{"throttle.rule=api": 3}, got["throttle.upstream.widenings"].points)
+	assert.Equal(t, map[string]float64{"throttle.rule=api": 2}, got["throttle.upstream.easings"].points)
 }

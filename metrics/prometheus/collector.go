@@ -40,7 +40,7 @@ type Source interface {
 type Collector struct {
 	tr                                                                 Source
 	requests, wait, retakes, store, upstream, pauses, tighten, reshape *prometheus.Desc
-	refusals, leases, inFlight                                         *prometheus.Desc
+	refusals, leases, inFlight, widen, ease                            *prometheus.Desc
 	used, recentWait                                                   *prometheus.Desc
 	laneRequests, laneWait, laneTook, laneBumped                       *prometheus.Desc
 	tenantRequests, tenantWait, tenantBumped, tenantShare              *prometheus.Desc
@@ -80,6 +80,10 @@ func NewCollector(tr Source) *Collector {
 			"Limits and budgets learned from the upstream's headers and recorded.", rule, nil),
 		reshape: prometheus.NewDesc("throttle_upstream_reshapes_total",
 			"Moves to a stricter shape (a pace without a burst) recorded after a 429 that came although the fleet kept its limits.", rule, nil),
+		widen: prometheus.NewDesc("throttle_upstream_widenings_total",
+			"Widenings of a key's margin recorded after a refusal at a window's edge, renewals included.", rule, nil),
+		ease: prometheus.NewDesc("throttle_upstream_easings_total",
+			"Probes that moved a key back towards the rule's own shape after a quiet time: a learned pace sped up, or a learned margin narrowed.", rule, nil),
 		leases: prometheus.NewDesc("throttle_in_flight_leases",
 			"Leases this process holds under Rule.InFlight: requests whose response body is not yet closed.", rule, nil),
 		inFlight: prometheus.NewDesc("throttle_in_flight_total",
@@ -108,7 +112,7 @@ func NewCollector(tr Source) *Collector {
 
 // Describe sends the descriptions of every metric of c.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.requests, c.wait, c.retakes, c.store, c.upstream, c.refusals, c.pauses, c.tighten, c.reshape, c.leases, c.inFlight, c.used, c.recentWait,
+	for _, d := range []*prometheus.Desc{c.requests, c.wait, c.retakes, c.store, c.upstream, c.refusals, c.pauses, c.tighten, c.reshape, c.widen, c.ease, c.leases, c.inFlight, c.used, c.recentWait,
 		c.laneRequests, c.laneWait, c.laneTook, c.laneBumped, c.tenantRequests, c.tenantWait, c.tenantBumped, c.tenantShare} {
 		ch <- d
 	}
@@ -146,6 +150,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.pauses, r.Upstream.Pauses, r.Rule)
 		counter(c.tighten, r.Upstream.Tightenings, r.Rule)
 		counter(c.reshape, r.Upstream.Reshapes, r.Rule)
+		counter(c.widen, r.Upstream.Widenings, r.Rule)
+		counter(c.ease, r.Upstream.Easings, r.Rule)
 		ch <- prometheus.MustNewConstMetric(c.leases, prometheus.GaugeValue, float64(r.InFlight.Held), r.Rule)
 		counter(c.inFlight, r.InFlight.Queued, r.Rule, "queued")
 		counter(c.inFlight, r.InFlight.Refused, r.Rule, "refused")

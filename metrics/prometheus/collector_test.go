@@ -181,6 +181,8 @@ throttle_upstream_refusals_total{rule="gh",transport="main"} 1
 			"throttle_upstream_pauses_total":      dto.MetricType_COUNTER,
 			"throttle_upstream_tightenings_total": dto.MetricType_COUNTER,
 			"throttle_upstream_reshapes_total":    dto.MetricType_COUNTER,
+			"throttle_upstream_widenings_total":   dto.MetricType_COUNTER,
+			"throttle_upstream_easings_total":     dto.MetricType_COUNTER,
 			"throttle_in_flight_leases":           dto.MetricType_GAUGE,
 			"throttle_in_flight_total":            dto.MetricType_COUNTER,
 			"throttle_limit_used_ratio":           dto.MetricType_GAUGE,
@@ -454,4 +456,28 @@ throttle_lane_took_total{lane="1",rule="lanes"} 1
 		require.NoError(t, err)
 		assert.Empty(t, problems)
 	})
+}
+
+// fixed is a Source whose Stats are given.
+type fixed throttle.Stats
+
+func (f fixed) Stats() throttle.Stats { return throttle.Stats(f) }
+
+// TestCollectorWideningsAndEasings: the learned margin's widenings and the
+// probes that eased a key back are exported per rule.
+func TestCollectorWideningsAndEasings(t *testing.T) {
+	r := throttle.RuleStats{Rule: "api"}
+	r.Upstream.Widenings, r.Upstream.Easings = 3, 2
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(throttleprom.NewCollector(fixed{Rules: []throttle.RuleStats{r}}))
+	const want = `
+# HELP throttle_upstream_easings_total Probes that moved a key back towards the rule's own shape after a quiet time: a learned pace sped up, or a learned margin narrowed.
+# TYPE throttle_upstream_easings_total counter
+throttle_upstream_easings_total{rule="api"} 2
+# HELP throttle_upstream_widenings_total Widenings of a key's margin recorded after a refusal at a window's edge, renewals included.
+# TYPE throttle_upstream_widenings_total counter
+throttle_upstream_widenings_total{rule="api"} 3
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"throttle_upstream_widenings_total", "throttle_upstream_easings_total"))
 }

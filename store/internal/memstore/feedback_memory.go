@@ -17,6 +17,7 @@ type memFeedback struct {
 	pt, pb, pe  int64 // learned pace: spacing pt, burst pb, valid until pe
 	pm          int64 // when the key last moved to a stricter pace
 	ps          int64 // when the pace was last slowed, set or probed
+	pp          int64 // when it was last probed (0: not since it was set)
 	xm, xe      int64 // learned margin xm beyond the rule's, valid until xe
 	xs          int64 // when the margin was last widened or probed
 }
@@ -30,14 +31,22 @@ func (m *Memory) Pause(ctx context.Context, key string, d time.Duration) error {
 
 // Learn implements Feedback, with the merges of feedback.lua.
 func (m *Memory) Learn(ctx context.Context, key string, l contract.Learned) error {
+	_, err := m.LearnEffect(ctx, key, l)
+	return err
+}
+
+// LearnEffect implements Effector: Learn, and what it did to the key's
+// learned margin and pace (feedback.lua's reply).
+func (m *Memory) LearnEffect(ctx context.Context, key string, l contract.Learned) (contract.Effect, error) {
+	var e contract.Effect
 	if err := l.Validate(key); err != nil {
-		return err
+		return e, err
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return e, err
 	}
 	if l.Empty() {
-		return nil
+		return e, nil
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -48,10 +57,11 @@ func (m *Memory) Learn(ctx context.Context, key string, l contract.Learned) erro
 		// from a pace that holds and was left alone for the quiet time.
 		if f != nil && l.Probe > 0 && f.pe > now && f.pt > l.Pace.Interval() && now-f.ps >= contract.Micros(l.Probe) {
 			pt := l.Pace.Interval()
-			f.pt, f.ps = pt+(f.pt-pt)/2, now
+			f.pt, f.ps, f.pp = pt+(f.pt-pt)/2, now, now
 			if 100*(f.pt-pt) <= pt { // within the least slowing (1 %): there
 				f.pt = pt
 			}
+			e.Hurried, e.Spacing = true, contract.FromMicros(f.pt)
 		}
 		// A probe of the margin: halved when left alone for the quiet time.
 		if f != nil && l.MarginProbe > 0 && f.margin(now) > 0 && now-f.xs >= contract.Micros(l.MarginProbe) {
@@ -59,8 +69,12 @@ func (m *Memory) Learn(ctx context.Context, key string, l contract.Learned) erro
 			if f.xm < 1000 {
 				f.xm = 0
 			}
+			e.Narrowed = true
+			if f.xm > 0 {
+				e.Margin, e.MarginFor = contract.FromMicros(f.xm), contract.FromMicros(f.xe-now)
+			}
 		}
-		return nil
+		return e, nil
 	}
 	if m.feedback == nil {
 		m.feedback = make(map[string]*memFeedback)
@@ -83,6 +97,9 @@ func (m *Memory) Learn(ctx context.Context, key string, l contract.Learned) erro
 			pt, pb = max(pt, f.pt), min(pb, f.pb)
 			moved = pb < f.pb
 		}
+		if f.pe <= now {
+			f.pp = 0 // a new pace: not probed yet
+		}
 		if moved {
 			f.pm = now
 		}
@@ -99,6 +116,7 @@ func (m *Memory) Learn(ctx context.Context, key string, l contract.Learned) erro
 			f.xm, f.xs = m, now
 		}
 		f.xe = now + contract.Micros(l.MarginTTL)
+		e.Margin, e.MarginFor = contract.FromMicros(f.xm), contract.FromMicros(f.xe-now)
 	}
 	if l.Reset > 0 {
 		at := now + contract.Micros(l.Reset)
@@ -111,7 +129,7 @@ func (m *Memory) Learn(ctx context.Context, key string, l contract.Learned) erro
 			f.budget, f.reset = rem, at
 		}
 	}
-	return nil
+	return e, nil
 }
 
 func abs(v int64) int64 {

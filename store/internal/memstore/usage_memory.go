@@ -38,6 +38,8 @@ func (m *Memory) logUsage(u *contract.Usage, key string, req contract.Request, n
 	}
 	c.lg.slot(&c.s, req.Limits, 1, 0)
 	if f != nil {
+		c.xm = f.margin(now) // the windows a learned margin widens, as reserve
+
 		c.feedback(f, &contract.Reservation{}) // never refuses: the wait is beyond any pause
 	}
 	c.slowStart()
@@ -72,6 +74,14 @@ func (m *Memory) Usage(ctx context.Context, key string, req contract.Request) (c
 		}
 		if f.pe > now {
 			u.LearnedPace, u.LearnedPaceFor = contract.LearnedPace(f.pt, f.pb), contract.FromMicros(f.pe-now)
+			u.LearnedPaceChanged = contract.FromMicros(now - f.ps)
+			if f.pp > 0 {
+				u.LearnedPaceProbed, u.PaceProbed = contract.FromMicros(now-f.pp), true
+			}
+		}
+		if xm := f.margin(now); xm > 0 {
+			u.LearnedMargin, u.LearnedMarginFor = contract.FromMicros(xm), contract.FromMicros(f.xe-now)
+			u.LearnedMarginChanged = contract.FromMicros(now - f.xs)
 		}
 	}
 	maxW, paced := int64(0), false

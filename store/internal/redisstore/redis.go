@@ -571,48 +571,76 @@ func (r *Redis) Pause(ctx context.Context, key string, d time.Duration) error {
 // feedback hash and marks the key's log, so that its next reservation reads
 // the hash (reservations skip the read while no mark says there is one).
 func (r *Redis) Learn(ctx context.Context, key string, l contract.Learned) error {
-	if err := l.Validate(key); err != nil {
-		return err
-	}
-	if l.Empty() {
-		return nil
-	}
-	wctx, w := r.refusals.watch(ctx)
-	err := r.learn(wctx, key, l)
-	if refused := w.end(ctx, err != nil); refused != nil {
-		return fmt.Errorf("store: redis feedback: %w", refused)
-	}
+	_, err := r.LearnEffect(ctx, key, l)
 	return err
 }
 
-// learn is Learn, on a context that a refused dial ends.
-func (r *Redis) learn(ctx context.Context, key string, l contract.Learned) error {
+// LearnEffect implements Effector: Learn, and what it did to the key's
+// learned margin and pace, from the script's reply.
+func (r *Redis) LearnEffect(ctx context.Context, key string, l contract.Learned) (contract.Effect, error) {
+	if err := l.Validate(key); err != nil {
+		return contract.Effect{}, err
+	}
+	if l.Empty() {
+		return contract.Effect{}, nil
+	}
+	wctx, w := r.refusals.watch(ctx)
+	e, err := r.learn(wctx, key, l)
+	if refused := w.end(ctx, err != nil); refused != nil {
+		return contract.Effect{}, fmt.Errorf("store: redis feedback: %w", refused)
+	}
+	return e, err
+}
+
+// learn is LearnEffect, on a context that a refused dial ends.
+func (r *Redis) learn(ctx context.Context, key string, l contract.Learned) (contract.Effect, error) {
 	now := ""
 	if r.clock != nil {
 		now = strconv.FormatInt(r.clock().UnixMicro(), 10)
 	}
 	// Validate ensures a limit comes with its window and TTL.
 	run := func() ([]any, error) {
-		return nil, feedbackScript.Run(ctx, r.client, []string{r.feedbackKey(key), r.logKey(key)},
+		return feedbackScript.Run(ctx, r.client, []string{r.feedbackKey(key), r.logKey(key)},
 			now, contract.Micros(l.Pause), l.Limit.N, contract.Micros(l.Limit.Per), contract.Micros(l.LimitTTL),
 			l.Remaining, contract.Micros(l.Reset), contract.Micros(contract.ResetSlack),
 			contract.PaceInterval(l.Pace), l.Pace.Burst, contract.Micros(l.PaceTTL), contract.Micros(l.Probe),
 			contract.Micros(l.Margin), contract.Micros(l.MarginTTL), contract.Micros(l.MarginCap), contract.Micros(l.MarginAge),
-			contract.Micros(l.MarginProbe)).Err()
+			contract.Micros(l.MarginProbe)).Slice()
 	}
-	_, err := run()
+	reply, err := run()
 	if err != nil && badState(err) {
 		// The log's horizon is not known here: the repair fixes types and
 		// malformed values, and the next Reserve the rest.
-		if _, err = r.healed(ctx, key, contract.SlidingLog, false, contract.Micros(contract.MaxFeedback), err, run); err != nil {
+		if reply, err = r.healed(ctx, key, contract.SlidingLog, false, contract.Micros(contract.MaxFeedback), err, run); err != nil {
 			var ks *KeyStateError
 			if errors.As(err, &ks) {
-				return err
+				return contract.Effect{}, err
 			}
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("store: redis feedback: %w", err)
+		return contract.Effect{}, fmt.Errorf("store: redis feedback: %w", err)
 	}
-	return nil
+	return effectOf(reply)
+}
+
+// effectOf decodes feedback.lua's reply: { pause, xm, xrem, narrowed,
+// hurried, pt }.
+func effectOf(reply []any) (contract.Effect, error) {
+	v := make([]int64, 6)
+	if len(reply) != len(v) {
+		return contract.Effect{}, fmt.Errorf("store: redis feedback: unexpected reply %v", reply)
+	}
+	for i, e := range reply {
+		x, ok := e.(int64)
+		if !ok || x < 0 {
+			return contract.Effect{}, fmt.Errorf("store: redis feedback: unexpected reply element %d: %v", i, e)
+		}
+		v[i] = x
+	}
+	e := contract.Effect{Narrowed: v[3] == 1, Hurried: v[4] == 1, Spacing: contract.FromMicros(v[5])}
+	if v[1] > 0 {
+		e.Margin, e.MarginFor = contract.FromMicros(v[1]), contract.FromMicros(v[2])
+	}
+	return e, nil
 }

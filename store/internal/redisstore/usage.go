@@ -88,6 +88,13 @@ func (r *Redis) Usage(ctx context.Context, key string, req contract.Request) (co
 	}
 	if v[12] > 0 {
 		u.LearnedPace, u.LearnedPaceFor = contract.LearnedPace(v[12], v[13]), contract.FromMicros(v[14])
+		u.LearnedPaceChanged = contract.FromMicros(v[15])
+		if v[16] > 0 { // the time since the probe, plus one
+			u.LearnedPaceProbed, u.PaceProbed = contract.FromMicros(v[16]-1), true
+		}
+	}
+	if v[17] > 0 {
+		u.LearnedMargin, u.LearnedMarginFor, u.LearnedMarginChanged = contract.FromMicros(v[17]), contract.FromMicros(v[18]), contract.FromMicros(v[19])
 	}
 	for i, l := range req.Limits {
 		o := usageHead + 3*i
@@ -97,7 +104,7 @@ func (r *Redis) Usage(ctx context.Context, key string, req contract.Request) (co
 }
 
 // usageHead is the length of usage.lua's reply before its rows.
-const usageHead = 15
+const usageHead = 20
 
 // usagePacedScript is Usage of the log with a paced limit.
 var usagePacedScript = newScript(script.Usage("paced"))
@@ -154,7 +161,7 @@ func (r *Redis) Delete(ctx context.Context, key string) (int64, error) {
 }
 
 // DeleteFeedback removes what the upstream said about key (its pause,
-// learned limit or pace, budget: the feedback hash) and returns how many
+// learned limit, pace or margin, budget: the feedback hash) and returns how many
 // Redis keys existed (0 or 1). The sends stay counted.
 func (r *Redis) DeleteFeedback(ctx context.Context, key string) (int64, error) {
 	return r.del(ctx, key, []string{r.feedbackKey(key)})

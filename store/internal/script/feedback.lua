@@ -10,6 +10,7 @@
 --          smaller burst (the reserve scripts return it, so that a caller
 --          may retake what it reserved before; a pace only slowed does not
 --          move it); ps = when the pace was last slowed, set or probed;
+--          pp = when it was last probed (none: not since it was set);
 --          xm, xe = a learned margin of xm beyond the rule's, added to the
 --          log's window limits (see log), valid until xe; xs = when it was
 --          last widened or probed.
@@ -45,7 +46,12 @@
 -- otherwise 2m + w, the whole margin doubled when w is the rule's margin
 -- plus twice the refused send's lateness. Never above ARGV[15].
 --
--- Reply: the pause end in microseconds from now after the merge (0 if none).
+-- Reply: { pause, xm, xrem, narrowed, hurried, pt }: the pause end in
+-- microseconds from now after the merge (0 if none); the learned margin
+-- after a widening or a margin probe and how long it holds, in
+-- microseconds (0s: none, or neither asked); narrowed 1 when the margin
+-- probe halved it; hurried 1 when the probe moved the pace, pt its spacing
+-- after (else 0s).
 --
 -- Merges never loosen what is already there: a pause ends at the latest end
 -- ever given; within one window the smaller budget wins; a pace that holds
@@ -84,18 +90,23 @@ local function record_feedback(fb, log, now, said)
     -- A probe towards the configured rate (pt): halfway from a pace that
     -- holds and was left alone for the quiet time; nothing else.
     local held_pt, ps = tonumber(f[6]), tonumber(f[8]) or 0
+    local reply = { 0, 0, 0, 0, 0, 0 }
     if said.probe > 0 and pe > now and held_pt and held_pt > pt and now - ps >= said.probe then
       held_pt = pt + math.floor((held_pt - pt) / 2)
       if held_pt - pt <= pt / 100 then held_pt = pt end -- within the least slowing (1 %): there
-      redis.call('HSET', fb, 'pt', string.format('%.0f', held_pt), 'ps', string.format('%.0f', now))
+      local at = string.format('%.0f', now)
+      redis.call('HSET', fb, 'pt', string.format('%.0f', held_pt), 'ps', at, 'pp', at)
+      reply[5], reply[6] = 1, held_pt
     end
     -- A probe of the margin: halved, when left alone for the quiet time.
     if said.mprobe > 0 and xm > 0 and now - xs >= said.mprobe then
       xm = math.floor(xm / 2)
       if xm < 1000 then xm = 0 end
       redis.call('HSET', fb, 'xm', string.format('%.0f', xm), 'xs', string.format('%.0f', now))
+      reply[4] = 1
+      if xm > 0 then reply[2], reply[3] = xm, xe - now end
     end
-    return 0
+    return reply
   end
 
   if pause > 0 and now + pause > p then
@@ -108,6 +119,7 @@ local function record_feedback(fb, log, now, said)
   end
   if pt > 0 then
     local moved = pe <= now
+    if moved then redis.call('HDEL', fb, 'pp') end -- a new pace: not probed yet
     if not moved then
       -- A pace that holds is slowed, never hurried.
       local held_pb = tonumber(f[7]) or pb
@@ -119,6 +131,7 @@ local function record_feedback(fb, log, now, said)
       'ps', string.format('%.0f', now))
     if moved then redis.call('HSET', fb, 'pm', string.format('%.0f', now)) end
   end
+  local reply_xm -- the learned margin after a widening (nil: none asked)
   if said.margin > 0 then
     local m = math.max(xm, said.margin)
     if xm > 0 and now - said.mage >= xs then m = 2 * xm + said.margin end -- placed under xm: doubled
@@ -129,6 +142,7 @@ local function record_feedback(fb, log, now, said)
       redis.call('HSET', fb, 'xm', string.format('%.0f', xm), 'xs', string.format('%.0f', now))
     end
     redis.call('HSET', fb, 'xe', string.format('%.0f', xe))
+    reply_xm = xm
   end
   if reset > 0 then
     local at = now + reset
@@ -152,6 +166,8 @@ local function record_feedback(fb, log, now, said)
     local e = redis.call('LINDEX', log, -1)
     if e and (tonumber(e) or 0) > 0 then redis.call('LSET', log, -1, -tonumber(e)) end
   end
-  if p > now then return p - now end
-  return 0
+  local reply = { 0, 0, 0, 0, 0, 0 }
+  if p > now then reply[1] = p - now end
+  if reply_xm then reply[2], reply[3] = reply_xm, xe - now end
+  return reply
 end

@@ -21,8 +21,8 @@
 --           buckets, as triples: N, P (bucket length), B (buckets per window).
 --
 -- Reply: { wait, cause, limit, capped, pause, ln, lw, lrem, budget, brem,
---          len, last, pt, pb, prem, then per limit of the request, in its
---          order: used, reserved, previous }
+--          len, last, pt, pb, prem, pch, pprobed, xm, xrem, xch, then per
+--          limit of the request, in its order: used, reserved, previous }
 --   wait     microseconds from now to the earliest slot the limits and the
 --            feedback allow a cost-1 request, as log reserves it (the log's
 --            order left out);
@@ -35,6 +35,11 @@
 --   last     the newest entry's time minus now (0 when len is 0);
 --   pt, pb, prem  a live learned pace of spacing pt µs and burst pb, prem µs
 --            left (0s: none);
+--   pch      µs since that pace was last set, slowed or probed (ps);
+--   pprobed  µs since a probe last sped it up, plus one (pp; 0: none since
+--            it was set, or no pace);
+--   xm, xrem, xch  a live learned margin of xm µs, xrem µs left, last
+--            widened or probed xch µs ago (0s: none);
 --   used     log: entries in (now - W, now]; counting: the units of now's
 --            window (buckets: of the B buckets ending with now's);
 --   reserved entries after now (log), units of later windows or buckets;
@@ -68,17 +73,24 @@ end
 
 -- usage_feedback(fb, now) starts the usage with the feedback in fb as it
 -- stands at now, fields read raw (0s: none): pause; ln, lw, lrem; budget,
--- brem; lpt, lpb, lprem (see the reply).
+-- brem; lpt, lpb, lprem, lpch, lpprobed; xm, xrem, xch (see the reply).
 local function usage_feedback(fb, now)
-  local f = redis.call('HMGET', fb, 'p', 'n', 'w', 'le', 'b', 'r', 'pt', 'pb', 'pe')
+  local f = redis.call('HMGET', fb, 'p', 'n', 'w', 'le', 'b', 'r', 'pt', 'pb', 'pe', 'ps', 'pp', 'xm', 'xe', 'xs')
   local fp, fn, fw, fle = tonumber(f[1]) or 0, tonumber(f[2]), tonumber(f[3]), tonumber(f[4])
   local fbud, fr = tonumber(f[5]), tonumber(f[6])
   local fpt, fpb, fpe = tonumber(f[7]), tonumber(f[8]), tonumber(f[9])
-  local v = { pause = 0, ln = 0, lw = 0, lrem = 0, budget = 0, brem = 0, lpt = 0, lpb = 0, lprem = 0 }
+  local fps, fpp = tonumber(f[10]) or now, tonumber(f[11])
+  local fxm, fxe, fxs = tonumber(f[12]) or 0, tonumber(f[13]) or 0, tonumber(f[14]) or now
+  local v = { pause = 0, ln = 0, lw = 0, lrem = 0, budget = 0, brem = 0, lpt = 0, lpb = 0, lprem = 0,
+    lpch = 0, lpprobed = 0, xm = 0, xrem = 0, xch = 0 }
   if fp > now then v.pause = fp - now end
   if fn and fw and fle and fle > now then v.ln, v.lw, v.lrem = fn, fw, fle - now end
   if fbud and fr and fr > now then v.budget, v.brem = fbud, fr - now end
-  if fpt and fpb and fpe and fpe > now then v.lpt, v.lpb, v.lprem = fpt, fpb, fpe - now end
+  if fpt and fpb and fpe and fpe > now then
+    v.lpt, v.lpb, v.lprem, v.lpch = fpt, fpb, fpe - now, math.max(now - fps, 0)
+    if fpp then v.lpprobed = math.max(now - fpp, 0) + 1 end
+  end
+  if fxm > 0 and fxe > now then v.xm, v.xrem, v.xch = fxm, fxe - now, math.max(now - fxs, 0) end
   return v
 end
 
@@ -88,7 +100,7 @@ end
 local function usage_reply(v, pace)
   local reply = {
     v.wait, v.cause, v.limit, v.capped, v.pause, v.ln, v.lw, v.lrem, v.budget, v.brem,
-    v.len, v.last, v.lpt, v.lpb, v.lprem,
+    v.len, v.last, v.lpt, v.lpb, v.lprem, v.lpch, v.lpprobed, v.xm, v.xrem, v.xch,
   }
   local rows, prow = v.rows, v.paced_row
   for i = 1, #rows, 3 do

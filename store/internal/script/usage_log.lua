@@ -64,10 +64,22 @@ local function usage_log(v, now, cost, max_wait, key, fb, pace_key, _, pace, n, 
       s, limit, cause = e, j, LIMIT
     end
   end
-  local bad, till, _, hn, hw, _, pt, pb = hold(fb, now, cost)
+  local bad, till, _, hn, hw, _, pt, pb, _, xm = hold(fb, now, cost)
   if bad then return bad end
   local held = till
   if till >= s then s, limit, cause = till, 0, UPSTREAM end
+  if xm and xm > 0 then
+    -- A learned margin widens every window limit, as log reserves.
+    for i = 1, #n do
+      local e, _, bad = log_after(key, newest, n[i], w[i] + xm, cost)
+      if bad then return bad end
+      if e and e > s then
+        local j = i
+        if pace and j >= pace.index then j = j + 1 end
+        s, limit, cause = e, j, LIMIT
+      end
+    end
+  end
   if hn and hw <= max_w then
     local e, _, bad = log_after(key, newest, hn, hw, cost)
     if bad then return bad end

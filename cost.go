@@ -7,6 +7,7 @@ import (
 	"mime"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -83,7 +84,7 @@ func (c *rule) splitUnits() {
 // compileUnits checks the units, Costs and Actual of c, and sets each
 // unit's limits with the margin, its estimate and its largest cost.
 func (c *rule) compileUnits() error {
-	if len(c.units) == 0 {
+	if len(c.units) == 0 && !c.alsoUnits("") { // Also's units: multikey.go
 		switch {
 		case c.Costs != nil:
 			return c.fail("Costs is set but no limit counts a unit (Limit.Of)")
@@ -99,7 +100,7 @@ func (c *rule) compileUnits() error {
 		return c.fail("limits of a unit (Limit.Of) need the SlidingLog algorithm")
 	}
 	for name := range c.Costs {
-		if !slices.ContainsFunc(c.units, func(u unitRule) bool { return u.name == name }) {
+		if !slices.ContainsFunc(c.units, func(u unitRule) bool { return u.name == name }) && !c.alsoUnits(name) {
 			return c.fail("Costs[%q]: no limit counts that unit", name)
 		}
 	}
@@ -137,19 +138,57 @@ func (a Actual) set() bool {
 	return a.Status != nil || a.Header != nil || a.Member != "" || a.Read != nil
 }
 
-// unitCosts returns the unit parts of req under r: each unit's estimate,
-// checked against its limits.
-func (r *rule) unitCosts(req *http.Request) ([]contract.Part, error) {
-	parts := make([]contract.Part, len(r.units))
-	for i := range r.units {
-		u := &r.units[i]
-		n := u.estimate(req)
-		if n < 0 || n > u.maxCost {
-			return nil, fmt.Errorf("%w: rule %q: cost %d of unit %q is outside 0..%d", ErrInvalidCost, r.Name, n, u.name, u.maxCost)
+// unitCosts returns the unit parts of req under r, the rule's own units
+// and then its Also keys' (keyed by also, the parts of those keys): each
+// unit's estimate, asked once per unit, checked against its limits under
+// each key.
+func (r *rule) unitCosts(req *http.Request, also []contract.Part) ([]contract.Part, error) {
+	var parts []contract.Part
+	est := map[string]int{}
+	add := func(u *unitRule, key string) error {
+		n, ok := est[u.name]
+		if !ok {
+			n = u.estimate(req)
+			est[u.name] = n
 		}
-		parts[i] = contract.Part{Unit: u.name, Cost: n, Limits: u.eff}
+		if n < 0 || n > u.maxCost {
+			return fmt.Errorf("%w: rule %q: cost %d of unit %q is outside 0..%d", ErrInvalidCost, r.Name, n, u.name, u.maxCost)
+		}
+		parts = append(parts, contract.Part{Key: key, Unit: u.name, Cost: n, Limits: u.eff})
+		return nil
+	}
+	for i := range r.units {
+		if err := add(&r.units[i], ""); err != nil {
+			return nil, err
+		}
+	}
+	for i := range r.also {
+		for j := range r.also[i].units {
+			if err := add(&r.also[i].units[j], also[i].Key); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return parts, nil
+}
+
+// unitLimitOf is limitOf for the unit part p of k: its key and its limit i.
+func (r *rule) unitLimitOf(p contract.Part, i int, k keyed) (string, Limit) {
+	units, key := r.units, k.key
+	if p.Key != "" {
+		for j, a := range r.also {
+			if k.also[j].Key == p.Key {
+				units = a.units
+				_, key, _ = strings.Cut(p.Key, a.scope) // as limitOf
+			}
+		}
+	}
+	for _, u := range units {
+		if u.name == p.Unit && i < len(u.limits) {
+			return key, u.limits[i]
+		}
+	}
+	return key, Limit{}
 }
 
 // bill wraps resp's body so that the units a sends are settled to what the

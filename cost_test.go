@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -19,6 +20,7 @@ import (
 	"github.com/throttle-go/throttle"
 	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/fakestore"
+	"github.com/throttle-go/throttle/internal/redistest"
 	"github.com/throttle-go/throttle/profiles"
 	"github.com/throttle-go/throttle/store"
 )
@@ -246,4 +248,105 @@ func TestSettleFromStatus(t *testing.T) {
 	assert.Equal(t, [][]int64{{1}, {1}, {1}}, st.actual)
 	status.Store(200)
 	assert.ErrorIs(t, get(), throttle.ErrLimited, "3 invalid responses in the minute, more than 2: the key waits")
+}
+
+// orgTokens counts, per token, 100 requests a minute, and for the
+// organization beside them (Also), 100 requests and 1,000 tokens a minute:
+// a request estimates the tokens its X-Est header says, settled from
+// OpenAI's usage.
+func orgTokens(hashTag bool) throttle.Rule {
+	r := llmRule()
+	r.Key = throttle.ByBearerToken()
+	r.Limits = []throttle.Limit{throttle.PerMinute(100)}
+	r.Also = []throttle.KeyLimit{{Name: "org", Key: throttle.Fixed("org"), HashTag: hashTag,
+		Limits: []throttle.Limit{throttle.PerMinute(100), throttle.PerMinute(1000).Of("tokens")}}}
+	return r
+}
+
+// TestAlsoUnits: a unit counted under an Also key is shared by every key
+// of the rule: its estimates and settlements from two tokens add up under
+// the organization, on every store (the Cluster with the keys in slots of
+// their own, and under one hash tag).
+func TestAlsoUnits(t *testing.T) {
+	prefix := "alsounits" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "") + ":"
+	for _, tc := range []struct {
+		name    string
+		hashTag bool
+		open    func(t *testing.T) store.Store
+	}{
+		{"memory", false, newMemory},
+		{"redis-server", false, func(t *testing.T) store.Store {
+			st, err := store.NewRedis(redistest.Shared(t).Client(t), store.WithPrefix(prefix+"one:"))
+			require.NoError(t, err)
+			return st
+		}},
+		{"redis-cluster, a slot per key", false, func(t *testing.T) store.Store {
+			st, err := store.NewRedis(redistest.SharedCluster(t).Client(t), store.WithPrefix(prefix+"spread:"))
+			require.NoError(t, err)
+			return st
+		}},
+		{"redis-cluster, one tag", true, func(t *testing.T) store.Store {
+			st, err := store.NewRedis(redistest.SharedCluster(t).Client(t), store.WithPrefix(prefix+"tag:"))
+			require.NoError(t, err)
+			return st
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &settleCount{Store: tc.open(t)}
+			tr, err := throttle.New(llmUpstream(jsonBody, false, func(r io.Reader) io.Reader { return r }), st,
+				throttle.WithRule(orgTokens(tc.hashTag)))
+			require.NoError(t, err)
+			c := &http.Client{Transport: tr}
+			ask := func(token string, n int) error {
+				req, err := http.NewRequest(http.MethodPost, "https://api.example.com/v1/chat/completions", nil)
+				require.NoError(t, err)
+				req.Header.Set("Authorization", "Bearer "+token)
+				req.Header.Set("X-Est", strconv.Itoa(n))
+				resp, err := c.Do(req)
+				if err != nil {
+					return err
+				}
+				_, err = io.Copy(io.Discard, resp.Body)
+				require.NoError(t, err)
+				return resp.Body.Close()
+			}
+			require.NoError(t, ask("a", 800))
+			require.NoError(t, ask("b", 800), "a's 800 was settled to 100")
+			assert.Equal(t, [][]int64{{100}, {100}}, st.actual)
+			var le *throttle.LimitError
+			require.ErrorAs(t, ask("c", 801), &le, "100 + 100 under the org: 801 does not fit, whatever the token")
+			assert.Equal(t, throttle.PerMinute(1000).Of("tokens"), le.Limit)
+			assert.Equal(t, "org", le.Key, "the org's key names the limit")
+			require.NoError(t, ask("c", 800))
+		})
+	}
+}
+
+func TestAlsoUnitsConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*throttle.Rule)
+		want string
+	}{
+		{"no estimate", func(r *throttle.Rule) {
+			r.Costs = map[string]func(*http.Request) int{"points": func(*http.Request) int { return 1 }}
+			r.Also[0].Limits = append(r.Also[0].Limits, throttle.PerMinute(10).Of("points"))
+		}, `unit "tokens": no estimate`},
+		{"only units under the key", func(r *throttle.Rule) { r.Also[0].Limits = r.Also[0].Limits[1:] }, "no limit of requests"},
+		{"a paced unit under the key", func(r *throttle.Rule) {
+			r.Also[0].Limits = append(r.Also[0].Limits, throttle.Paced(1000, time.Minute, 999).Of("tokens"))
+		}, "window limits"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := orgTokens(false)
+			tc.edit(&r)
+			_, err := throttle.New(nil, newMemory(t), throttle.WithRule(r))
+			var ce *throttle.ConfigError
+			require.ErrorAs(t, err, &ce)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	// Costs and Actual for a unit that only an Also key counts.
+	_, err := throttle.New(nil, newMemory(t), throttle.WithRule(orgTokens(false)))
+	require.NoError(t, err)
 }

@@ -138,10 +138,12 @@ func (r *rule) limitOf(part, i int, k keyed) (key string, l Limit) {
 	switch {
 	case part == 0 && i < len(r.Limits):
 		return k.key, r.Limits[i]
-	case part > 0 && part <= len(r.also) && i < len(r.also[part-1].Limits):
+	case part > 0 && part <= len(r.also) && i < len(r.also[part-1].own):
 		a := r.also[part-1]
 		_, key, _ = strings.Cut(k.also[part-1].Key, a.scope) // without the tag and scope, as k.key
-		return key, a.Limits[i]
+		return key, a.own[i]
+	case part > len(r.also) && part <= len(k.also):
+		return r.unitLimitOf(k.also[part-1], i, k) // cost.go
 	}
 	return k.key, Limit{}
 }

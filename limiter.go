@@ -84,8 +84,10 @@ func (c *core) now() time.Time { return c.eng.Now() }
 // Name (required: it names the limiter's logs in the store), Limits, FailFast,
 // MaxWait, MaxServerWait, Margin, Algorithm and Shadow. The fields that read an
 // HTTP request (Host, PathPrefix, Method, Key, Also, Cost, IgnoreUpstream,
-// Retries, Lanes, Lane, Tenant and Weights) are a *ConfigError, and so are the options for a Transport's
-// requests (WithRule, WithDefault, WithUnmatchedSent). It does no I/O.
+// Retries, Lanes, Lane, Tenant and Weights) are a *ConfigError, and so are a
+// limit of a unit (Limit.Of: a Transport reads its costs from each request
+// and response) and the options for a Transport's requests (WithRule,
+// WithDefault, WithUnmatchedSent). It does no I/O.
 func NewLimiter(st store.Store, r Rule, opts ...Option) (*Limiter, error) {
 	c, err := configure(st, opts)
 	if err != nil {
@@ -141,6 +143,14 @@ func limiterRule(r Rule) (*rule, error) {
 	}
 	if r.InFlight != 0 || r.LeaseFor != 0 {
 		return nil, &ConfigError{Rule: r.Name, Reason: "InFlight and LeaseFor need a response to end the lease: a Limiter does not cap uses in flight"}
+	}
+	for _, l := range r.Limits {
+		if l.Unit != "" {
+			// A cost per unit and its settlement are read from the HTTP
+			// request and response (docs/costs.md).
+			return nil, &ConfigError{Rule: r.Name, Reason: fmt.Sprintf("a limit of the unit %q (Limit.Of) needs a Transport: "+
+				"a Limiter's uses cost one number, its calls' cost", l.Unit)}
+		}
 	}
 	return compile(r, true)
 }

@@ -508,6 +508,9 @@ func TestNewLimiterConfig(t *testing.T) {
 		{name: "Also", rule: with(func(r *throttle.Rule) {
 			r.Also = []throttle.KeyLimit{{Name: "app", Key: throttle.Fixed("app"), Limits: r.Limits}}
 		}), want: "Also read HTTP requests"},
+		{name: "a limit of a unit", rule: with(func(r *throttle.Rule) {
+			r.Limits = append(r.Limits, throttle.PerMinute(40_000).Of("tokens"))
+		}), want: `a limit of the unit "tokens" (Limit.Of) needs a Transport`},
 		{name: "IgnoreUpstream", rule: with(func(r *throttle.Rule) { r.IgnoreUpstream = true }), want: "IgnoreUpstream"},
 		{name: "no limits", rule: with(func(r *throttle.Rule) { r.Limits = nil }), want: "no Limits"},
 		{name: "bad limit", rule: with(func(r *throttle.Rule) { r.Limits = []throttle.Limit{throttle.Per(0, w)} }), want: "N must be at least 1"},

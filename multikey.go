@@ -27,6 +27,9 @@ type KeyLimit struct {
 	Key KeyFunc
 	// Limits must all admit the request under Key: window limits (no
 	// Paced, no Precision), with the rule's Margin added, as Rule.Limits.
+	// A limit of a unit (Limit.Of) counts that unit under Key, each
+	// request costing what the rule's Costs estimates for it, settled by
+	// its Actual (docs/costs.md); at least one limit counts requests.
 	Limits []Limit
 	// HashTag makes this key's value the Redis hash tag of every key of a
 	// request, so that they share a Cluster slot: one store call per
@@ -40,10 +43,12 @@ type KeyLimit struct {
 // alsoKey is a validated KeyLimit.
 type alsoKey struct {
 	KeyLimit
-	eff []Limit // Limits with the rule's Margin
+	own []Limit // the Limits of requests, as given
+	eff []Limit // own with the rule's Margin
 	// limits is eff as the store takes it.
 	limits []contract.Limit
-	scope  string // the rule's scope, then Name and ":"
+	units  []unitRule // the Limits of units (cost.go)
+	scope  string     // the rule's scope, then Name and ":"
 }
 
 // compileAlso validates c's Also and prepares it; c.scope and c.eff are set.
@@ -65,6 +70,11 @@ func (c *rule) compileAlso() error {
 	}
 	// What the store would refuse on every request fails here instead.
 	probe := contract.Request{Limits: limits(c.eff), Cost: 1, Also: c.parts(nil)}
+	for _, a := range c.also {
+		for _, u := range a.units {
+			probe.Also = append(probe.Also, contract.Part{Key: a.scope + a.Name, Unit: u.name, Limits: u.eff})
+		}
+	}
 	if err := probe.Validate("rule"); err != nil {
 		return c.fail("%s", strings.TrimPrefix(err.Error(), contract.ErrInvalidRequest.Error()+": "))
 	}
@@ -98,14 +108,56 @@ func (c *rule) compileAlsoKey(i int, a KeyLimit) error {
 		if l.N < 1 || l.Per < time.Millisecond || l.Per > maxPer {
 			return c.fail("Also[%d] (%s) limit %d (%s): N must be at least 1, Per from 1ms to %s", i, a.Name, j, l, maxPer)
 		}
+		if l.Unit != "" {
+			if err := c.alsoUnit(&k, i, l); err != nil {
+				return err
+			}
+			continue
+		}
 		e := l
 		e.Per += c.Margin
+		k.own = append(k.own, l)
 		k.eff = append(k.eff, e)
 		k.limits = append(k.limits, contract.Limit(e))
 		c.minN = min(c.minN, l.N)
 	}
+	if len(k.own) == 0 {
+		return c.fail("Also[%d] (%s): no limit of requests beside the limits of units", i, a.Name)
+	}
 	c.also = append(c.also, k)
 	return nil
+}
+
+// alsoUnit adds the limit l of a unit to k, c's Also[i]: its estimate is the
+// rule's Costs for the unit.
+func (c *rule) alsoUnit(k *alsoKey, i int, l Limit) error {
+	j := slices.IndexFunc(k.units, func(u unitRule) bool { return u.name == l.Unit })
+	if j < 0 {
+		est := c.Costs[l.Unit]
+		if est == nil {
+			return c.fail("Also[%d] (%s): unit %q: no estimate in Costs", i, k.Name, l.Unit)
+		}
+		j = len(k.units)
+		k.units = append(k.units, unitRule{name: l.Unit, estimate: est, maxCost: l.N})
+	}
+	u := &k.units[j]
+	e := contract.Limit(l)
+	e.Per += c.Margin
+	e.Unit = ""
+	u.limits, u.eff, u.maxCost = append(u.limits, l), append(u.eff, e), min(u.maxCost, l.N)
+	return nil
+}
+
+// alsoUnits reports whether a limit of c's Also counts unit ("": any).
+func (c *rule) alsoUnits(unit string) bool {
+	for _, a := range c.Also {
+		for _, l := range a.Limits {
+			if l.Unit != "" && (unit == "" || l.Unit == unit) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // parts returns the store's parts of c's Also, keyed by keys (nil: by name,

@@ -205,8 +205,9 @@ type rule struct {
 	also []alsoKey // Also, validated (multikey.go)
 	tag  int       // the index in also of the HashTag key, -1 if none
 	// units are the limits of Limits that count a unit (cost.go), taken
-	// out of Limits.
-	units []unitRule
+	// out of Limits; counts says the rule or one of its Also counts one.
+	units  []unitRule
+	counts bool
 	// dialect reads the rule's responses (internal/upstream, feedback.go).
 	dialect *upstream.Dialect
 }
@@ -253,6 +254,7 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 	if err := c.compileTenants(); err != nil { // tenants.go
 		return nil, err
 	}
+	c.counts = len(c.units) > 0 || c.alsoUnits("") // cost.go, multikey.go
 	c.plan = engine.Plan{Lanes: c.plan.Lanes, Tenants: c.plan.Tenants, Name: c.Name, Scope: c.scope, Limits: limits(c.eff), Auto: c.auto, Algorithm: contract.Algorithm(c.Algorithm),
 		Margin: c.Margin, Retake: c.retake, MaxWait: c.maxWait, MaxServerWait: c.maxServerWait,
 		InFlight: c.InFlight, LeaseFor: c.LeaseFor}
@@ -422,7 +424,7 @@ func checkNames(rules []*rule) error {
 		case !slices.Equal(o.eff, r.eff) || o.Algorithm != r.Algorithm:
 			differ = "Limits, Margin and Algorithm"
 		case o.tag != r.tag || !slices.EqualFunc(o.also, r.also, func(x, y alsoKey) bool {
-			return x.Name == y.Name && slices.Equal(x.eff, y.eff)
+			return x.Name == y.Name && slices.Equal(x.eff, y.eff) && slices.Equal(x.KeyLimit.Limits, y.KeyLimit.Limits)
 		}):
 			differ = "Also"
 		case o.InFlight != r.InFlight || o.LeaseFor != r.LeaseFor:

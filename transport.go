@@ -185,9 +185,9 @@ func (t *Transport) keyOf(r *rule, req *http.Request) (keyed, error) {
 			k.stenant = tenantMember(k.tenant)
 		}
 	}
-	if err == nil && r.units != nil {
+	if err == nil && r.counts {
 		var units []contract.Part
-		units, err = r.unitCosts(req) // cost.go
+		units, err = r.unitCosts(req, k.also) // cost.go
 		k.also = append(k.also[:len(k.also):len(k.also)], units...)
 	}
 	return k, err

@@ -16,34 +16,34 @@ import (
 // X-RateLimit-Reset-After) and kept by the whole fleet, as evenly spaced
 // sends. Routes that share a bucket (X-RateLimit-Bucket) are still keyed
 // apart. Discord bans for an hour an IP address that gets 10,000 invalid
-// responses (401, 403 or 429) in 10 minutes: each route counts its invalid
-// responses (a unit, "invalid", estimated at 0 and settled to 1 on such a
-// response by Actual.Status) and stops at 9,500 per 10 minutes, below the
-// ban by what may be in flight when it fills. The
-// budget is counted per route, not per address: routes that all fail (a
-// revoked token) can together pass the ban's figure, each under its own
-// budget. Documented at discord.com/developers/docs/topics/rate-limits, as
-// of 2026-11.
+// responses (401, 403 or 429) in 10 minutes: the token's global key counts
+// the invalid responses of all its routes (a unit, "invalid", estimated at
+// 0 and settled to 1 on such a response by Actual.Status) and stops them
+// at 9,500 per 10 minutes, below the ban by what may be in flight when it
+// fills. The budget is per token: several tokens sent from one address
+// share its ban but not their budgets (give them one Also key of the
+// address for that). Documented at
+// discord.com/developers/docs/topics/rate-limits, as of 2026-11.
 func Discord() throttle.Rule {
 	return throttle.Rule{
 		Name:       "discord",
 		Host:       "discord.com",
 		PathPrefix: "/api/",
 		Key:        discordRoute(throttle.ByAuthorization()),
-		Limits: []throttle.Limit{throttle.PerSecond(50),
-			throttle.Per(discordInvalidBudget, 10*time.Minute).Of("invalid")},
-		Costs:  map[string]func(*http.Request) int{"invalid": func(*http.Request) int { return 0 }},
-		Actual: throttle.Actual{Status: discordInvalid},
+		Limits:     []throttle.Limit{throttle.PerSecond(50)},
+		Costs:      map[string]func(*http.Request) int{"invalid": func(*http.Request) int { return 0 }},
+		Actual:     throttle.Actual{Status: discordInvalid},
 		Also: []throttle.KeyLimit{{
-			Name:   "global",
-			Key:    throttle.ByAuthorization(),
-			Limits: []throttle.Limit{throttle.PerSecond(50)},
+			Name: "global",
+			Key:  throttle.ByAuthorization(),
+			Limits: []throttle.Limit{throttle.PerSecond(50),
+				throttle.Per(discordInvalidBudget, 10*time.Minute).Of("invalid")},
 		}},
 	}
 }
 
 // discordInvalidBudget is how many invalid responses (401, 403, 429) a
-// Discord route may get in 10 minutes: 5% below the 10,000 that ban the
+// Discord token may get in 10 minutes, over all its routes: 5% below the 10,000 that ban the
 // address, for the requests in flight when the budget fills (a request
 // waits once the window holds more than the budget).
 const discordInvalidBudget = 9_500

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -32,7 +33,7 @@ type burst struct {
 	rule     throttle.Rule
 	up       *throttletest.Upstream
 	method   string
-	url      string // the API's own URL: the fake answers whatever its host
+	url      string // the API's own URL: the fake answers whatever its host; several, separated by spaces, are spread over the workers
 	header   [2]string
 	duration time.Duration
 }
@@ -65,16 +66,20 @@ func (b burst) run(t *testing.T, window time.Duration) outcome {
 		mu      sync.Mutex
 		limited int
 		trs     []*throttle.Transport
+		workers int
 	)
 	for range 3 {
 		tr, err := throttle.New(base, st, throttle.WithRule(b.rule))
 		require.NoError(t, err)
 		trs = append(trs, tr)
 		for range 4 {
+			urls := strings.Fields(b.url)
+			url := urls[workers%len(urls)]
+			workers++
 			wg.Go(func() {
 				for time.Now().Before(end) {
 					ctx, cancel := context.WithDeadline(context.Background(), end)
-					req, err := http.NewRequestWithContext(ctx, b.method, b.url, nil)
+					req, err := http.NewRequestWithContext(ctx, b.method, url, nil)
 					require.NoError(t, err)
 					if b.header[0] != "" {
 						req.Header.Set(b.header[0], b.header[1])
@@ -281,18 +286,27 @@ func TestStripeLockAgainstFake(t *testing.T) {
 
 // Discord bans a client that gets 10,000 invalid responses (401, 403,
 // 429) in 10 minutes: a fleet whose token was revoked, sending as fast as
-// the global limit lets it, is stopped by the profile's budget of invalid
-// responses before the ban.
+// the global limit lets it, on one route or on several, is stopped by the
+// profile's budget of invalid responses, the token's over all its routes,
+// before the ban.
 func TestDiscordInvalidBudgetAgainstFake(t *testing.T) {
 	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		up, err := throttletest.NewDiscord(throttletest.Config{Now: now2026})
-		require.NoError(t, err)
-		b := burst{profiles.Discord(), up, http.MethodGet, "https://discord.com/api/v10/users/@me", [2]string{"Authorization", "revoked-token x"}, 11 * time.Minute}
-		o := b.run(t, 10*time.Minute)
-		st := up.Stats()
-		t.Logf("%s; banned answers %d", o, st.Keys["banned"].Rejected)
-		assert.Zero(t, st.Keys["banned"].Rejected, "never banned")
-		assert.Positive(t, o.limited, "the budget stopped the fleet")
-	})
+	for _, routes := range []string{
+		"https://discord.com/api/v10/users/@me",
+		"https://discord.com/api/v10/users/@me https://discord.com/api/v10/guilds/1/members https://discord.com/api/v10/channels/2/messages",
+	} {
+		t.Run(fmt.Sprintf("%d routes", len(strings.Fields(routes))), func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				up, err := throttletest.NewDiscord(throttletest.Config{Now: now2026})
+				require.NoError(t, err)
+				b := burst{profiles.Discord(), up, http.MethodGet, routes, [2]string{"Authorization", "revoked-token x"}, 11 * time.Minute}
+				o := b.run(t, 10*time.Minute)
+				st := up.Stats()
+				t.Logf("%s; banned answers %d", o, st.Keys["banned"].Rejected)
+				assert.Zero(t, st.Keys["banned"].Rejected, "never banned")
+				assert.Positive(t, o.limited, "the budget stopped the fleet")
+			})
+		})
+	}
 }

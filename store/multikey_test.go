@@ -204,7 +204,14 @@ func multiKeyPropertyOnce(t *testing.T, im impl, seed uint64, name func(string, 
 			limits[k][i] = lim(maxCost+rng.IntN(12), time.Duration(10+rng.IntN(1500))*time.Millisecond)
 		}
 	}
-	t.Logf("seed %d limits %v", seed, limits)
+	// Under each key, a unit counted when the key is another's part
+	// (Part.Key with Part.Unit): up to 8 units a request, some refunded.
+	const maxUnits = 8
+	units := make([]contract.Limit, keys)
+	for k := range units {
+		units[k] = lim(maxUnits+rng.IntN(4), time.Duration(100+rng.IntN(1500))*time.Millisecond)
+	}
+	t.Logf("seed %d limits %v units %v", seed, limits, units)
 	clock := newFakeClock()
 	var s store.Store
 	if im.name == "memory" {
@@ -216,6 +223,7 @@ func multiKeyPropertyOnce(t *testing.T, im impl, seed uint64, name func(string, 
 
 	var mu sync.Mutex
 	logs := make([][]sent, keys)
+	ulogs := make([][]sent, keys) // the units sent under each key, at their actual cost
 	var wg sync.WaitGroup
 	const workers, each = 12, 40
 	for w := range workers {
@@ -231,6 +239,15 @@ func multiKeyPropertyOnce(t *testing.T, im impl, seed uint64, name func(string, 
 				rq.Allowance = allowances[w%len(allowances)]
 				for _, k := range set[1:] {
 					rq.Also = append(rq.Also, contract.Part{Key: names[k], Limits: limits[k]})
+				}
+				ucost := make([]int, keys)
+				for _, k := range set[1:] {
+					if r.IntN(2) == 0 {
+						ucost[k] = r.IntN(maxUnits + 1)
+						rq.Also = append(rq.Also, contract.Part{Key: names[k], Unit: "u", Cost: ucost[k], Limits: []contract.Limit{units[k]}})
+					} else {
+						ucost[k] = -1
+					}
 				}
 				res, err := s.Reserve(ctx, names[set[0]], rq)
 				if !assert.NoError(t, err) {
@@ -250,9 +267,27 @@ func multiKeyPropertyOnce(t *testing.T, im impl, seed uint64, name func(string, 
 				case 2:
 					at += r.Int64N(a + 1)
 				}
+				if len(res.Units) > 0 && r.IntN(3) == 0 {
+					// A refund: the final costs, never above what was
+					// recorded when later requests were placed, must
+					// keep every window too.
+					actual := make([]int64, len(res.Units))
+					for i, u := range res.Units {
+						actual[i] = r.Int64N(u.Cost + 1)
+						for k := range names {
+							if names[k] == u.Key {
+								ucost[k] = int(actual[i])
+							}
+						}
+					}
+					assert.NoError(t, s.Settle(ctx, res, actual))
+				}
 				mu.Lock()
 				for _, k := range set {
 					logs[k] = append(logs[k], sent{at, cost})
+					if ucost[k] >= 0 && k != set[0] {
+						ulogs[k] = append(ulogs[k], sent{at, ucost[k]})
+					}
 				}
 				mu.Unlock()
 			}
@@ -273,6 +308,13 @@ func multiKeyPropertyOnce(t *testing.T, im impl, seed uint64, name func(string, 
 			if n == l.N {
 				full++
 			}
+		}
+		n, at := maxInWindow(ulogs[k], units[k].Per)
+		if n > units[k].N {
+			t.Fatalf("key %d unit limit %s: %d units in the window ending at %d", k, units[k], n, at)
+		}
+		if n == units[k].N {
+			full++
 		}
 	}
 	return full

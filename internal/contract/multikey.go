@@ -17,9 +17,11 @@ type Part struct {
 	// may hold one paced limit too (Cost <= its Burst+1).
 	Limits []Limit
 	// Unit, if set, makes the part count a unit of its own (tokens,
-	// points) on the request's own key: Key is empty, and the store keeps
-	// the unit's log (and its paced time) beside the key's, under its hash
-	// tag. The request costs Cost units there (0 <= Cost <= every N),
+	// points) under a key of the request: its own when Key is empty, else
+	// Key, which must be the Key of a part of the request without a Unit
+	// (and the unit then takes window limits only). The store keeps the
+	// unit's log (and its paced time) beside that key's log, under its
+	// hash tag. The request costs Cost units there (0 <= Cost <= every N),
 	// recorded as one entry of that weight: a unit's log holds one entry
 	// per request, whatever its N (units.go). Settle changes it later.
 	Unit string
@@ -35,11 +37,11 @@ func (r *Request) validAlso(key string) bool {
 		p := &r.Also[i]
 		if p.Unit != "" {
 			for j := range i {
-				if r.Also[j].Unit == p.Unit {
+				if r.Also[j].Unit == p.Unit && r.Also[j].Key == p.Key {
 					return false
 				}
 			}
-			if !unitValid(p) {
+			if !unitValid(p) || p.Key != "" && !r.unitKeyValid(p) {
 				return false
 			}
 			continue
@@ -76,12 +78,16 @@ func (r Request) invalidAlso(key string) error {
 	for i, p := range r.Also {
 		if p.Unit != "" {
 			for j := range i {
-				if r.Also[j].Unit == p.Unit {
+				if r.Also[j].Unit == p.Unit && r.Also[j].Key == p.Key {
 					return fmt.Errorf("%w: Also[%d]: the unit %q of Also[%d] again", ErrInvalidRequest, i, p.Unit, j)
 				}
 			}
 			if why := unitInvalid(&p); why != "" {
 				return fmt.Errorf("%w: Also[%d]: %s", ErrInvalidRequest, i, why)
+			}
+			if p.Key != "" && !r.unitKeyValid(&p) {
+				return fmt.Errorf("%w: Also[%d]: unit %q under key %q: the key must be another part's, without a Unit, and the unit's limits window limits",
+					ErrInvalidRequest, i, p.Unit, p.Key)
 			}
 			continue
 		}
@@ -112,6 +118,22 @@ func (r Request) invalidAlso(key string) error {
 		}
 	}
 	return nil
+}
+
+// unitKeyValid reports whether the unit part p, under a key of the request
+// other than its own, names the key of a part without a Unit and holds
+// window limits only (a paced unit's time is not moved between Cluster
+// slots: slots.go).
+func (r *Request) unitKeyValid(p *Part) bool {
+	if p.UnitPace() >= 0 {
+		return false
+	}
+	for i := range r.Also {
+		if q := &r.Also[i]; q.Unit == "" && q.Key == p.Key {
+			return true
+		}
+	}
+	return false
 }
 
 // PartOf maps a 1-based limit number over the request's limits, then those

@@ -14,12 +14,27 @@ import (
 // once the response says what the upstream charged (Settler).
 
 // Unit is what Cancel and Settle need of one unit of an allowed
-// reservation: its name, the cost recorded (the estimate), and the spacing
-// of its paced limit in microseconds (0: none).
+// reservation: its name, the key it is counted under (Part.Key: empty for
+// the reservation's own), the cost recorded (the estimate), and the
+// spacing of its paced limit in microseconds (0: none).
 type Unit struct {
 	Name    string
+	Key     string
 	Cost    int64
 	Spacing int64
+}
+
+// UnitEntry is the entry of res's unit u: that of the key it is counted
+// under (Reservation.AlsoEntries), where its log records the request.
+func (res *Reservation) UnitEntry(u Unit) int64 {
+	if u.Key != "" && res.AlsoEntries != nil {
+		for i, k := range res.AlsoKeys {
+			if k == u.Key {
+				return res.AlsoEntries[i]
+			}
+		}
+	}
+	return res.Entry
 }
 
 // Settler changes the cost a reservation recorded in its units.
@@ -46,8 +61,6 @@ func unitValid(p *Part) bool {
 // unitInvalid says what is wrong with the unit part p, "" if nothing.
 func unitInvalid(p *Part) string {
 	switch {
-	case p.Key != "":
-		return "a unit part takes no Key (its log is named after the request's key)"
 	case len(p.Unit) > MaxUnitName || strings.ContainsAny(p.Unit, "{}\x00"):
 		return fmt.Sprintf("unit name %q: at most %d bytes, without braces", p.Unit, MaxUnitName)
 	case p.Cost < 0 || p.Cost > math.MaxInt32:
@@ -103,7 +116,7 @@ func (r *Request) UnitsOf() []Unit {
 		if p.Unit == "" {
 			continue
 		}
-		u := Unit{Name: p.Unit, Cost: int64(p.Cost)}
+		u := Unit{Name: p.Unit, Key: p.Key, Cost: int64(p.Cost)}
 		if j := p.UnitPace(); j >= 0 {
 			u.Spacing = p.Limits[j].Interval()
 		}

@@ -35,6 +35,9 @@ func TestValidMatchesInvalid(t *testing.T) {
 			r.Also = []Part{}
 			for range rng.IntN(3) {
 				pt := Part{Key: []string{"", "k", "a", "b"}[rng.IntN(4)]}
+				if rng.IntN(3) == 0 { // a unit, under the own key or another part's (units.go)
+					pt.Unit, pt.Cost = []string{"u", "v"}[rng.IntN(2)], rng.IntN(3)-1
+				}
 				for range rng.IntN(3) {
 					pt.Limits = append(pt.Limits, Limit{
 						N: rng.IntN(4) - 1, Per: pick(0, time.Microsecond, time.Second),

@@ -447,7 +447,7 @@ func (m *Memory) Cancel(_ context.Context, res contract.Reservation) error {
 		ps.tat -= int64(res.Cost) * res.Spacing
 	}
 	for _, u := range res.Units { // units_memory.go: settled to 0
-		m.settleUnit(res.Key, u, res.Entry, 0, m.micros())
+		m.settleUnit(res.Key, u, res.UnitEntry(u), 0, m.micros())
 	}
 	for _, k := range res.AlsoKeys { // multikey.go
 		if lg := m.logs[k]; lg != nil {

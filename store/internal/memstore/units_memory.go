@@ -68,8 +68,12 @@ type unitCall struct {
 }
 
 // unitSlot is units.lua's unit_slot: s raised to what the unit part p of
-// key allows, its limits numbered from part; m.mu is held.
+// key (or of p.Key, when set) allows, its limits numbered from part; m.mu
+// is held.
 func (m *Memory) unitSlot(key string, p *contract.Part, part int, now int64, s *slot) *unitCall {
+	if p.Key != "" {
+		key = p.Key
+	}
 	name := unitName(key, p.Unit)
 	c := &unitCall{name: name, p: p, u: m.openUnit(name, now, p.UnitWindow())}
 	cost := int64(p.Cost)
@@ -117,10 +121,13 @@ func (c *unitCall) record(rec int64) {
 }
 
 // settleUnit is settle.lua's settle_unit: the newest entry (rec, est) of
-// the unit's log takes the weight actual, and its paced time moves by
-// (actual - est) spacings, a refund only while the entry is the newest;
-// m.mu is held.
+// the unit's log, under key or u.Key when set, takes the weight actual, and
+// its paced time moves by (actual - est) spacings, a refund only while the
+// entry is the newest; m.mu is held.
 func (m *Memory) settleUnit(key string, u contract.Unit, rec, actual, now int64) bool {
+	if u.Key != "" {
+		key = u.Key
+	}
 	name := unitName(key, u.Name)
 	lg := m.units[name]
 	if lg == nil || lg.expires <= now {
@@ -160,7 +167,7 @@ func (m *Memory) Settle(_ context.Context, res contract.Reservation, actual []in
 	defer m.mu.Unlock()
 	now := m.micros()
 	for i, u := range res.Units {
-		m.settleUnit(res.Key, u, res.Entry, actual[i], now)
+		m.settleUnit(res.Key, u, res.UnitEntry(u), actual[i], now)
 	}
 	return nil
 }

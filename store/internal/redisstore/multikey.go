@@ -14,19 +14,24 @@ import (
 // Redis script (internal/script/also.lua) and the names of its keys. Keys in
 // other Cluster slots than the request's own key are slots.go's.
 
-// alsoKeys returns the KEYS of the parts' logs, a unit's named after key
-// (its sum after it, and its pace key when paced: units.lua).
-func (r *Redis) alsoKeys(key string, req *contract.Request) []string {
-	keys := make([]string, 0, len(req.Also))
-	for i := range req.Also {
-		p := &req.Also[i]
+// alsoKeys returns the KEYS of the parts' logs, a unit's named after key,
+// or after its part's Key when set (its sum after it, and its pace key
+// when paced: units.lua).
+func (r *Redis) alsoKeys(key string, parts []contract.Part) []string {
+	keys := make([]string, 0, len(parts))
+	for i := range parts {
+		p := &parts[i]
 		if p.Unit == "" {
 			keys = append(keys, r.logKey(p.Key))
 			continue
 		}
-		keys = append(keys, r.unitKey(key, p.Unit), r.unitKey(key, p.Unit)+":sum")
+		k := key
+		if p.Key != "" {
+			k = p.Key
+		}
+		keys = append(keys, r.unitKey(k, p.Unit), r.unitKey(k, p.Unit)+":sum")
 		if p.UnitPace() >= 0 {
-			keys = append(keys, r.unitKey(key, p.Unit)+":pace")
+			keys = append(keys, r.unitKey(k, p.Unit)+":pace")
 		}
 	}
 	return keys
@@ -57,7 +62,7 @@ func (r *Redis) alsoCall(call scriptCall, key string, req *contract.Request, pac
 	if paced {
 		call.script = reservePacedAlsoScript
 	}
-	call.keys = append(call.keys, r.alsoKeys(key, req)...)
+	call.keys = append(call.keys, r.alsoKeys(key, req.Also)...)
 	call.args = alsoArgs(call.args, req.Also, len(req.Limits), 0, 0, "0")
 	return call
 }

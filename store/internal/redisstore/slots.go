@@ -77,8 +77,9 @@ func (r *Redis) slotOf(name string) string {
 }
 
 // slotGroups splits req.Also by slot: own lists the parts in the slot of
-// key (its units always are), others the parts of each other slot, in the
-// order of their first part. others is nil when there is no other slot.
+// key (its own units always are; a unit under another key is in that
+// key's), others the parts of each other slot, in the order of their first
+// part. others is nil when there is no other slot.
 func (r *Redis) slotGroups(key string, req *contract.Request) (own []int, others [][]int) {
 	mine := r.slotOf(r.logKey(key))
 	if mine == "" {
@@ -87,11 +88,11 @@ func (r *Redis) slotGroups(key string, req *contract.Request) (own []int, others
 	var ids []string
 	for i := range req.Also {
 		p := &req.Also[i]
-		if p.Unit != "" {
+		if p.Unit != "" && p.Key == "" {
 			own = append(own, i)
 			continue
 		}
-		id := r.slotOf(r.logKey(p.Key))
+		id := r.slotOf(r.logKey(p.Key)) // a unit's log shares its key's tag (unitKey)
 		if id == mine {
 			own = append(own, i)
 			continue
@@ -341,7 +342,7 @@ func (r *Redis) slotRound(ctx context.Context, key string, req contract.Request,
 			entries[j] = h.entry
 		}
 	}
-	res.AlsoKeys, res.AlsoEntries = nil, nil
+	res.AlsoKeys, res.AlsoEntries, res.Units = nil, nil, req.UnitsOf()
 	for j := range req.Also {
 		if req.Also[j].Unit != "" {
 			continue
@@ -361,10 +362,10 @@ func (r *Redis) slotRound(ctx context.Context, key string, req contract.Request,
 func (r *Redis) reserveParts(ctx context.Context, req *contract.Request, g []int, start time.Time, extra, after time.Duration,
 	recAt time.Time, old int64) (partsReply, error) {
 	parts := make([]contract.Part, len(g))
-	keys := make([]string, len(g))
 	for i, j := range g {
-		parts[i], keys[i] = req.Also[j], r.logKey(req.Also[j].Key)
+		parts[i] = req.Also[j]
 	}
+	keys := r.alsoKeys("", parts) // a unit here is under its part's Key
 	a := r.local()
 	var recAfter int64
 	if !recAt.IsZero() {
@@ -394,7 +395,9 @@ func (r *Redis) reserveParts(ctx context.Context, req *contract.Request, g []int
 	reply, err := run()
 	if err != nil && badState(err) {
 		for _, j := range g {
-			_ = r.repair(ctx, req.Also[j].Key, contract.SlidingLog, false, req.PartHorizon(&req.Also[j]))
+			if req.Also[j].Unit == "" { // a unit's log is rebuilt by no repair, as repairAlso
+				_ = r.repair(ctx, req.Also[j].Key, contract.SlidingLog, false, req.PartHorizon(&req.Also[j]))
+			}
 		}
 		if reply, err = run(); err != nil && badState(err) {
 			return partsReply{}, &KeyStateError{Key: req.Also[g[0]].Key, Reason: "still wrong after a repair", Err: err}
@@ -443,26 +446,38 @@ func (v partsReply) why(req *contract.Request, g []int, before why) why {
 	return why{cause: contract.Cause(v.cause)}
 }
 
-// cancelParts removes cost entries at entry from the logs of req's parts g.
+// cancelParts removes cost entries at entry from the logs of req's parts g,
+// and settles their units to 0.
 func (r *Redis) cancelParts(ctx context.Context, req *contract.Request, g []int, entry int64, cost int) error {
-	keys := make([]string, len(g))
-	for i, j := range g {
-		keys[i] = req.Also[j].Key
+	var keys []string
+	var units []contract.Unit
+	for _, j := range g {
+		if p := &req.Also[j]; p.Unit != "" {
+			units = append(units, contract.Unit{Name: p.Unit, Key: p.Key, Cost: int64(p.Cost)})
+		} else {
+			keys = append(keys, p.Key)
+		}
 	}
-	return r.cancelKeys(ctx, keys, entry, cost)
+	return r.cancelKeys(ctx, keys, units, entry, cost)
 }
 
-// cancelKeys removes cost entries at entry from the logs of keys, which
-// share a slot, in one call sent at most once (see Cancel).
-func (r *Redis) cancelKeys(ctx context.Context, keys []string, entry int64, cost int) error {
-	if len(keys) == 0 {
+// cancelKeys removes cost entries at entry from the logs of keys, and
+// settles units (under keys of that slot, never paced) to 0, all in one
+// slot, in one call sent at most once (see Cancel).
+func (r *Redis) cancelKeys(ctx context.Context, keys []string, units []contract.Unit, entry int64, cost int) error {
+	if len(keys) == 0 && len(units) == 0 {
 		return nil
 	}
 	names := make([]string, len(keys))
 	for i, k := range keys {
 		names[i] = r.logKey(k)
 	}
-	call := scriptCall{cancelPartsScript, names, []any{strconv.FormatInt(entry, 10), cost}}
+	names = r.unitKeys(names, contract.Reservation{}, units)
+	args := []any{strconv.FormatInt(entry, 10), cost, len(keys), r.nowArg()}
+	for _, u := range units {
+		args = append(args, u.Cost, 0, u.Spacing)
+	}
+	call := scriptCall{cancelPartsScript, names, args}
 	var err error
 	if p, ok := r.client.(processor); ok {
 		err = runOnce(ctx, p, call)
@@ -486,8 +501,9 @@ func (r *Redis) cancelSlots(ctx context.Context, res contract.Reservation) error
 	}
 	var order []group
 	keys := map[group][]string{}
+	units := map[group][]contract.Unit{}
 	own := res
-	own.AlsoKeys, own.AlsoEntries = nil, nil
+	own.AlsoKeys, own.AlsoEntries, own.Units = nil, nil, nil
 	for i, k := range res.AlsoKeys {
 		g := group{r.slotOf(r.logKey(k)), res.AlsoEntries[i]}
 		if g.slot == mine && g.entry == res.Entry {
@@ -499,9 +515,20 @@ func (r *Redis) cancelSlots(ctx context.Context, res contract.Reservation) error
 		}
 		keys[g] = append(keys[g], k)
 	}
+	for _, u := range res.Units {
+		g := group{mine, res.Entry}
+		if u.Key != "" {
+			g = group{r.slotOf(r.logKey(u.Key)), res.UnitEntry(u)}
+		}
+		if g.slot == mine && g.entry == res.Entry {
+			own.Units = append(own.Units, u)
+			continue
+		}
+		units[g] = append(units[g], u) // its key's group: ordered above
+	}
 	var errs []error
 	for _, g := range order {
-		errs = append(errs, r.cancelKeys(ctx, keys[g], g.entry, int(res.Cost)))
+		errs = append(errs, r.cancelKeys(ctx, keys[g], units[g], g.entry, int(res.Cost)))
 	}
 	errs = append(errs, r.cancel(ctx, own))
 	return errors.Join(errs...)

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -23,11 +24,15 @@ func init() {
 	alsoScripts["settle"] = settleScript
 }
 
-// unitKeys appends the keys of res's units to keys: each unit's log, its
-// sum, then its pace key when paced.
-func (r *Redis) unitKeys(keys []string, res contract.Reservation) []string {
-	for _, u := range res.Units {
-		k := r.unitKey(res.Key, u.Name)
+// unitKeys appends the keys of units, of res, to keys: each unit's log
+// (under res.Key or its own Key), its sum, then its pace key when paced.
+func (r *Redis) unitKeys(keys []string, res contract.Reservation, units []contract.Unit) []string {
+	for _, u := range units {
+		key := res.Key
+		if u.Key != "" {
+			key = u.Key
+		}
+		k := r.unitKey(key, u.Name)
 		keys = append(keys, k, k+":sum")
 		if u.Spacing > 0 {
 			keys = append(keys, k+":pace")
@@ -52,7 +57,7 @@ func (r *Redis) cancelUnitsCall(res contract.Reservation) scriptCall {
 	for _, k := range res.AlsoKeys {
 		keys = append(keys, r.logKey(k))
 	}
-	keys = append(r.unitKeys(keys, res), r.seenKey(res.Key)) // the seen mark last (cancel.lua)
+	keys = append(r.unitKeys(keys, res, res.Units), r.seenKey(res.Key)) // the seen mark last (cancel.lua)
 	args := []any{strconv.FormatInt(res.Entry, 10), res.Cost, strconv.FormatInt(res.TAT, 10),
 		int64(res.Cost) * res.Spacing, len(res.AlsoKeys), r.nowArg()}
 	for _, u := range res.Units {
@@ -61,18 +66,49 @@ func (r *Redis) cancelUnitsCall(res contract.Reservation) scriptCall {
 	return scriptCall{cancelUnitsScript, keys, args}
 }
 
-// Settle implements contract.Settler: one script call, sent at most once
-// (a settlement run twice would find no entry of the estimate the second
+// Settle implements contract.Settler: one script call per Cluster slot of
+// its units (one on a single server), each sent at most once (a
+// settlement run twice would find no entry of the estimate the second
 // time, but would move a paced time twice).
 func (r *Redis) Settle(ctx context.Context, res contract.Reservation, actual []int64) error {
 	if err := contract.ValidSettle(res, actual); err != nil {
 		return err
 	}
-	args := []any{r.nowArg(), strconv.FormatInt(res.Entry, 10)}
-	for i, u := range res.Units {
-		args = append(args, u.Cost, actual[i], u.Spacing)
+	// The units by slot and entry, in order: a unit under another key of
+	// the request lies in that key's slot and was recorded at its entry.
+	type group struct {
+		slot  string
+		entry int64
 	}
-	call := scriptCall{settleScript, r.unitKeys(nil, res), args}
+	var order []group
+	of := map[group][]int{}
+	for i, u := range res.Units {
+		key := res.Key
+		if u.Key != "" {
+			key = u.Key
+		}
+		g := group{r.slotOf(r.logKey(key)), res.UnitEntry(u)}
+		if _, ok := of[g]; !ok {
+			order = append(order, g)
+		}
+		of[g] = append(of[g], i)
+	}
+	var errs []error
+	for _, g := range order {
+		units := make([]contract.Unit, len(of[g]))
+		args := []any{r.nowArg(), strconv.FormatInt(g.entry, 10)}
+		for k, i := range of[g] {
+			u := res.Units[i]
+			units[k] = u
+			args = append(args, u.Cost, actual[i], u.Spacing)
+		}
+		errs = append(errs, r.settleCall(ctx, scriptCall{settleScript, r.unitKeys(nil, res, units), args}))
+	}
+	return errors.Join(errs...)
+}
+
+// settleCall runs one settle call, sent at most once.
+func (r *Redis) settleCall(ctx context.Context, call scriptCall) error {
 	wctx, w := r.refusals.watch(ctx)
 	var err error
 	if p, ok := r.client.(processor); ok {

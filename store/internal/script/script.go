@@ -186,10 +186,14 @@ return settle_units(KEYS, 1, ARGV, 3, tonumber(ARGV[2]), clock(ARGV[1]))`},
 	// The keys of a request in another Cluster slot than its own key's
 	// (slots.lua): reserved, or moved later, in a call of their own; and
 	// their cancel.
-	{"reserve parts", with(logParts, "units", "also", "cancel", "slots"), parse("log", "allowance", false, true, false) +
+	{"reserve parts", with(logParts, "units", "also", "cancel", "settle", "slots"), parse("log", "allowance", false, true, false) +
 		"return reserve_reply(parts_reserve(now, cost, max_wait, allowance, more))"},
-	{"cancel parts", []string{"cancel", "cancel_also"}, `
-cancel_also(KEYS, 1, ARGV[1], tonumber(ARGV[2]))
+	// KEYS: p logs, then per unit its log and sum; ARGV: entry, cost, p,
+	// now, then per unit estimate, 0, spacing (settle.lua).
+	{"cancel parts", []string{"time", "cancel", "settle"}, `
+local p = tonumber(ARGV[3])
+for i = 1, p do cancel_entries(KEYS[i], ARGV[1], tonumber(ARGV[2])) end
+settle_units(KEYS, p + 1, ARGV, 5, tonumber(ARGV[1]), clock(ARGV[4]))
 return 0`},
 	{"cancel counts", []string{"floor", "cancel_counts"}, `
 return cancel_counts(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1', ARGV, 4)`},

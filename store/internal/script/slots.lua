@@ -5,8 +5,9 @@
 -- no feedback is read and no lease is taken here (the call of the own
 -- key's slot does both).
 --
--- KEYS      the parts' logs, as also's (a unit is never here: it lies
---           beside the own key).
+-- KEYS      the parts' logs, as also's; a unit here is one counted under
+--           another key of the request (store.Part.Key), in that key's
+--           slot: its log and sum (never paced: see units).
 -- ARGV[1..5] as request's: cost, max wait, now, max server wait (unused),
 --           allowance; no limits of its own; then also's tail: the parts,
 --           after, rec_after, old, base (0) and len.
@@ -16,7 +17,8 @@
 -- clock: see slots.go), and the entry is at the latest of slot +
 -- allowance, now + rec_after and every part's last entry, as also's. With
 -- old, the call first removes the request's entries at old from every
--- part's log (cancel's cancel_entries), then reserves again: a move of
+-- part's log (cancel's cancel_entries; a unit's entry is settled to 0, as
+-- its cancel does: settle's settle_unit), then reserves again: a move of
 -- the entries to a later time, checked against every window as a new
 -- reservation is, in one atomic step.
 --
@@ -28,7 +30,13 @@
 -- KEYSTATE).
 local function parts_reserve(now, cost, max_wait, allowance, more)
   if more.old ~= '0' then
-    for _, part in ipairs(more) do cancel_entries(part.key, more.old, cost) end
+    for _, part in ipairs(more) do
+      if part.unit then
+        settle_unit(part.key, part.sum_key, nil, tonumber(more.old), part.cost, 0, 0, now)
+      else
+        cancel_entries(part.key, more.old, cost)
+      end
+    end
   end
   local s, limit, cause, bad = also_slot(more, now, 0, 0, now, cost, max_wait, allowance)
   if bad then return bad end

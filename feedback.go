@@ -81,12 +81,14 @@ type told struct {
 	// spacings, shortFor that wait (shape.go).
 	short    time.Time
 	shortFor time.Duration
-	// level is how far this transport last slowed the pace (slowed's n),
-	// less the probes since, base the pace it slowed (the rule's shape, or
-	// a slower one that held: a route bucket's); probed when it last probed
-	// it (shape.go).
+	// level is nonzero while this transport's slowing of the pace stands
+	// (until its probes bring it back), base the pace it slowed (the rule's
+	// shape, or a slower one that held: a route bucket's), set the window
+	// of the pace it last set (less what its probes took off since); probed
+	// when it last probed it (shape.go).
 	level  int
 	base   Limit
+	set    time.Duration
 	probed time.Time
 	// widened is when this transport last widened the key's margin, and
 	// marginProbed when it last probed it, with marginProbes left (margin.go).
@@ -147,7 +149,7 @@ func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Res
 		move = t.fb.reshape(r, k.skey, sig, due, now, paced, &l) // shape.go
 	}
 	if complied && !sig.Refused && resp.StatusCode < 300 {
-		if pr, ok := t.fb.probe(r, k.skey, now); ok { // shape.go: back towards the rule's rate
+		if pr, ok := t.fb.probe(r, k.skey, paced, now); ok { // shape.go: back towards the rule's rate
 			t.ease(ctx, r, k, resp.StatusCode, pr)
 		}
 		if pr, ok := t.fb.marginProbe(r, k.skey, now); ok { // margin.go: back towards the rule's margin

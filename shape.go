@@ -81,10 +81,6 @@ func (r *rule) windows() []Limit {
 // one spacing after its last refusal.
 const shapePauseSpacings = 2
 
-// maxSlowed bounds how often a key's pace is slowed: each time by twice the
-// share of the last, from 1 % to 64 %.
-const maxSlowed = 7
-
 // shapeFor returns the paced limit a key of r moves to after a 429 despite
 // compliance: no burst, at the spacing of the rule's paced limit if it has
 // one, else of its shortest window (Margin included, as r.eff). Own says
@@ -107,14 +103,6 @@ func (r *rule) shapeFor() (p Limit, own, ok bool) {
 	return Paced(w.N, w.Per, 0), false, true
 }
 
-// slowed returns p with its spacing longer by 2^(n-1) % (none for n = 0).
-func slowed(p Limit, n int) Limit {
-	if n > 0 {
-		p.Per += p.Per / 100 << (n - 1)
-	}
-	return p
-}
-
 // shapeTTL is how long a learned pace holds unless a 429 renews it: as a
 // learned limit, long enough not to relearn it every few seconds.
 func shapeTTL(p Limit) time.Duration {
@@ -125,11 +113,11 @@ func shapeTTL(p Limit) time.Duration {
 // admitted (due: when its slot was due, zero if not measured; paced: the
 // spacing of the learned pace it was reserved under, maybe another process's
 // move or a pace the headers stated, zero if none), the move of skey to r's
-// stricter shape. A 429 to a request sent under that pace (the
-// upstream spaces strictly and the sends' transit varied more than the
-// pace's margin, or the upstream counts other clients' requests too) slows
-// the pace, fleet-wide, by twice as much as the last time (slowed): a few
-// 429s find the spacing the upstream accepts, and each costs its request and
+// stricter shape. A 429 to a request sent under that pace (the upstream
+// spaces strictly and the sends reached it closer than the pace's slack
+// allows, or the upstream counts other clients' requests too) slows the
+// pace, fleet-wide (slow): by the spread this transport measured of its
+// sends, then by twice what was added. Each costs its request and
 // a pause of a couple of spacings, not a window. A stated wait (Retry-After,
 // a budget's reset, X-App-Usage) is kept whole, but for a Retry-After of
 // one second to a request sent under the pace, which pauses two spacings
@@ -142,18 +130,18 @@ func (f *feedbackState) reshape(r *rule, skey string, sig upstream.Said, due, no
 	if !ok || l.Pace.N > 0 {
 		return false // a pace the headers state (a route bucket's) is the upstream's own word
 	}
-	if paced > 0 && paced*time.Duration(p.N) > p.Per {
-		p.Per = paced * time.Duration(p.N) // slow the pace that held, never hurry it to the rule's
-	}
-	n := f.slowings(skey, due, now, shapeTTL(p))
+	n, counted := f.slowings(skey, due, now, shapeTTL(p))
 	move = n == 0 && !own
 	// A first 429 here under a pace another process set slows it too, and
 	// is news to this process's waiters, placed before they heard of it.
 	if n == 0 && (own || paced > 0) {
 		n++ // already paced so (maybe by another process): slow it from the first 429
 	}
-	f.setLevel(skey, min(n, maxSlowed), p)
-	p = slowed(p, min(n, maxSlowed))
+	if n > 0 {
+		p = f.slow(r, skey, p, paced, counted)
+	} else {
+		f.setBase(skey, p)
+	}
 	l.Pace, l.PaceTTL = contract.Limit(p), shapeTTL(p)
 	spacing := (p.Per + time.Duration(p.N) - 1) / time.Duration(p.N)
 	short := shapePauseSpacings * spacing
@@ -164,6 +152,61 @@ func (f *feedbackState) reshape(r *rule, skey string, sig upstream.Said, due, no
 		l.Pause = min(l.Pause, short)
 	}
 	return move
+}
+
+// slowShare is the least a slowing adds to a pace's spacing, as a share of
+// it (1/100: 1 %), and the most a pace's slowings add in all is its spacing
+// (the rate halved): a path that varies by more than the spacing needs an
+// upstream with a burst, or a rule of its own.
+const slowShare = 100
+
+// slow returns the pace that a 429 to a request reserved under a learned
+// pace (paced: its spacing, zero if not known) moves skey to, r's shape
+// being p: what held, slower by the spread of this transport's sends
+// (pathSpread: from the slots to the answers, the largest less the least of
+// its latest answers), at least 1 %, or by what the slowings had added to
+// it when that is more, so that each further 429 doubles it, up to the pace
+// halved. The sends of a fleet under a pace without a burst reach a strict
+// upstream spaced by the pace, give or take how much their time from slot
+// to upstream varies: a refusal says it varied by more than the pace's
+// slack, and the spread measured says by how much (the allowance each slot
+// pays covers the process's lateness, part of it, so this errs wider). The
+// fleet's pace is the slowest any of its transports set, so it covers the
+// largest spread measured by one that was refused. counted says this
+// transport slowed the pace since its move and this 429 is to a request due
+// after that: the pace it set held, when paced is not known.
+//
+// The pace slowed is the one that held, never the rule's faster one: the
+// pace this transport slowed last, or, slower than any slowing reaches
+// (twice p's spacing), one the upstream stated (a route bucket's). A probe
+// (probe) brings the pace back towards it by halves.
+func (f *feedbackState) slow(r *rule, skey string, p Limit, paced time.Duration, counted bool) Limit {
+	n := time.Duration(p.N)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	old := f.told[skey]
+	held := max(p.Per, paced*n)
+	if paced == 0 && counted {
+		held = max(held, old.set)
+	}
+	base := p
+	switch {
+	case old.base.N > 0 && old.base.Per <= held:
+		base = old.base
+	case held > 2*p.Per:
+		base.Per = held
+	}
+	step := base.Per / slowShare
+	if ps := f.paths[r.Name]; ps != nil {
+		step = max(step, ps.spread()*n)
+	}
+	added := held - base.Per
+	added = min(added+max(step, added), base.Per)
+	slowed := base
+	slowed.Per += added
+	old.level, old.base, old.set = 1, base, slowed.Per
+	f.told[skey] = old
+	return slowed
 }
 
 // roundedWait reports whether the only wait sig states is a Retry-After of
@@ -202,9 +245,10 @@ func (f *feedbackState) refusedAgain(skey string, due, now time.Time, stated tim
 // slowings returns how often this transport has slowed skey's learned pace
 // since it moved the key to it (0 at the move), counting this 429: one to a
 // request due after the last move or slowing (due zero: not known, so
-// assumed after) slows it once more; one to a request sent before (the same
-// burst, or in flight) does not. A move lasts ttl.
-func (f *feedbackState) slowings(skey string, due, now time.Time, ttl time.Duration) int {
+// assumed after) slows it once more (counted); one to a request sent before
+// (the same burst, or in flight) does not. A move lasts ttl: after it, what
+// this transport slowed is forgotten.
+func (f *feedbackState) slowings(skey string, due, now time.Time, ttl time.Duration) (n int, counted bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.told == nil || len(f.told) >= maxTold {
@@ -214,19 +258,21 @@ func (f *feedbackState) slowings(skey string, due, now time.Time, ttl time.Durat
 	switch {
 	case old.shaped.IsZero() || now.Sub(old.shaped) >= ttl:
 		old.shaped, old.slowed = now, 0
+		old.level, old.base, old.set = 0, Limit{}, 0
 	case due.IsZero() || due.After(old.shaped):
 		old.shaped, old.slowed = now, old.slowed+1
+		counted = true
 	}
 	f.told[skey] = old
-	return old.slowed
+	return old.slowed, counted
 }
 
-// setLevel remembers how far this transport last slowed skey's pace.
-func (f *feedbackState) setLevel(skey string, n int, base Limit) {
+// setBase remembers the pace skey moved to, which its slowings slow.
+func (f *feedbackState) setBase(skey string, base Limit) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	old := f.told[skey]
-	old.level, old.base = n, base
+	old.base, old.set = base, base.Per
 	f.told[skey] = old
 }
 
@@ -238,12 +284,15 @@ func (f *feedbackState) setLevel(skey string, n int, base Limit) {
 const probeQuiet = 5 * time.Second
 
 // probe returns the probe (contract.Learned.Probe) that skey's learned pace
-// is due after a response that was no refusal, if this transport slowed
-// that pace and heard no refusal of it (nor probed it) for the quiet time:
-// towards the pace it slowed (the rule's own shape, or a slower one that
-// held, as a route bucket's), never faster. The store hurries the pace only
-// if no process slowed it meanwhile.
-func (f *feedbackState) probe(r *rule, skey string, now time.Time) (contract.Learned, bool) {
+// is due after a response that was no refusal (paced: the spacing of the
+// learned pace its request was reserved under, zero if none), if this
+// transport slowed that pace and heard no refusal of it (nor probed it) for
+// the quiet time: towards the pace it slowed (the rule's own shape, or a
+// slower one that held, as a route bucket's), never faster. The store
+// halves what the slowings added, only if no process slowed it meanwhile,
+// and drops the rest once within 1 %; the transport probes again after
+// each quiet time until the pace its requests are reserved under is back.
+func (f *feedbackState) probe(r *rule, skey string, paced time.Duration, now time.Time) (contract.Learned, bool) {
 	p, _, ok := r.shapeFor()
 	if !ok {
 		return contract.Learned{}, false
@@ -259,8 +308,12 @@ func (f *feedbackState) probe(r *rule, skey string, now time.Time) (contract.Lea
 	if !seen || old.level == 0 || since < quiet || since >= shapeTTL(p) || now.Sub(old.probed) < quiet {
 		return contract.Learned{}, false
 	}
-	old.level--
-	old.slowed = max(old.slowed-1, 0)
+	if paced <= time.Duration(contract.Limit(p).Interval())*time.Microsecond {
+		old.level = 0 // back at the pace it slowed (or none holds): done
+		f.told[skey] = old
+		return contract.Learned{}, false
+	}
+	old.set = p.Per + (old.set-p.Per)/2 // as the store will
 	old.probed = now
 	f.told[skey] = old
 	return contract.Learned{Pace: contract.Limit(p), PaceTTL: shapeTTL(p), Probe: quiet}, true

@@ -49,8 +49,9 @@ func TestShapeFor(t *testing.T) {
 
 // A 429 despite compliance adds the pace; a pause the upstream did not
 // state shortens to two spacings, a stated one is kept. A 429 to a request
-// sent under the pace slows it by twice the last share, from 1 % to 64 %;
-// one sent before the move (the same burst) does not.
+// sent under the pace slows it, with no spread measured, by 1 % and then
+// twice what was added, up to the pace halved; one sent before the move
+// (the same burst) does not.
 func TestReshape(t *testing.T) {
 	t.Parallel()
 	r, err := compile(Rule{Host: "h", Limits: []Limit{PerSecond(100)}}, false)
@@ -95,7 +96,7 @@ func TestReshape(t *testing.T) {
 	f.reshape(r, "k", sig, now.Add(-time.Millisecond), now.Add(time.Millisecond), 0, &same)
 	assert.Equal(t, pace, Limit(same.Pace), "a 429 of the same burst, sent before the move")
 	at := now
-	for i, share := range []time.Duration{1, 2, 4, 8, 16, 32, 64, 64} {
+	for i, share := range []time.Duration{1, 2, 4, 8, 16, 32, 64, 100} {
 		at = at.Add(100 * time.Millisecond)
 		later := r.dialect.Learn(sig)
 		f.reshape(r, "k", sig, at.Add(-time.Millisecond), at, 0, &later)
@@ -136,10 +137,10 @@ func TestReshape(t *testing.T) {
 		pause   time.Duration
 	}{
 		{"the move: kept whole", ra, -ms, 0, time.Second},
-		{"under the pace: two spacings", ra, 1100 * ms, 1110 * ms, spacings(slowed(pace, 1))},
-		{"the same burst: two spacings", ra, 1105 * ms, 1112 * ms, spacings(slowed(pace, 1))},
+		{"under the pace: two spacings", ra, 1100 * ms, 1110 * ms, spacings(slowedBy(pace, 1))},
+		{"the same burst: two spacings", ra, 1105 * ms, 1112 * ms, spacings(slowedBy(pace, 1))},
 		{"again within the second: kept whole", ra, 1150 * ms, 1160 * ms, time.Second},
-		{"a second later: two spacings", ra, 2200 * ms, 2210 * ms, spacings(slowed(pace, 3))},
+		{"a second later: two spacings", ra, 2200 * ms, 2210 * ms, spacings(slowedBy(pace, 4))},
 		{"a fractional wait: kept whole", head("Retry-After", "0.5"), 3300 * ms, 3310 * ms, 500 * ms},
 		{"two seconds: kept whole", head("Retry-After", "2"), 4400 * ms, 4410 * ms, 2 * time.Second},
 		{"a budget exhausted: kept whole", head("Retry-After", "1", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "4"), 6500 * ms, 6510 * ms, 4 * time.Second},
@@ -156,16 +157,16 @@ func TestReshape(t *testing.T) {
 	var other2 feedbackState
 	l2 := r.dialect.Learn(ra)
 	assert.True(t, other2.reshape(r, "p", ra, now.Add(-ms), now, sec/100, &l2), "news to this process")
-	assert.Equal(t, slowed(pace, 1), Limit(l2.Pace))
-	assert.Equal(t, spacings(slowed(pace, 1)), l2.Pause)
+	assert.Equal(t, slowedBy(pace, 1), Limit(l2.Pace))
+	assert.Equal(t, spacings(slowedBy(pace, 1)), l2.Pause)
 
 	// Under a slower pace than the rule's (one a route bucket's headers
 	// stated), a 429 slows that pace: never back to the rule's rate.
 	var bucket feedbackState
 	lb := r.dialect.Learn(ra)
 	bucket.reshape(r, "b", ra, now.Add(-ms), now, time.Second, &lb)
-	assert.Equal(t, slowed(Paced(100, 100*time.Second, 0), 1), Limit(lb.Pace), "the pace that held, slowed")
-	pr, ok := bucket.probe(r, "b", now.Add(11*time.Second))
+	assert.Equal(t, slowedBy(Paced(100, 100*time.Second, 0), 1), Limit(lb.Pace), "the pace that held, slowed")
+	pr, ok := bucket.probe(r, "b", 1010*time.Millisecond, now.Add(11*time.Second))
 	require.True(t, ok, "probed after ten quiet spacings")
 	assert.Equal(t, Paced(100, 100*time.Second, 0), Limit(pr.Pace), "back to the pace that held, not the rule's")
 
@@ -180,6 +181,69 @@ func TestReshape(t *testing.T) {
 	l = fixed.dialect.Learn(sig)
 	f.reshape(fixed, "f", sig, now, now, 0, &l)
 	assert.Equal(t, contract.Learned{Pause: sec}, l, "a counting algorithm: the pause alone")
+}
+
+// slowedBy returns p with its spacing longer by share %.
+func slowedBy(p Limit, share time.Duration) Limit {
+	p.Per += p.Per / 100 * share
+	return p
+}
+
+// A 429 under the learned pace slows it by the spread this transport
+// measured from its slots to the answers (2ms here, a fifth of the
+// spacing), not by 1 %; a further one doubles what was added, up to the
+// pace halved; one to a request reserved under an earlier pace asks for no
+// more than holds. After the quiet time without a refusal, each response
+// probes the pace back towards the rule's until its requests are reserved
+// under the rule's spacing again.
+func TestSlowingCoversTheSpread(t *testing.T) {
+	t.Parallel()
+	r, err := compile(Rule{Host: "h", Limits: []Limit{PerSecond(100)}}, false) // the default margin and pace
+	require.NoError(t, err)
+	sec := time.Second + DefaultMargin
+	pace := Paced(100, sec, 0)
+	spacing := sec / 100
+	ms := time.Millisecond
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	var f feedbackState
+	for i := range 100 { // answers 0.5ms to 2.5ms after their slots
+		f.measure(r, now.Add(-ms/2-time.Duration(i%5)*ms/2), now)
+	}
+	sig := upstream.ReadHeaders(http.Header{}, now)
+	sig.Refused = true
+	refuse := func(due, at time.Time, paced time.Duration) Limit {
+		l := r.dialect.Learn(sig)
+		f.reshape(r, "k", sig, due, at, paced, &l)
+		return Limit(l.Pace)
+	}
+	assert.Equal(t, pace, refuse(now.Add(-ms), now, 0), "the move: the rule's rate")
+	at := now
+	held := spacing
+	for i, added := range []time.Duration{2 * ms, 4 * ms, 8 * ms, spacing, spacing} {
+		at = at.Add(100 * ms)
+		got := refuse(at.Add(-ms), at, held)
+		assert.Equal(t, Paced(100, sec+100*added, 0), got, "the %d-th 429 under the pace", i+1)
+		held = got.Per / 100
+	}
+	assert.Equal(t, Paced(100, sec+100*4*ms, 0), refuse(at.Add(-ms), at.Add(ms), spacing+2*ms),
+		"reserved under an earlier pace: no slower than that pace slowed once more")
+
+	// Probes: after the quiet time, each response reserved under a slower
+	// pace than the rule's probes towards the rule's; one reserved under
+	// it ends the probing.
+	probe := func(paced time.Duration) bool {
+		at = at.Add(probeQuiet)
+		pr, ok := f.probe(r, "k", paced, at)
+		if ok {
+			assert.Equal(t, contract.Learned{Pace: contract.Limit(pace), PaceTTL: shapeTTL(pace), Probe: probeQuiet}, pr)
+		}
+		return ok
+	}
+	assert.True(t, probe(2*spacing), "the pace halved")
+	assert.True(t, probe(spacing+spacing/2), "halfway back")
+	assert.True(t, probe(spacing+spacing/4), "a quarter above")
+	assert.False(t, probe(spacing), "back at the rule's rate")
+	assert.False(t, probe(2*spacing), "done until it slows the pace again")
 }
 
 // A rule that states no shape keeps a pace beside its windows: at its

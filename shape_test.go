@@ -61,6 +61,31 @@ func TestShapeChange(t *testing.T) {
 	})
 }
 
+// TestShapeSlowedBySpread: a 429 under the learned pace slows it by the
+// spread this transport measured from its slots to the answers (one answer
+// came 4ms after its slot, the others at once), not by 1 %.
+func TestShapeSlowedBySpread(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ms := time.Millisecond
+		late := func(r *http.Request) *http.Response {
+			time.Sleep(4 * ms)
+			return ok200(r)
+		}
+		up := &scripted{answers: []func(*http.Request) *http.Response{answer(429, ""), ok200, late, ok200, answer(429, ""), ok200}}
+		var fbs feedbackLog
+		a := newTransport(t, up, newMemory(t), fbs.option(), rule(func(r *throttle.Rule) { r.Margin = 10 * ms }))
+		for range 5 {
+			_, err := do(t, a, context.Background())
+			require.NoError(t, err)
+		}
+		got := fbs.all()
+		require.Len(t, got, 2)
+		assert.Equal(t, throttle.Paced(10, 1010*ms, 0), got[0].Paced, "moved: the rule's rate, its margin included")
+		assert.Equal(t, throttle.Paced(10, 1010*ms+10*4*ms, 0), got[1].Paced, "slowed by the spread measured: 4ms a request")
+	})
+}
+
 // A 429 with a stated wait keeps it whole; a rule already paced without a
 // burst is slowed by 1 % at its first 429.
 func TestShapeChangeKeepsStatedWaits(t *testing.T) {

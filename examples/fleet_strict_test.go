@@ -23,7 +23,11 @@ import (
 // run cold (a fresh Redis and upstream), and logs per run the 429s in the
 // first two seconds after the first accepted arrival and after them, and
 // the share of the rate accepted after the first second (accepted over
-// floor(span/spacing)), then the medians and ranges:
+// floor(span/spacing)), and the spread of the sends as the upstream saw
+// them after that second: their median spacing less the shortest (so that
+// no two come closer than the upstream's spacing, the typical spacing must
+// exceed it by that much: a bound on the share of
+// spacing/(spacing+spread)); then the medians and ranges:
 //
 //	FLEET_STRICT_RUNS=10 go test -tags integration -run TestFleetStrictSpacing -v ./examples
 //
@@ -51,10 +55,10 @@ func TestFleetStrictSpacing(t *testing.T) {
 	spacing := time.Second / time.Duration(rate)
 
 	var early, late []int
-	var shares []float64
+	var shares, spreads []float64
 	var table strings.Builder
 	fmt.Fprintf(&table, "\nstrict spacing (GCRA burst 0) at %d/s, default rule, %d x %d workers, %s per run\n", rate, procs, workersPerProc, d)
-	fmt.Fprintf(&table, "%-4s %-16s %-16s %s\n", "run", "429s first 2s", "429s after 2s", "share after 1s")
+	fmt.Fprintf(&table, "%-4s %-16s %-16s %-16s %-12s %s\n", "run", "429s first 2s", "429s after 2s", "share after 1s", "spread", "bound")
 	for i := range runs {
 		f := paymentsFleet(dir, rate, d, procs, 0, "-redis", srv.Addr)
 		f.upstream = throttletest.Config{N: rate, Window: time.Second, Algorithm: throttletest.GCRA}
@@ -74,8 +78,10 @@ func TestFleetStrictSpacing(t *testing.T) {
 		}
 		most := int(math.Floor(float64(res.end.Sub(edge)) / float64(spacing)))
 		share := float64(accepted) / float64(most)
-		early, late, shares = append(early, first), append(late, after), append(shares, share)
-		fmt.Fprintf(&table, "%-4d %-16d %-16d %.1f%%\n", i+1, first, after, 100*share)
+		spread := sendSpread(st, edge)
+		early, late, shares, spreads = append(early, first), append(late, after), append(shares, share), append(spreads, spread.Seconds()*1000)
+		fmt.Fprintf(&table, "%-4d %-16d %-16d %-16s %-12s %.1f%%\n", i+1, first, after, fmt.Sprintf("%.1f%%", 100*share),
+			spread.Round(10*time.Microsecond), 100*float64(spacing)/float64(spacing+spread))
 		for _, r := range st.RejectedAt {
 			t.Logf("run %d: 429 at +%s", i+1, r.Sub(st.FirstAccepted).Round(time.Millisecond))
 		}
@@ -91,7 +97,30 @@ func TestFleetStrictSpacing(t *testing.T) {
 		}
 	}
 	slices.Sort(shares)
-	fmt.Fprintf(&table, "runs without a 429 after 2s: %d of %d; 429s in the first 2s: %v; share after 1s: median %.1f%%, range %.1f-%.1f%%\n",
-		clean, runs, early, 100*shares[len(shares)/2], 100*shares[0], 100*shares[len(shares)-1])
+	slices.Sort(spreads)
+	fmt.Fprintf(&table, "runs without a 429 after 2s: %d of %d; 429s in the first 2s: %v; share after 1s: median %.1f%%, range %.1f-%.1f%%; spread: median %.2fms, range %.2f-%.2fms\n",
+		clean, runs, early, 100*shares[len(shares)/2], 100*shares[0], 100*shares[len(shares)-1], spreads[len(spreads)/2], spreads[0], spreads[len(spreads)-1])
 	t.Log(table.String())
+}
+
+// sendSpread returns the spread of the arrivals (accepted or refused) from
+// edge on: their median spacing less the shortest (the median, not the
+// mean: a stall of the fleet lengthens a few spacings, not the typical one).
+func sendSpread(st throttletest.KeyStats, edge time.Time) time.Duration {
+	var at []time.Time
+	for _, a := range append(slices.Clone(st.Arrivals), st.RejectedAt...) {
+		if !a.Before(edge) {
+			at = append(at, a)
+		}
+	}
+	if len(at) < 2 {
+		return 0
+	}
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	gaps := make([]time.Duration, len(at)-1)
+	for i := range gaps {
+		gaps[i] = at[i+1].Sub(at[i])
+	}
+	slices.Sort(gaps)
+	return gaps[len(gaps)/2] - gaps[0]
 }

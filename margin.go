@@ -5,6 +5,7 @@ import (
 
 	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/engine"
+	"github.com/throttle-go/throttle/internal/upstream"
 )
 
 // This file is the transport's answer to a refusal at a window edge
@@ -148,7 +149,7 @@ func (f *feedbackState) widen(r *rule, skey string, due, now time.Time, l *contr
 		w = max(w, p.spread()-r.Margin)
 	}
 	l.Margin, l.MarginCap, l.MarginAge = min(w, bound-r.Margin), bound-r.Margin, age
-	l.MarginTTL = min(max(10*time.Minute, 2*longest), 24*time.Hour)
+	l.MarginTTL = upstream.HeldFor(longest)
 	if f.told == nil || len(f.told) >= maxTold {
 		f.told = make(map[string]told)
 	}

@@ -9,7 +9,7 @@ import (
 )
 
 // This file is the transport's answer to a refusal at a window edge
-// (docs/feedback.md, "The margin the path needs"): a 429 to a request whose
+// (docs/feedback.md, "A 429 at a window's edge widens the margin"): a 429 to a request whose
 // slot one of the rule's window limits placed, the pace it keeps having
 // allowed it earlier. The log kept the window, so the upstream saw the
 // request closer to the one N units before it than the fleet sent them: the

@@ -46,9 +46,9 @@ type Feedback struct {
 	// docs/feedback.md.
 	Margin time.Duration
 	// Eased is set when, after a quiet time without refusals, a probe
-	// moved the key back towards the rule's own shape: its learned pace
-	// sped up (Paced is the pace now), or its learned margin narrowed
-	// (Paced zero; Margin is what is left). Each probe reports once.
+	// moved the key back: its learned pace sped up towards the pace that
+	// refusals slowed (Paced is the pace now), or its learned margin
+	// narrowed (Paced zero; Margin is what is left). Each probe reports once.
 	Eased bool
 	// Remaining units until Reset: a budget learned from the headers, when
 	// Reset is positive.

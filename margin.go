@@ -5,10 +5,11 @@ import (
 
 	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/engine"
+	"github.com/throttle-go/throttle/internal/upstream"
 )
 
 // This file is the transport's answer to a refusal at a window edge
-// (docs/feedback.md, "The margin the path needs"): a 429 to a request whose
+// (docs/feedback.md, "A 429 at a window's edge widens the margin"): a 429 to a request whose
 // slot one of the rule's window limits placed, the pace it keeps having
 // allowed it earlier. The log kept the window, so the upstream saw the
 // request closer to the one N units before it than the fleet sent them: the
@@ -148,7 +149,7 @@ func (f *feedbackState) widen(r *rule, skey string, due, now time.Time, l *contr
 		w = max(w, p.spread()-r.Margin)
 	}
 	l.Margin, l.MarginCap, l.MarginAge = min(w, bound-r.Margin), bound-r.Margin, age
-	l.MarginTTL = min(max(10*time.Minute, 2*longest), 24*time.Hour)
+	l.MarginTTL = upstream.HeldFor(longest)
 	if f.told == nil || len(f.told) >= maxTold {
 		f.told = make(map[string]told)
 	}

@@ -35,6 +35,14 @@ const (
 	appUsageUnits = 20
 )
 
+// HeldFor is how long what a key learned of a limit of window per holds
+// unless a response renews it (a learned limit, a learned pace, a learned
+// margin): twice its window, at least 10 minutes, so that it is not
+// relearned every few seconds, and at most a day.
+func HeldFor(per time.Duration) time.Duration {
+	return min(max(10*time.Minute, 2*per), 24*time.Hour)
+}
+
 // Dialect reads the responses of one rule and turns what they say into what
 // its key learns. It is built once per rule and read-only after: safe for
 // concurrent use.
@@ -147,7 +155,7 @@ func (d *Dialect) Learn(sig Said) contract.Learned {
 	// however the bucket's windows are placed.
 	if sig.Window > 0 && sig.Limit > 0 && !d.implied(sig.Limit, sig.Window) {
 		l.Pace = contract.Limit{N: sig.Limit, Per: sig.Window + d.margin, Paced: true}
-		l.PaceTTL = min(max(10*time.Minute, 2*l.Pace.Per), 24*time.Hour)
+		l.PaceTTL = HeldFor(l.Pace.Per)
 	}
 
 	var usage contract.Limit
@@ -174,7 +182,7 @@ func (d *Dialect) Learn(sig Said) contract.Learned {
 		// send the window's burst again each time.
 		l.LimitTTL = 2 * (longest.Per + d.margin)
 	case l.Limit.N > 0:
-		l.LimitTTL = min(max(10*time.Minute, 2*l.Limit.Per), 24*time.Hour)
+		l.LimitTTL = HeldFor(l.Limit.Per)
 	}
 	l.Pause = capPause(l.Pause)
 	return l

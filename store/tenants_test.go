@@ -244,23 +244,6 @@ var tenantCases = []conformanceCase{
 		}
 		assert.Equal(t, 6, idle, "every other slot, in ties of its tag with busy's")
 	}},
-	{"tenants: a light tenant's request from a late process still takes a backlog's slot", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
-		// The backlog's processes measured 1ms of lateness; the light
-		// tenant's process, on a loaded machine, 8ms. A yielding slot is
-		// recorded with contract.LaneAllowance at least, which covers it.
-		with := func(r contract.Request, a time.Duration) contract.Request { r.Allowance = a; return r }
-		var heavy []contract.Reservation
-		for range 10 {
-			heavy = append(heavy, reserve(t, s, key, with(tenantReq("heavy", 1, 10*time.Second, lim(1, 100*time.Millisecond)), time.Millisecond)))
-		}
-		require.NotEmpty(t, heavy[1].Yielded)
-		clock.Advance(50 * time.Millisecond)
-		res := reserve(t, s, key, with(tenantReq("light", 1, time.Second, lim(1, 100*time.Millisecond)), 8*time.Millisecond))
-		require.True(t, res.Allowed)
-		assert.True(t, res.Took, "it takes a backlog's slot")
-		assert.Equal(t, heavy[1].Slot, res.Slot, "the next one, not one after the backlog")
-		assert.GreaterOrEqual(t, res.Entry-res.Slot, (8 * time.Millisecond).Microseconds(), "recorded late enough for its process")
-	}},
 	{"tenants: bad tenant requests are refused", func(t *testing.T, s store.Store, _ *fakeClock, key string) {
 		ok := tenantReq("a", 1, time.Second, lim(2, time.Second))
 		for _, bad := range []func(r *contract.Request){

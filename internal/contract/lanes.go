@@ -30,12 +30,10 @@ const LaneGuard = 2 * time.Millisecond
 // with (when it takes one at all): a higher lane takes only a slot whose
 // allowance covers its own, and a process's allowance is its measured
 // lateness, so a backfill process that measured 1ms would otherwise leave
-// its slots to no interactive process that measured 3ms. 10ms covers the
-// lateness processes measured in the fleet tests on a loaded 2-core
-// machine (6 to 10ms at times; 5ms left the light tenants' requests of two
-// runs in three behind every backlog). It costs the yielding entries that
-// much later in the log: 1% of a window of a second at most.
-const LaneAllowance = 10 * time.Millisecond
+// its slots to no interactive process that measured 3ms. It costs the
+// yielding lanes' entries that much later in the log, a 0.5% of a window
+// of a second at most.
+const LaneAllowance = 5 * time.Millisecond
 
 // YieldAllowance is the allowance r's reservation is recorded with: its
 // own, raised to LaneAllowance when it yields.

@@ -29,7 +29,7 @@ local YIELDED, TAKEN, CONFIRMED, TOOK = 1, 2, 4, 8
 -- contract.LaneAllowance in microseconds: the least allowance a yielding
 -- reservation is recorded with (when it takes one), so that a higher lane
 -- whose allowance is larger than the yielding waiter's fits in its slot.
-local LANE_GUARD, LANE_SCAN, LANE_ALLOWANCE = 2000, 16, 10000
+local LANE_GUARD, LANE_SCAN, LANE_ALLOWANCE = 2000, 16, 5000
 -- TENANT_SCAN is LANE_SCAN for a tenant's request (see tenants): the
 -- waiters of a backlog are ordered by tag, and a request goes before all
 -- those of a larger one; TENANT_FRONT is how many of the first waiters give

@@ -100,8 +100,10 @@ type Decision struct {
 	Bumped int
 	// Tenant is the request's tenant (Rule.Tenant), as Key is reported:
 	// its name, keyed with the secret of WithKeySecret if there is one
-	// (long names hashed). Bumped counts, under tenants, the times another
-	// tenant's earlier turn took the slot it waited for.
+	// (long names hashed). Under tenants, Took is set when the request
+	// took the slot of a waiting request of a later turn when it asked,
+	// and Bumped counts the times another tenant's earlier turn took the
+	// slot it waited for.
 	Tenant string
 	// Shadow is set for the decision of a shadow rule (Rule.Shadow): what
 	// the rule would have done, had it been enforced. Its Outcome, Delay

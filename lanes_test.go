@@ -100,6 +100,50 @@ func TestLaneTakesABackfillSlot(t *testing.T) {
 	}
 }
 
+// TestLaneTookOnlyALowerLanesSlot: on a pace of one request per 100ms,
+// five backfill requests hold 0, 0 (the burst), 100, 200 and 300ms; an
+// interactive request at 50ms takes the slot at 100ms, and each backfill
+// request behind it moves one slot later along its own lane. Only the interactive request took a lower
+// lane's slot: the moved ones report Bumped, not Took, and the lanes'
+// counts agree.
+func TestLaneTookOnlyALowerLanesSlot(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var sent sendLog
+		var decisions decisionLog
+		r := laneRule(2)
+		r.Limits = []throttle.Limit{throttle.Paced(10, time.Second, 1)}
+		tr := newTransport(t, sent.base(), nil, throttle.WithRule(r), decisions.option())
+		var wg sync.WaitGroup
+		for range 5 {
+			wg.Go(func() { send(t, tr, testURL) })
+			synctest.Wait()
+		}
+		time.Sleep(50 * time.Millisecond)
+		req, _ := newRequest(t, context.Background(), http.MethodGet, testURL)
+		req.Header.Set("X-Lane", "1")
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		wg.Wait()
+		require.Equal(t, 6, sent.count())
+		took, bumped := 0, 0
+		for _, d := range decisions.all() {
+			if d.Took {
+				took++
+				assert.Equal(t, 1, d.Lane, "only the interactive request took a slot")
+			}
+			bumped += d.Bumped
+		}
+		assert.Equal(t, 1, took)
+		assert.Equal(t, 3, bumped, "the three backfill requests from 100ms on moved one slot each")
+		lanes := tr.Stats().Rules[0].Lanes
+		require.Len(t, lanes, 2)
+		assert.Equal(t, []uint64{0, 1}, []uint64{lanes[0].Took, lanes[1].Took})
+		assert.Equal(t, uint64(3), lanes[0].Bumped)
+	})
+}
+
 // TestLaneConfig checks the rule's lanes: refused configurations, and a
 // lane outside the rule's refused at request time with the body closed.
 func TestLaneConfig(t *testing.T) {

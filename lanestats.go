@@ -53,10 +53,8 @@ type LaneStats struct {
 	// Wait is the distribution of the waits of the requests sent (its
 	// Count is Sent).
 	Wait WaitHistogram
-	// Took counts the requests of the lane that took the slot of a waiting
-	// request of a lower lane when they asked (Decision.Took of a request
-	// never bumped: a bumped request that moves on to the next slot of its
-	// own lane is reported with Took too, and is not counted here).
+	// Took counts the requests of the lane sent on the slot of a waiting
+	// request of a lower lane (Decision.Took).
 	Took uint64
 	// Bumped counts the times a higher lane took the slot a request of the
 	// lane waited for (Decision.Bumped, summed).
@@ -131,7 +129,7 @@ func noteLane(lanes []laneCounters, d Decision) {
 	case Limited:
 		c.limited.Add(1)
 	}
-	if d.Took && d.Bumped == 0 {
+	if d.Took {
 		c.took.Add(1)
 	}
 	if d.Bumped > 0 {

@@ -150,19 +150,6 @@ func TestLaneRecordDoesNotAllocate(t *testing.T) {
 	assert.Equal(t, uint64(202), lanes[0].Bumped)
 }
 
-// TestLaneTookIsALowerLanesSlot: a bumped request that moved on to the
-// next slot of its own lane (Took and Bumped both set) took no lower lane's
-// slot.
-func TestLaneTookIsALowerLanesSlot(t *testing.T) {
-	t.Parallel()
-	lanes := make([]laneCounters, 3)
-	noteLane(lanes, Decision{Outcome: Sent, Lane: 0, Took: true, Bumped: 1})
-	noteLane(lanes, Decision{Outcome: Sent, Lane: 2, Took: true})
-	got := readLanes(lanes)
-	assert.Equal(t, []uint64{0, 0, 1}, []uint64{got[0].Took, got[1].Took, got[2].Took})
-	assert.Equal(t, uint64(1), got[0].Bumped)
-}
-
 // BenchmarkTenantNote is what counting a decision costs a rule with
 // tenants: a tenant with a row, and 10,000 tenants that mostly have none
 // (each a candidate of the sketch).

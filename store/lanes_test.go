@@ -104,7 +104,7 @@ var laneCases = []conformanceCase{
 			c := reserve(t, s, key, one(0, held[i].Yielded))
 			require.True(t, c.Allowed, "waiter %d", i)
 			require.False(t, c.Confirmed, "waiter %d was bumped", i)
-			assert.Equal(t, i < 4, c.Took, "waiter %d takes its successor's slot", i)
+			assert.False(t, c.Took, "waiter %d moves along its own lane: no lower lane's slot", i)
 			assert.Equal(t, 100*time.Millisecond, c.Delay, "waiter %d goes one slot later", i)
 			held[i] = c
 			if i > 1 {
@@ -113,6 +113,29 @@ var laneCases = []conformanceCase{
 		}
 		clock.Advance(100 * time.Millisecond)
 		assert.True(t, reserve(t, s, key, one(0, held[4].Yielded)).Confirmed)
+	}},
+	{"lanes: a bumped waiter that moves onto a lower lane's slot took it", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		one := func(lane int, c string) contract.Request {
+			r := req(1, time.Second, lim(1, 100*time.Millisecond))
+			r.Lane, r.Yield, r.Confirm = lane, lane < 2, c
+			return r
+		}
+		for i := range 4 { // lane 0 holds 0, 100, 200 and 300ms
+			require.Equal(t, time.Duration(i)*100*time.Millisecond, reserve(t, s, key, one(0, "")).Delay)
+		}
+		mid := reserve(t, s, key, one(1, ""))
+		require.True(t, mid.Took, "lane 1 takes lane 0's slot at 100ms")
+		require.Equal(t, 100*time.Millisecond, mid.Delay)
+		require.NotEmpty(t, mid.Yielded, "and yields it to lane 2")
+		top := reserve(t, s, key, one(2, ""))
+		require.True(t, top.Took, "lane 2 takes it from lane 1")
+		require.Equal(t, 100*time.Millisecond, top.Delay)
+		clock.Advance(100 * time.Millisecond)
+		c := reserve(t, s, key, one(1, mid.Yielded))
+		require.True(t, c.Allowed)
+		require.False(t, c.Confirmed)
+		assert.Equal(t, 100*time.Millisecond, c.Delay, "lane 0's slot at 200ms")
+		assert.True(t, c.Took, "a lower lane's slot")
 	}},
 	{"lanes: a bumped waiter's cancel leaves the entry of the slot it lost", func(t *testing.T, s store.Store, _ *fakeClock, key string) {
 		one := func(lane int, yield bool) contract.Request {
@@ -210,7 +233,7 @@ var laneCases = []conformanceCase{
 		c := confirmPaced(t, s, key, with(laneReq(0, true, time.Second), time.Millisecond), low[2])
 		require.True(t, c.Allowed)
 		assert.False(t, c.Confirmed, "its slot was taken")
-		assert.True(t, c.Took, "it takes the next of its lane")
+		assert.False(t, c.Took, "it takes the next of its lane, no lower lane's")
 		assert.Equal(t, low[4].Slot, c.Slot, "low[3]'s, at the same time, is due")
 		clock.Advance(low[5].Delay - low[2].Delay)
 		c = confirmPaced(t, s, key, with(laneReq(0, true, time.Second), time.Millisecond), low[5])

@@ -105,6 +105,7 @@ func (m *tenantSim) run(dl time.Duration) {
 		}
 		m.bumps++
 		require.Equal(m.t, h.res.Tag, res.Tag, "a bumped waiter keeps its tag")
+		require.False(m.t, res.Took, "a bumped waiter's move along the tags is no take")
 		m.hold(simHeld{at: m.clock.Now().Add(res.Delay), rq: h.rq, res: res, seq: h.seq})
 	}
 }

@@ -384,7 +384,10 @@ type Reservation struct {
 	// Confirmed answers a Request.Confirm: the slot still stands, and
 	// nothing else in the reservation is set but Allowed.
 	Confirmed bool
-	// Took says that the slot was a lower lane's, taken from its waiter.
+	// Took says that the slot was a lower lane's, taken from its waiter;
+	// under tenants, that a new request took a later turn's slot (a larger
+	// start tag's). A bumped waiter moved along its own lane, or its tags,
+	// has not Took.
 	Took bool
 	// Tag is a tenant's reservation's start tag (Request.Tenant), when
 	// Allowed and not Confirmed.

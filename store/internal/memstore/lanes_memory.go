@@ -251,7 +251,8 @@ func (m *Memory) reserveLanes(key string, req contract.Request, now, maxW int64,
 			l.bumped[c.member] = struct{}{}
 			l.expires = max(l.expires, now+(c.entry-now+maxW)/1000*1000+1000)
 			res = contract.Reservation{Allowed: true, Cause: contract.CauseOrder, Key: key, Cost: int32(req.Cost),
-				Delay: contract.FromMicros(c.slot - now), Slot: c.slot, Entry: c.entry, Took: true}
+				Delay: contract.FromMicros(c.slot - now), Slot: c.slot, Entry: c.entry,
+				Took: ten && !same || !ten && c.rank < int64(req.Lane)} // lanes.lua's TOOK
 		}
 	} else {
 		res = m.logReserve(key, req, now, maxW, paced)

@@ -95,7 +95,7 @@ func (r *Redis) reserveLanes(ctx context.Context, key string, req contract.Reque
 		return contract.Reservation{}, fmt.Errorf("store: redis reserve: unexpected reply of %d elements", len(reply))
 	}
 	flags, ok := reply[9].(int64)
-	if !ok || flags < 0 || flags > 7 {
+	if !ok || flags < 0 || flags > 15 || flags&laneTook != 0 && flags&laneTaken == 0 {
 		return contract.Reservation{}, fmt.Errorf("store: redis reserve: unexpected lane flags %v", reply[9])
 	}
 	if flags&laneConfirmed != 0 {
@@ -105,15 +105,15 @@ func (r *Redis) reserveLanes(ctx context.Context, key string, req contract.Reque
 		return contract.Reservation{Allowed: true, Confirmed: true, Key: key, Cost: int32(req.Cost)}, nil
 	}
 	var res contract.Reservation
-	if flags&laneTook != 0 {
-		// A slot taken from a lower lane: its paced time stays the
-		// lower reservation's, so the reply has none.
+	if flags&laneTaken != 0 {
+		// A slot taken from a waiter: its paced time stays the
+		// waiter's, so the reply has none.
 		v, err := int64s(reply[:9])
 		if err != nil || v[0] != 1 || v[1] < 0 || v[2] <= 0 || v[5] < v[2] || v[3] != 0 || v[4] != int64(contract.CauseOrder) || v[6] != 0 {
 			return contract.Reservation{}, fmt.Errorf("store: redis reserve: unexpected reply %v", reply)
 		}
 		res = contract.Reservation{Allowed: true, Cause: contract.CauseOrder, Key: key, Cost: int32(req.Cost),
-			Delay: contract.FromMicros(v[1]), Slot: v[2], Entry: v[5], Took: true}
+			Delay: contract.FromMicros(v[1]), Slot: v[2], Entry: v[5], Took: flags&laneTook != 0}
 	} else {
 		var err error
 		if res, err = r.parseReserve(key, req, trimZeros(reply[:9])); err != nil {
@@ -138,8 +138,9 @@ func (r *Redis) reserveLanes(ctx context.Context, key string, req contract.Reque
 // The flags of the lanes' reply (lanes.lua).
 const (
 	laneYielded   = 1
-	laneTook      = 2
+	laneTaken     = 2 // a waiter's slot
 	laneConfirmed = 4
+	laneTook      = 8 // a lower lane's, or a larger tag's by a new request
 )
 
 // cancelLanesCall is the cancel of a yielding reservation: nothing is

@@ -18,9 +18,12 @@
 -- than GUARD is never taken: its waiter is about to confirm it. A waiter
 -- that confirmed has left idx, so its slot is never taken.
 
--- The reply's flags: the reservation yields (its member is in idx), it took
--- a lower lane's slot, or it confirmed a held one.
-local YIELDED, TOOK, CONFIRMED = 1, 2, 4
+-- The reply's flags: the reservation yields (its member is in idx), its slot
+-- was taken from a waiter (the reply has no paced time), it confirmed a
+-- held one, or the slot taken was a lower lane's, or a larger tag's taken by
+-- a tenant's new request (Reservation.Took; not a bumped waiter's move
+-- along its lane or its tags).
+local YIELDED, TAKEN, CONFIRMED, TOOK = 1, 2, 4, 8
 -- LANE_GUARD is contract.LaneGuard in microseconds; LANE_SCAN bounds the
 -- members of idx read to find one that fits; LANE_ALLOWANCE is
 -- contract.LaneAllowance in microseconds: the least allowance a yielding
@@ -209,7 +212,8 @@ local function lane_reserve(idx, bumped, lane, yield, token, held, ten,
       redis.call('ZREM', idx, m)
       redis.call('SADD', bumped, m)
       lane_ttl(bumped, math.floor((e - now + max_w) / 1000) + 1)
-      local flag = TOOK
+      local flag = TAKEN
+      if ten and not same or not ten and lane_rank(m) < lane then flag = flag + TOOK end
       if yield then flag = flag + lane_yield(idx, token, lane, cost, allowance, s, e, now, max_w) end
       if rec then tenant_record(ten, tag, math.floor((e - now + max_w) / 1000) + 1) end
       return true, s - now, s, 0, 1, e, nil, nil, nil, flag, tag -- cause ORDER: the lane's order set it

@@ -413,3 +413,43 @@ func TestHooksRunAfterTheWrite(t *testing.T) {
 		assert.Equal(t, Sent, decisions[0].Outcome)
 	})
 }
+
+// slowWriteBase writes each request a delay after it got its connection,
+// as a process does whose write waits for its scheduler.
+type slowWriteBase struct {
+	delay time.Duration
+	sent  []time.Time
+}
+
+func (b *slowWriteBase) RoundTrip(req *http.Request) (*http.Response, error) {
+	trace := httptrace.ContextClientTrace(req.Context())
+	if trace != nil && trace.GotConn != nil {
+		trace.GotConn(httptrace.GotConnInfo{})
+	}
+	time.Sleep(b.delay)
+	b.sent = append(b.sent, time.Now())
+	if trace != nil && trace.WroteRequest != nil {
+		trace.WroteRequest(httptrace.WroteRequestInfo{})
+	}
+	return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
+}
+
+// TestLateWriteRaisesTheAllowance: a request written 4ms after the check on
+// its connection was sent 4ms late, and the process's allowance says so:
+// later slots are recorded that much later, so that the upstream, which
+// counts the write, sees no more than N in a window.
+func TestLateWriteRaisesTheAllowance(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const delay = 4 * time.Millisecond
+		base := &slowWriteBase{delay: delay}
+		var decisions []Decision
+		tr, err := New(base, newMemoryStore(t), WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerSecond(100)}, NoDefaultPace: true}),
+			WithOnDecision(func(d Decision) { decisions = append(decisions, d) }))
+		require.NoError(t, err)
+		sendPG(t, tr, 3)
+		require.Len(t, decisions, 3)
+		assert.Equal(t, delay, decisions[1].Allowance, "the write's lateness measured")
+		assert.Equal(t, delay, decisions[2].Allowance)
+	})
+}

@@ -44,7 +44,7 @@ func (t *Transport) onWire(ctx context.Context, req *http.Request, r *rule, k ke
 	}
 	w := &wire{t: t, ctx: ctx, r: r, k: k, attempt: attempt, a: a}
 	w.trace.GotConn = w.gotConn
-	w.trace.WroteRequest = func(httptrace.WroteRequestInfo) { w.report() }
+	w.trace.WroteRequest = func(httptrace.WroteRequestInfo) { w.written() }
 	return req.WithContext(httptrace.WithClientTrace(req.Context(), &w.trace)), w
 }
 
@@ -66,6 +66,18 @@ func (w *wire) gotConn(httptrace.GotConnInfo) {
 	w.mu.Lock()
 	w.a = a
 	w.mu.Unlock()
+}
+
+// written is the trace's WroteRequest: how late the request was written
+// counts in the process's lateness (engine.Written), then its Decision is
+// reported.
+func (w *wire) written() {
+	w.checked.Wait()
+	w.mu.Lock()
+	a := w.a
+	w.mu.Unlock()
+	w.t.eng.Written(&a)
+	w.report()
 }
 
 // report reports the Decision of the wire's admission, once: when the

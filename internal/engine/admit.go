@@ -107,6 +107,18 @@ func (e *Engine) Wired(ctx context.Context, a *Admission) {
 	e.drive(ctx, a, decided)
 }
 
+// Written records how late a's request was written, after the check on its
+// connection (Wired): the write may wait for the process's scheduler, most
+// in a burst, and what the upstream counts is the write. The sample only
+// raises later allowances; a is not changed.
+func (e *Engine) Written(a *Admission) {
+	if !a.Measured() || !a.Sendable() || a.Verdict.Outcome != Sent {
+		return
+	}
+	now := e.Now()
+	e.late.observe(now, a.own(now, now.Sub(a.due)), a.Verdict.Allowance, true)
+}
+
 // Cancel gives back the slot a holds (Reserve) and decides a: Canceled,
 // with err. It calls the store for at most cancelTimeout.
 func (e *Engine) Cancel(a *Admission, err error) {

@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
 	"slices"
 	"sync"
@@ -452,4 +453,100 @@ func TestLateWriteRaisesTheAllowance(t *testing.T) {
 		assert.Equal(t, delay, decisions[1].Allowance, "the write's lateness measured")
 		assert.Equal(t, delay, decisions[2].Allowance)
 	})
+}
+
+// handoffBase is a base transport whose request waits, after its
+// connection, for the goroutine that writes it (handoff(i) for the i-th
+// request), then writes its first header field (first: "Host" as net/http's
+// HTTP/1 does, ":authority" as its HTTP/2), which is when it is sent.
+type handoffBase struct {
+	first   string
+	handoff func(i int) time.Duration
+	mu      sync.Mutex
+	sent    []time.Time
+}
+
+func (b *handoffBase) RoundTrip(req *http.Request) (*http.Response, error) {
+	trace := httptrace.ContextClientTrace(req.Context())
+	b.mu.Lock()
+	i := len(b.sent)
+	b.sent = append(b.sent, time.Time{}) // its place; the time when written
+	b.mu.Unlock()
+	trace.GotConn(httptrace.GotConnInfo{})
+	time.Sleep(b.handoff(i))
+	trace.WroteHeaderField(b.first, []string{"pg.example"})
+	b.mu.Lock()
+	b.sent[i] = time.Now()
+	b.mu.Unlock()
+	trace.WroteRequest(httptrace.WroteRequestInfo{})
+	return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
+}
+
+// TestLateHandoffRetakesBeforeTheWrite: an HTTP/1 request that got its
+// connection on time but waited 50ms for the goroutine that writes it is
+// checked again as it is written, and takes a new slot there, so that the
+// upstream never sees more than N in a window. Over HTTP/2, whose first
+// header field is written under a lock the connection's streams share, it
+// is not held, and its lateness raises the allowance of later slots.
+func TestLateHandoffRetakesBeforeTheWrite(t *testing.T) {
+	t.Parallel()
+	const n, w, late = 2, time.Second, 50 * time.Millisecond
+	for _, first := range []string{"Host", ":authority"} {
+		t.Run(first, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := &handoffBase{first: first, handoff: func(i int) time.Duration {
+					if i == 1 {
+						return late
+					}
+					return 0
+				}}
+				var decisions []Decision
+				tr, err := New(base, newMemoryStore(t), WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{Per(n, w)}, NoDefaultPace: true}),
+					WithOnDecision(func(d Decision) { decisions = append(decisions, d) }))
+				require.NoError(t, err)
+				sendPG(t, tr, 4)
+				require.Len(t, decisions, 4)
+				sent := base.sent
+				if first == "Host" {
+					assert.Equal(t, 1, decisions[1].Retaken, "the late write took a new slot")
+					for i := n; i < len(sent); i++ {
+						assert.GreaterOrEqual(t, sent[i].Sub(sent[i-n]), w, "send %d", i)
+					}
+					return
+				}
+				assert.Zero(t, decisions[1].Retaken, "an HTTP/2 write is not held")
+				assert.Greater(t, decisions[2].Allowance, DefaultMargin, "its lateness measured (capped at 4 × (allowance + margin) a sample)")
+			})
+		})
+	}
+}
+
+// TestNetHTTPWritesHostFirst: the check as a request is written relies on
+// net/http's HTTP/1 transport writing "Host" first and its HTTP/2 transport
+// writing a pseudo-header field first.
+func TestNetHTTPWritesHostFirst(t *testing.T) {
+	t.Parallel()
+	for _, h2 := range []bool{false, true} {
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		srv.EnableHTTP2 = h2
+		srv.StartTLS()
+		var first []string
+		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+			WroteHeaderField: func(key string, _ []string) { first = append(first, key) },
+		})
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+		require.NoError(t, err)
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		srv.Close()
+		require.NotEmpty(t, first)
+		if h2 {
+			assert.Equal(t, 2, resp.ProtoMajor)
+			assert.Equal(t, ":authority", first[0])
+		} else {
+			assert.Equal(t, 1, resp.ProtoMajor)
+			assert.Equal(t, "Host", first[0])
+		}
+	}
 }

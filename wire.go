@@ -21,9 +21,18 @@ type wire struct {
 	attempt int
 	trace   httptrace.ClientTrace
 
+	// writer is ctx for the check on the goroutine that writes the
+	// request (header), ended when the base returns: a connection that
+	// broke while that check waited for a new slot lets it go.
+	writer context.Context
+	stop   context.CancelFunc
+
 	mu       sync.Mutex
 	a        engine.Admission
 	got      bool           // the base reported the connection
+	head     bool           // the first header field was written (header)
+	onWrite  bool           // the admission was checked as its request was written (header)
+	returned bool           // the base returned (sent): no check starts after
 	reported sync.Once      // the Decision's report
 	checked  sync.WaitGroup // until the check of the connection is done
 }
@@ -43,7 +52,9 @@ func (t *Transport) onWire(ctx context.Context, req *http.Request, r *rule, k ke
 		return req, nil
 	}
 	w := &wire{t: t, ctx: ctx, r: r, k: k, attempt: attempt, a: a}
+	w.writer, w.stop = context.WithCancel(ctx)
 	w.trace.GotConn = w.gotConn
+	w.trace.WroteHeaderField = w.header
 	w.trace.WroteRequest = func(httptrace.WroteRequestInfo) { w.written() }
 	return req.WithContext(httptrace.WithClientTrace(req.Context(), &w.trace)), w
 }
@@ -53,7 +64,7 @@ func (t *Transport) onWire(ctx context.Context, req *http.Request, r *rule, k ke
 // net/http writes again on a new connection was checked on the first.
 func (w *wire) gotConn(httptrace.GotConnInfo) {
 	w.mu.Lock()
-	if w.got {
+	if w.got || w.returned {
 		w.mu.Unlock()
 		return
 	}
@@ -68,15 +79,48 @@ func (w *wire) gotConn(httptrace.GotConnInfo) {
 	w.mu.Unlock()
 }
 
+// header is the trace's WroteHeaderField. net/http's HTTP/1 transport
+// writes "Host" first, on the goroutine that then flushes the request to the
+// connection, and the check of the connection (gotConn) ran before the
+// request was handed to that goroutine: on a busy machine the handoff alone
+// may outlast the allowance. So an HTTP/1 request is checked again here, the
+// last point before its bytes leave, and retakes its slot when late, holding
+// the connection, which serves it alone. HTTP/2 writes pseudo-header fields
+// first, under a lock the connection's other streams share: nothing waits
+// there.
+func (w *wire) header(key string, _ []string) {
+	w.mu.Lock()
+	if w.head || !w.got || w.returned {
+		w.mu.Unlock()
+		return
+	}
+	w.head = true
+	if key != "Host" {
+		w.mu.Unlock()
+		return
+	}
+	w.onWrite = true
+	a := w.a
+	w.checked.Add(1)
+	w.mu.Unlock()
+	defer w.checked.Done()
+	w.t.eng.Wired(w.writer, &a)
+	w.mu.Lock()
+	w.a = a
+	w.mu.Unlock()
+}
+
 // written is the trace's WroteRequest: how late the request was written
-// counts in the process's lateness (engine.Written), then its Decision is
-// reported.
+// counts in the process's lateness (engine.Written; measured already when
+// checked as it was written), then its Decision is reported.
 func (w *wire) written() {
 	w.checked.Wait()
 	w.mu.Lock()
-	a := w.a
+	a, measured := w.a, w.onWrite
 	w.mu.Unlock()
-	w.t.eng.Written(&a)
+	if !measured {
+		w.t.eng.Written(&a)
+	}
 	w.report()
 }
 
@@ -98,6 +142,10 @@ func (w *wire) report() {
 // A base that answered (ok) without reporting the connection cannot be
 // watched on the wire: the engine is no longer guarded.
 func (w *wire) sent(ok bool) engine.Admission {
+	w.stop()
+	w.mu.Lock()
+	w.returned = true
+	w.mu.Unlock()
 	w.checked.Wait()
 	w.mu.Lock()
 	got, a := w.got, w.a

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/throttle-go/throttle/internal/contract"
+	"github.com/throttle-go/throttle/internal/engine"
 	"github.com/throttle-go/throttle/internal/upstream"
 )
 
@@ -116,13 +117,26 @@ type heard struct {
 	held    bool
 }
 
-// listen reads resp, sent under rule r for k, records what it says through
-// the store failure policy, and reports it. complied says the throttle
-// admitted the send (not a failed-open store), due when its slot was due
-// (zero if not measured), paced the spacing of the learned pace its slot was
-// reserved under (zero if none), edge that a window limit placed it
+// sending is how a response's request was sent (transport.go): complied,
+// the throttle admitted it (not a failed-open store); due, when its slot was
+// due (zero if not measured); paced, the spacing of the learned pace its slot
+// was reserved under (zero if none); edge, a window limit placed it
 // (margin.go).
-func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Response, complied bool, due time.Time, paced time.Duration, edge bool) heard {
+type sending struct {
+	complied bool
+	due      time.Time
+	paced    time.Duration
+	edge     bool
+}
+
+// sendingOf is how a's request was sent under r.
+func sendingOf(r *rule, a *engine.Admission) sending {
+	return sending{complied: a.Verdict.Outcome == engine.Sent, due: a.Due(), paced: a.Paced(), edge: r.atEdge(&a.Verdict)}
+}
+
+// listen reads resp, sent under rule r for k as s says, records what it
+// says through the store failure policy, and reports it.
+func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Response, s sending) heard {
 	now := t.now()
 	sig := r.dialect.Read(resp, now) // internal/upstream: a refusal or not, and what the headers say
 	r.stats.count(resp, sig.Refused)
@@ -138,18 +152,18 @@ func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Res
 	// response) is no move: the slots placed before it fall in the
 	// bucket's first window, and taking them anew only delays them.
 	move := false
-	if complied {
-		t.fb.measure(r, due, now) // margin.go: the path's spread
+	if s.complied {
+		t.fb.measure(r, s.due, now) // margin.go: the path's spread
 	}
 	switch {
-	case !complied || !sig.Refused || resp.StatusCode == http.StatusServiceUnavailable:
-	case edge:
-		t.fb.widen(r, k.skey, due, now, &l) // margin.go: the path needs a wider margin
+	case !s.complied || !sig.Refused || resp.StatusCode == http.StatusServiceUnavailable:
+	case s.edge:
+		t.fb.widen(r, k.skey, s.due, now, &l) // margin.go: the path needs a wider margin
 	default:
-		move = t.fb.reshape(r, k.skey, sig, due, now, paced, &l) // shape.go
+		move = t.fb.reshape(r, k.skey, sig, s.due, now, s.paced, &l) // shape.go
 	}
-	if complied && !sig.Refused && resp.StatusCode < 300 {
-		if pr, ok := t.fb.probe(r, k.skey, paced, now); ok { // shape.go: back towards the rule's rate
+	if s.complied && !sig.Refused && resp.StatusCode < 300 {
+		if pr, ok := t.fb.probe(r, k.skey, s.paced, now); ok { // shape.go: back towards the rule's rate
 			t.ease(ctx, r, k, resp.StatusCode, pr)
 		}
 		if pr, ok := t.fb.marginProbe(r, k.skey, now); ok { // margin.go: back towards the rule's margin
@@ -159,9 +173,16 @@ func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Res
 	if !sig.Refused && l.Pause == 0 && !t.fb.news(k.skey, l, now) {
 		return heard{}
 	}
-	fb := Feedback{Rule: r.Name, Key: k.key, Status: resp.StatusCode, Throttled: sig.Refused,
+	return t.record(ctx, r, k, resp.StatusCode, sig.Refused, l, move)
+}
+
+// record records what a response (status, refused or not) taught, l, through
+// the store failure policy (move: a move to a stricter pace, which the
+// waiters placed before it hear of), counts it, and reports it.
+func (t *Transport) record(ctx context.Context, r *rule, k keyed, status int, refused bool, l contract.Learned, move bool) heard {
+	fb := Feedback{Rule: r.Name, Key: k.key, Status: status, Throttled: refused,
 		Pause: l.Pause, Limit: Limit(l.Limit), Paced: Limit(l.Pace), Remaining: l.Remaining, Reset: l.Reset}
-	h := heard{refused: sig.Refused, pause: l.Pause}
+	h := heard{refused: refused, pause: l.Pause}
 	if l.Pause > 0 || l.Limit.N > 0 || l.Reset > 0 || l.Pace.N > 0 || l.Margin > 0 {
 		ef, recorded, err := t.eng.LearnEffect(ctx, k.skey, l, move && l.Pace.N > 0) // internal/engine: recorded, and heard by the waiters
 		fb.Err = r.storeErr(err)

@@ -133,9 +133,9 @@ func (t *Transport) attempt(ctx context.Context, r *rule, k keyed, n int, req *h
 		lease.Release()
 		return resp, heard{}, err
 	}
-	bindLease(lease, resp)                                                                                                  // wire.go
-	t.bill(ctx, r, k, &a, resp)                                                                                             // cost.go: the units settled as the body passes
-	return resp, t.listen(ctx, r, k, resp, a.Verdict.Outcome == engine.Sent, a.Due(), a.Paced(), r.atEdge(&a.Verdict)), nil // feedback.go
+	bindLease(lease, resp)                                        // wire.go
+	t.bill(ctx, r, k, &a, resp)                                   // cost.go: the units settled as the body passes
+	return resp, t.listen(ctx, r, k, resp, sendingOf(r, &a)), nil // feedback.go
 }
 
 // keyed is a request's rate key under its rule: as reported (key), as stored

@@ -1,7 +1,10 @@
 package throttle
 
 import (
+	"bufio"
 	"context"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
@@ -549,4 +552,68 @@ func TestNetHTTPWritesHostFirst(t *testing.T) {
 			assert.Equal(t, "Host", first[0])
 		}
 	}
+}
+
+// pipeConn is the client's end of an in-memory connection that says when
+// the first bytes of a request were written to it (flushed by net/http).
+type pipeConn struct {
+	net.Conn
+	once  sync.Once
+	wrote chan struct{}
+}
+
+func (c *pipeConn) Write(p []byte) (int, error) {
+	c.once.Do(func() { close(c.wrote) })
+	return c.Conn.Write(p)
+}
+
+// TestHookAfterTheFlushHTTP1: over net/http's HTTP/1 transport, whose
+// WroteRequest comes before the request is flushed to its connection, the
+// Decision hook does not hold the flush: the request's bytes leave while
+// the hook runs (a hook that waits for them finds them).
+func TestHookAfterTheFlushHTTP1(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var conns []*pipeConn
+		var served sync.WaitGroup
+		base := &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
+			cli, srv := net.Pipe()
+			c := &pipeConn{Conn: cli, wrote: make(chan struct{})}
+			conns = append(conns, c)
+			served.Go(func() {
+				defer srv.Close()
+				br := bufio.NewReader(srv)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					req.Body.Close()
+					if _, err := io.WriteString(srv, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"); err != nil {
+						return
+					}
+				}
+			})
+			return c, nil
+		}}
+		var flushed []bool
+		tr, err := New(base, newMemoryStore(t), WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerSecond(100)}}),
+			WithOnDecision(func(Decision) {
+				select {
+				case <-conns[len(conns)-1].wrote:
+					flushed = append(flushed, true)
+				case <-time.After(time.Second): // fake time: passes only if the flush waits for the hook
+					flushed = append(flushed, false)
+				}
+			}))
+		require.NoError(t, err)
+		req, err := http.NewRequest(http.MethodGet, "http://pg.example/v1/charges", nil)
+		require.NoError(t, err)
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, []bool{true}, flushed, "the hook ran before the request left")
+		base.CloseIdleConnections()
+		served.Wait()
+	})
 }

@@ -112,15 +112,20 @@ func (w *wire) header(key string, _ []string) {
 
 // written is the trace's WroteRequest: how late the request was written
 // counts in the process's lateness (engine.Written; measured already when
-// checked as it was written), then its Decision is reported.
+// checked as it was written), then its Decision is reported. net/http's
+// HTTP/1 transport flushes the request to its connection only after
+// WroteRequest returns, on the same goroutine: there the Decision is
+// reported on a goroutine of its own, so that no hook holds the bytes.
 func (w *wire) written() {
 	w.checked.Wait()
 	w.mu.Lock()
 	a, measured := w.a, w.onWrite
 	w.mu.Unlock()
-	if !measured {
-		w.t.eng.Written(&a)
+	if measured {
+		go w.report() // HTTP/1 (header): sent() waits for it
+		return
 	}
+	w.t.eng.Written(&a)
 	w.report()
 }
 

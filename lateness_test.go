@@ -617,3 +617,39 @@ func TestHookAfterTheFlushHTTP1(t *testing.T) {
 		served.Wait()
 	})
 }
+
+// uploadBase is a base transport that writes each request's header fields
+// at once, as net/http's HTTP/2 transport does (":authority" first), then
+// takes upload to send its body before it reports the request written.
+type uploadBase struct{ upload time.Duration }
+
+func (b *uploadBase) RoundTrip(req *http.Request) (*http.Response, error) {
+	trace := httptrace.ContextClientTrace(req.Context())
+	trace.GotConn(httptrace.GotConnInfo{})
+	trace.WroteHeaderField(":authority", []string{"pg.example"})
+	if trace.WroteHeaders != nil {
+		trace.WroteHeaders()
+	}
+	time.Sleep(b.upload)
+	trace.WroteRequest(httptrace.WroteRequestInfo{})
+	return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
+}
+
+// TestUploadIsNoLateness: an HTTP/2 request whose headers went at once and
+// whose body took 400ms to upload was not sent late: the upstream counts it
+// when its headers arrive. The allowance of later reservations stays at
+// what was measured then (none), not the upload's time.
+func TestUploadIsNoLateness(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var decisions []Decision
+		tr, err := New(&uploadBase{upload: 400 * time.Millisecond}, newMemoryStore(t),
+			WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerSecond(100)}, NoDefaultPace: true}),
+			WithOnDecision(func(d Decision) { decisions = append(decisions, d) }))
+		require.NoError(t, err)
+		sendPG(t, tr, 3)
+		require.Len(t, decisions, 3)
+		assert.Zero(t, decisions[1].Allowance, "the upload counted as lateness")
+		assert.Zero(t, decisions[2].Allowance, "the upload counted as lateness")
+	})
+}

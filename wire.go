@@ -32,6 +32,7 @@ type wire struct {
 	got      bool           // the base reported the connection
 	head     bool           // the first header field was written (header)
 	onWrite  bool           // the admission was checked as its request was written (header)
+	headers  bool           // the write's lateness was measured as its header fields went (wroteHeaders)
 	returned bool           // the base returned (sent): no check starts after
 	reported sync.Once      // the Decision's report
 	checked  sync.WaitGroup // until the check of the connection is done
@@ -55,6 +56,7 @@ func (t *Transport) onWire(ctx context.Context, req *http.Request, r *rule, k ke
 	w.writer, w.stop = context.WithCancel(ctx)
 	w.trace.GotConn = w.gotConn
 	w.trace.WroteHeaderField = w.header
+	w.trace.WroteHeaders = w.wroteHeaders
 	w.trace.WroteRequest = func(httptrace.WroteRequestInfo) { w.written() }
 	return req.WithContext(httptrace.WithClientTrace(req.Context(), &w.trace)), w
 }
@@ -110,22 +112,42 @@ func (w *wire) header(key string, _ []string) {
 	w.mu.Unlock()
 }
 
+// wroteHeaders is the trace's WroteHeaders: over HTTP/2, how late the
+// request was written counts in the process's lateness (engine.Written) once
+// its header fields went, which is when the upstream counts it: its body's
+// upload, which WroteRequest waits for, is no lateness. An HTTP/1 request
+// was measured as it was written (header).
+func (w *wire) wroteHeaders() {
+	w.mu.Lock()
+	if w.onWrite || w.headers || !w.got || w.returned {
+		w.mu.Unlock()
+		return
+	}
+	w.headers = true
+	a := w.a
+	w.mu.Unlock()
+	w.t.eng.Written(&a)
+}
+
 // written is the trace's WroteRequest: how late the request was written
 // counts in the process's lateness (engine.Written; measured already when
-// checked as it was written), then its Decision is reported. net/http's
+// checked as it was written, or as its header fields went), then its
+// Decision is reported. net/http's
 // HTTP/1 transport flushes the request to its connection only after
 // WroteRequest returns, on the same goroutine: there the Decision is
 // reported on a goroutine of its own, so that no hook holds the bytes.
 func (w *wire) written() {
 	w.checked.Wait()
 	w.mu.Lock()
-	a, measured := w.a, w.onWrite
+	a, measured, headers := w.a, w.onWrite, w.headers
 	w.mu.Unlock()
 	if measured {
 		go w.report() // HTTP/1 (header): sent() waits for it
 		return
 	}
-	w.t.eng.Written(&a)
+	if !headers {
+		w.t.eng.Written(&a)
+	}
 	w.report()
 }
 

@@ -653,3 +653,49 @@ func TestUploadIsNoLateness(t *testing.T) {
 		assert.Zero(t, decisions[2].Allowance, "the upload counted as lateness")
 	})
 }
+
+// redialBase is a base transport whose redial-th request meets a connection
+// the server closed: its first write fails, and net/http writes it again on
+// a new connection, dialed in dial, as its HTTP/1 transport does for an
+// idempotent request.
+type redialBase struct {
+	redial int
+	dial   time.Duration
+	sent   []time.Time
+}
+
+func (b *redialBase) RoundTrip(req *http.Request) (*http.Response, error) {
+	trace := httptrace.ContextClientTrace(req.Context())
+	if len(b.sent) == b.redial {
+		trace.GotConn(httptrace.GotConnInfo{Reused: true})
+		trace.WroteHeaderField("Host", []string{"pg.example"})
+		trace.WroteRequest(httptrace.WroteRequestInfo{Err: io.ErrClosedPipe})
+		time.Sleep(b.dial)
+	}
+	trace.GotConn(httptrace.GotConnInfo{})
+	trace.WroteHeaderField("Host", []string{"pg.example"})
+	b.sent = append(b.sent, time.Now())
+	trace.WroteRequest(httptrace.WroteRequestInfo{})
+	return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
+}
+
+// TestRewriteOnANewConnection: a request that net/http writes again on a
+// new connection (the first one was closed by the server) is checked on
+// that one too: the dial is lateness, and no window holds more than N.
+func TestRewriteOnANewConnection(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const n, w = 2, time.Second
+		base := &redialBase{redial: 1, dial: 50 * time.Millisecond}
+		var decisions []Decision
+		tr, err := New(base, newMemoryStore(t), WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{Per(n, w)}, NoDefaultPace: true}),
+			WithOnDecision(func(d Decision) { decisions = append(decisions, d) }))
+		require.NoError(t, err)
+		sendPG(t, tr, 4)
+		require.Len(t, decisions, 4, "one Decision a request")
+		assert.Equal(t, 1, decisions[1].Retaken, "retaken on the new connection")
+		for i := n; i < len(base.sent); i++ {
+			assert.GreaterOrEqual(t, base.sent[i].Sub(base.sent[i-n]), w, "send %d", i)
+		}
+	})
+}

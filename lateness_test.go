@@ -1,7 +1,10 @@
 package throttle
 
 import (
+	"bufio"
 	"context"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
@@ -549,4 +552,150 @@ func TestNetHTTPWritesHostFirst(t *testing.T) {
 			assert.Equal(t, "Host", first[0])
 		}
 	}
+}
+
+// pipeConn is the client's end of an in-memory connection that says when
+// the first bytes of a request were written to it (flushed by net/http).
+type pipeConn struct {
+	net.Conn
+	once  sync.Once
+	wrote chan struct{}
+}
+
+func (c *pipeConn) Write(p []byte) (int, error) {
+	c.once.Do(func() { close(c.wrote) })
+	return c.Conn.Write(p)
+}
+
+// TestHookAfterTheFlushHTTP1: over net/http's HTTP/1 transport, whose
+// WroteRequest comes before the request is flushed to its connection, the
+// Decision hook does not hold the flush: the request's bytes leave while
+// the hook runs (a hook that waits for them finds them).
+func TestHookAfterTheFlushHTTP1(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var conns []*pipeConn
+		var served sync.WaitGroup
+		base := &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
+			cli, srv := net.Pipe()
+			c := &pipeConn{Conn: cli, wrote: make(chan struct{})}
+			conns = append(conns, c)
+			served.Go(func() {
+				defer srv.Close()
+				br := bufio.NewReader(srv)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					req.Body.Close()
+					if _, err := io.WriteString(srv, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"); err != nil {
+						return
+					}
+				}
+			})
+			return c, nil
+		}}
+		var flushed []bool
+		tr, err := New(base, newMemoryStore(t), WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerSecond(100)}}),
+			WithOnDecision(func(Decision) {
+				select {
+				case <-conns[len(conns)-1].wrote:
+					flushed = append(flushed, true)
+				case <-time.After(time.Second): // fake time: passes only if the flush waits for the hook
+					flushed = append(flushed, false)
+				}
+			}))
+		require.NoError(t, err)
+		req, err := http.NewRequest(http.MethodGet, "http://pg.example/v1/charges", nil)
+		require.NoError(t, err)
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, []bool{true}, flushed, "the hook ran before the request left")
+		base.CloseIdleConnections()
+		served.Wait()
+	})
+}
+
+// uploadBase is a base transport that writes each request's header fields
+// at once, as net/http's HTTP/2 transport does (":authority" first), then
+// takes upload to send its body before it reports the request written.
+type uploadBase struct{ upload time.Duration }
+
+func (b *uploadBase) RoundTrip(req *http.Request) (*http.Response, error) {
+	trace := httptrace.ContextClientTrace(req.Context())
+	trace.GotConn(httptrace.GotConnInfo{})
+	trace.WroteHeaderField(":authority", []string{"pg.example"})
+	if trace.WroteHeaders != nil {
+		trace.WroteHeaders()
+	}
+	time.Sleep(b.upload)
+	trace.WroteRequest(httptrace.WroteRequestInfo{})
+	return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
+}
+
+// TestUploadIsNoLateness: an HTTP/2 request whose headers went at once and
+// whose body took 400ms to upload was not sent late: the upstream counts it
+// when its headers arrive. The allowance of later reservations stays at
+// what was measured then (none), not the upload's time.
+func TestUploadIsNoLateness(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var decisions []Decision
+		tr, err := New(&uploadBase{upload: 400 * time.Millisecond}, newMemoryStore(t),
+			WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{PerSecond(100)}, NoDefaultPace: true}),
+			WithOnDecision(func(d Decision) { decisions = append(decisions, d) }))
+		require.NoError(t, err)
+		sendPG(t, tr, 3)
+		require.Len(t, decisions, 3)
+		assert.Zero(t, decisions[1].Allowance, "the upload counted as lateness")
+		assert.Zero(t, decisions[2].Allowance, "the upload counted as lateness")
+	})
+}
+
+// redialBase is a base transport whose redial-th request meets a connection
+// the server closed: its first write fails, and net/http writes it again on
+// a new connection, dialed in dial, as its HTTP/1 transport does for an
+// idempotent request.
+type redialBase struct {
+	redial int
+	dial   time.Duration
+	sent   []time.Time
+}
+
+func (b *redialBase) RoundTrip(req *http.Request) (*http.Response, error) {
+	trace := httptrace.ContextClientTrace(req.Context())
+	if len(b.sent) == b.redial {
+		trace.GotConn(httptrace.GotConnInfo{Reused: true})
+		trace.WroteHeaderField("Host", []string{"pg.example"})
+		trace.WroteRequest(httptrace.WroteRequestInfo{Err: io.ErrClosedPipe})
+		time.Sleep(b.dial)
+	}
+	trace.GotConn(httptrace.GotConnInfo{})
+	trace.WroteHeaderField("Host", []string{"pg.example"})
+	b.sent = append(b.sent, time.Now())
+	trace.WroteRequest(httptrace.WroteRequestInfo{})
+	return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
+}
+
+// TestRewriteOnANewConnection: a request that net/http writes again on a
+// new connection (the first one was closed by the server) is checked on
+// that one too: the dial is lateness, and no window holds more than N.
+func TestRewriteOnANewConnection(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const n, w = 2, time.Second
+		base := &redialBase{redial: 1, dial: 50 * time.Millisecond}
+		var decisions []Decision
+		tr, err := New(base, newMemoryStore(t), WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{Per(n, w)}, NoDefaultPace: true}),
+			WithOnDecision(func(d Decision) { decisions = append(decisions, d) }))
+		require.NoError(t, err)
+		sendPG(t, tr, 4)
+		require.Len(t, decisions, 4, "one Decision a request")
+		assert.Equal(t, 1, decisions[1].Retaken, "retaken on the new connection")
+		for i := n; i < len(base.sent); i++ {
+			assert.GreaterOrEqual(t, base.sent[i].Sub(base.sent[i-n]), w, "send %d", i)
+		}
+	})
 }

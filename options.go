@@ -97,9 +97,9 @@ func WithUnmatchedSent(warn bool) Option {
 	})
 }
 
-// WithOnDecision calls f once per request with the transport's decision, on
-// the request's goroutine: after the wait and before the send for Sent, before
-// RoundTrip returns for the rest. A Limiter calls it once per Wait, Allow and
+// WithOnDecision calls f once per request with the transport's decision,
+// before RoundTrip returns: for Sent, once the request is written (maybe on
+// another goroutine than the request's). A Limiter calls it once per Wait, Allow and
 // Reservation (or failed Reserve). f must be quick and safe for concurrent use.
 func WithOnDecision(f func(Decision)) Option {
 	return optionFunc(func(c *config) error {

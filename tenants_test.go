@@ -238,3 +238,31 @@ func TestTenantNamesNeverReachRedis(t *testing.T) {
 	}
 	assert.Positive(t, seen, "no tenants' set found")
 }
+
+// TestTenantLargeCost: a request may cost up to the limit's N under
+// tenants, as without: a cost of 5,000 on 10,000 per second is sent, on
+// both stores, and neither fails as a store error (which would mark the
+// store down for every rule) nor is sent uncounted.
+func TestTenantLargeCost(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"memory", "redis"} {
+		t.Run(name, func(t *testing.T) {
+			st := newMemory(t)
+			if name == "redis" {
+				var err error
+				st, err = store.NewRedis(redistest.Shared(t).Client(t), store.WithPrefix(t.Name()+":"))
+				require.NoError(t, err)
+			}
+			r := tenantRule(nil)
+			r.Limits = []throttle.Limit{throttle.Per(10_000, time.Second)}
+			r.Cost = func(*http.Request) int { return 5_000 }
+			var log decisionLog
+			tr := newTransport(t, roundTripperFunc(func(req *http.Request) (*http.Response, error) { return okResponse(req), nil }), st,
+				throttle.WithRule(r), throttle.WithFailOpen(), log.option())
+			sendAs(t, tr, "cus_big")
+			d := log.last(t)
+			assert.Equal(t, throttle.Sent, d.Outcome, "%v", d.Err)
+			assert.Equal(t, 5_000, d.Cost)
+		})
+	}
+}

@@ -30,8 +30,10 @@ type wire struct {
 	mu       sync.Mutex
 	a        engine.Admission
 	got      bool           // the base reported the connection
+	rewrite  bool           // a write failed: net/http may write it again on a new connection (gotConn)
 	head     bool           // the first header field was written (header)
 	onWrite  bool           // the admission was checked as its request was written (header)
+	headers  bool           // the write's lateness was measured as its header fields went (wroteHeaders)
 	returned bool           // the base returned (sent): no check starts after
 	reported sync.Once      // the Decision's report
 	checked  sync.WaitGroup // until the check of the connection is done
@@ -55,20 +57,23 @@ func (t *Transport) onWire(ctx context.Context, req *http.Request, r *rule, k ke
 	w.writer, w.stop = context.WithCancel(ctx)
 	w.trace.GotConn = w.gotConn
 	w.trace.WroteHeaderField = w.header
-	w.trace.WroteRequest = func(httptrace.WroteRequestInfo) { w.written() }
+	w.trace.WroteHeaders = w.wroteHeaders
+	w.trace.WroteRequest = w.written
 	return req.WithContext(httptrace.WithClientTrace(req.Context(), &w.trace)), w
 }
 
 // gotConn is the trace's GotConn: the admission checks the connection (and
-// retakes its slot when late) before the request is written. A request that
-// net/http writes again on a new connection was checked on the first.
+// retakes its slot when late) before the request is written. A request
+// whose write failed, and that net/http writes again on a new connection
+// (the server closed the one it had), is checked again on that one: the
+// dial is lateness too.
 func (w *wire) gotConn(httptrace.GotConnInfo) {
 	w.mu.Lock()
-	if w.got || w.returned {
+	if w.got && !w.rewrite || w.returned {
 		w.mu.Unlock()
 		return
 	}
-	w.got = true
+	w.got, w.rewrite, w.head, w.headers = true, false, false, false
 	a := w.a
 	w.checked.Add(1)
 	w.mu.Unlock()
@@ -110,15 +115,47 @@ func (w *wire) header(key string, _ []string) {
 	w.mu.Unlock()
 }
 
+// wroteHeaders is the trace's WroteHeaders: over HTTP/2, how late the
+// request was written counts in the process's lateness (engine.Written) once
+// its header fields went, which is when the upstream counts it: its body's
+// upload, which WroteRequest waits for, is no lateness. An HTTP/1 request
+// was measured as it was written (header).
+func (w *wire) wroteHeaders() {
+	w.mu.Lock()
+	if w.onWrite || w.headers || !w.got || w.returned {
+		w.mu.Unlock()
+		return
+	}
+	w.headers = true
+	a := w.a
+	w.mu.Unlock()
+	w.t.eng.Written(&a)
+}
+
 // written is the trace's WroteRequest: how late the request was written
 // counts in the process's lateness (engine.Written; measured already when
-// checked as it was written), then its Decision is reported.
-func (w *wire) written() {
+// checked as it was written, or as its header fields went), then its
+// Decision is reported. net/http's HTTP/1 transport flushes the request to
+// its connection only after WroteRequest returns, on the same goroutine:
+// there the Decision is reported on a goroutine of its own, so that no hook
+// holds the bytes.
+func (w *wire) written(info httptrace.WroteRequestInfo) {
 	w.checked.Wait()
 	w.mu.Lock()
-	a, measured := w.a, w.onWrite
+	if info.Err != nil {
+		// Not written: net/http may write it again on a new connection
+		// (gotConn), or return the error (sent reports).
+		w.rewrite = true
+		w.mu.Unlock()
+		return
+	}
+	a, measured, headers := w.a, w.onWrite, w.headers
 	w.mu.Unlock()
-	if !measured {
+	if measured {
+		go w.report() // HTTP/1 (header): sent() waits for it
+		return
+	}
+	if !headers {
 		w.t.eng.Written(&a)
 	}
 	w.report()

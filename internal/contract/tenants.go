@@ -28,9 +28,11 @@ const TenantScale = 1_000_000
 const MaxWeight = 10_000
 
 // TenantStep is the finish tag's step of a request of cost units from a
-// tenant of weight w (1 to MaxWeight): cost × TenantScale / w, rounded up.
+// tenant of weight w (1 to MaxWeight): cost × TenantScale / w, rounded up,
+// at most maxStep (a request of more than 4,294 units at weight 1 moves its
+// tenant's tag as one of 4,294 does).
 func TenantStep(cost, w int) int64 {
-	return (int64(cost)*TenantScale + int64(w) - 1) / int64(w)
+	return min((int64(cost)*TenantScale+int64(w)-1)/int64(w), maxStep)
 }
 
 // maxStep bounds Request.Step: tags stay exact in Lua's numbers (2^53) for

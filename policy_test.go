@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/engine"
 	"github.com/throttle-go/throttle/internal/fakestore"
 	"github.com/throttle-go/throttle/store"
@@ -463,4 +465,26 @@ func TestKeyStateErrorIsThatRequests(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestInvalidRequestIsNoOutage: a request the store refuses as invalid fails
+// alone, under every policy: it is not sent uncounted under FailOpen, and
+// the store is not marked down for the requests after it.
+func TestInvalidRequestIsNoOutage(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		g := newOutageRig(t, outageRule, WithFailOpen())
+		g.st.Fail(fmt.Errorf("%w: a test's", contract.ErrInvalidRequest), 0)
+		d, err := g.do(t)
+		require.Error(t, err)
+		assert.Equal(t, Failed, d.Outcome)
+		assert.ErrorIs(t, err, contract.ErrInvalidRequest)
+		assert.NotErrorIs(t, err, ErrStoreUnavailable)
+		assert.Empty(t, g.sent, "nothing sent uncounted")
+		g.st.Fail(nil, 0)
+		d, err = g.do(t)
+		require.NoError(t, err)
+		assert.Equal(t, Sent, d.Outcome, "the store was not marked down")
+		assert.Equal(t, 2, g.calls())
+	})
 }

@@ -143,10 +143,11 @@ func (p *policy) reserve(ctx context.Context, r *Plan, skey string, req contract
 			// The caller gave up; that says nothing about the store.
 			p.health.abandoned(try)
 			return grant{err: err}
-		case errors.Is(err, store.ErrKeyState):
-			// The store answered: one key's state is wrong, and that is
-			// this request's failure alone. Nothing is marked down, and
-			// nothing is sent uncounted.
+		case errors.Is(err, store.ErrKeyState), errors.Is(err, contract.ErrInvalidRequest):
+			// The store answered: one key's state is wrong, or it cannot
+			// take this request, and that is this request's failure
+			// alone. Nothing is marked down, and nothing is sent
+			// uncounted.
 			p.health.succeeded()
 			return grant{err: err}
 		case errors.Is(err, store.ErrEvictingPolicy):

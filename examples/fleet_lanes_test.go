@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/redistest"
 	"github.com/throttle-go/throttle/store"
 	"github.com/throttle-go/throttle/throttletest"
 )
@@ -32,21 +33,24 @@ import (
 // fourth process sends an interactive request every 200ms, against a strict
 // sliding-window upstream enforcing the same limit. Each process is a
 // Transport of its own, with its own engine and Redis client, on one real
-// redis-server. The same traffic runs without lanes, then with them (the
-// interactive requests in lane 1, the backfill in lane 0), and the test
-// logs, side by side: the interactive waits (p50, p99, max), their
+// redis-server (subtest redis), then on a Redis Cluster of three masters
+// (subtest cluster). The same traffic runs without lanes, then with them
+// (the interactive requests in lane 1, the backfill in lane 0), and the
+// test logs, side by side: the interactive waits (p50, p99, max), their
 // allowance, the backfill's share of what the interactive requests leave
-// (in the steady part of the run: from its second second to its last), the
-// 429s and the script calls per request. Only the 429s are judged: none.
+// (in the steady part of the run: from its second second to its last half
+// second), the 429s and the script calls per request. Judged: no 429, no
+// failed request and, on the Cluster, every key of the rule in one slot.
 //
-//	FLEET_LANES_REPS=3 go test -tags integration -run TestFleetLanes -v ./examples
+//	FLEET_LANES_REPS=3 FLEET_LANES_DURATION=10s go test -tags integration -run TestFleetLanes -v ./examples
 //
-// FLEET_LANES_DURATION sets a run's length (default 10s).
+// FLEET_LANES_DURATION sets a run's length (default 5s, to keep the
+// default run short).
 func TestFleetLanes(t *testing.T) {
 	if testing.Short() {
-		t.Skip("the lanes fleet runs for about 20s")
+		t.Skip("the lanes fleet runs for about 25s")
 	}
-	d := 10 * time.Second
+	d := 5 * time.Second
 	if v := os.Getenv("FLEET_LANES_DURATION"); v != "" {
 		var err error
 		d, err = time.ParseDuration(v)
@@ -59,10 +63,14 @@ func TestFleetLanes(t *testing.T) {
 		reps, err = strconv.Atoi(v)
 		require.NoError(t, err, "FLEET_LANES_REPS")
 	}
-	srv, rdb := startRedis(t)
+	forEachFleetStore(t, func(t *testing.T, st fleetStore) { fleetLanesOn(t, st, d, reps) })
+}
 
+// fleetLanesOn runs the lanes fleet on st reps times for d, without lanes
+// and with them, and logs the table.
+func fleetLanesOn(t *testing.T, st fleetStore, d time.Duration, reps int) {
 	var table strings.Builder
-	fmt.Fprintf(&table, "\n100/s, 3 processes x 8 backfill workers + 1 interactive request every 200ms, %s per run\n", d)
+	fmt.Fprintf(&table, "\n%s: 100/s, 3 processes x 8 backfill workers + 1 interactive request every 200ms, %s per run\n", st.desc, d)
 	fmt.Fprintf(&table, "%-14s %-22s %-10s %-10s %-9s %-14s %-6s %-10s %s\n", "", "interactive wait", "max", "allowance", "sent", "backfill share", "429s", "calls/req", "bumps")
 	fmt.Fprintf(&table, "%-14s %-22s\n", "", "p50 / p99")
 	for _, tc := range []struct {
@@ -74,8 +82,8 @@ func TestFleetLanes(t *testing.T) {
 	} {
 		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
 			for range reps {
-				require.NoError(t, rdb.FlushAll(context.Background()).Err())
-				res := runLanesFleet(t, srv.Addr, d, tc.lanes)
+				st.flush(t)
+				res := runLanesFleet(t, st, d, tc.lanes)
 				w := res.waits
 				fmt.Fprintf(&table, "%-14s %-22s %-10s %-10s %-9d %-14s %-6d %-10.3f %d\n", tc.name,
 					fmt.Sprintf("%s / %s", quantile(w, 0.5).Round(time.Millisecond), quantile(w, 0.99).Round(time.Millisecond)),
@@ -87,6 +95,7 @@ func TestFleetLanes(t *testing.T) {
 					res.steady, 100*res.used, res.rejected, res.calls, res.perReq)
 				require.Zero(t, res.rejected, "429s")
 				require.Zero(t, res.failed, "requests that failed")
+				st.requireOneSlot(t)
 			}
 		})
 	}
@@ -111,9 +120,9 @@ type lanesResult struct {
 	used                              float64       // all arrivals over the limit
 }
 
-// runLanesFleet runs the lanes fleet once for d, with lanes lanes (0:
+// runLanesFleet runs the lanes fleet once for d on st, with lanes lanes (0:
 // none), and measures it.
-func runLanesFleet(t *testing.T, redisAddr string, d time.Duration, lanes int) lanesResult {
+func runLanesFleet(t *testing.T, st fleetStore, d time.Duration, lanes int) lanesResult {
 	const (
 		rate, procs, workers = 100, 3, 8
 		every                = 200 * time.Millisecond
@@ -148,16 +157,16 @@ func runLanesFleet(t *testing.T, redisAddr string, d time.Duration, lanes int) l
 			return 0
 		}
 	}
-	calls0 := scriptCalls(t, newRedisClient(t, redisAddr))
+	calls0 := scriptCalls(t, st.client(t))
 
 	var backfillD, interactiveD []throttle.Decision // under mu
 	process := func(conns int, into *[]throttle.Decision) *http.Client {
-		st, err := store.NewRedis(newRedisClient(t, redisAddr)) // a Redis client per process
+		rs, err := store.NewRedis(st.client(t)) // a Redis client per process
 		require.NoError(t, err)
 		base := http.DefaultTransport.(*http.Transport).Clone()
 		base.MaxIdleConnsPerHost = conns
 		t.Cleanup(base.CloseIdleConnections)
-		tr, err := throttle.New(base, st, throttle.WithRule(rule), throttle.WithOnDecision(func(d throttle.Decision) {
+		tr, err := throttle.New(base, rs, throttle.WithRule(rule), throttle.WithOnDecision(func(d throttle.Decision) {
 			mu.Lock()
 			*into = append(*into, d)
 			mu.Unlock()
@@ -265,17 +274,74 @@ func runLanesFleet(t *testing.T, redisAddr string, d time.Duration, lanes int) l
 	limit := float64(rate) * res.steady.Seconds()
 	res.share = float64(res.steadyBackfill) / (limit - float64(res.steadyInteractive))
 	res.used = float64(all) / limit
-	res.calls = scriptCalls(t, newRedisClient(t, redisAddr)) - calls0
+	res.calls = scriptCalls(t, st.client(t)) - calls0
 	res.perReq = float64(res.calls) / float64(max(1, len(res.waits)+res.backfill))
 	return res
 }
 
-// newRedisClient returns a client of the redis-server at addr, closed at
-// the end of the test.
-func newRedisClient(t *testing.T, addr string) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: addr})
+// fleetStore is the Redis the processes of an in-process fleet share: one
+// redis-server, or a Redis Cluster of three masters.
+type fleetStore struct {
+	desc    string
+	cluster *redistest.Cluster // nil for one redis-server
+	addr    string             // the redis-server's, for one
+}
+
+// forEachFleetStore runs fn in a subtest on one redis-server ("redis"),
+// then in another on a Redis Cluster of three masters ("cluster").
+func forEachFleetStore(t *testing.T, fn func(t *testing.T, st fleetStore)) {
+	t.Run("redis", func(t *testing.T) {
+		srv, _ := startRedis(t)
+		fn(t, fleetStore{desc: "one redis-server", addr: srv.Addr})
+	})
+	t.Run("cluster", func(t *testing.T) {
+		fn(t, fleetStore{desc: "Redis Cluster of 3 masters", cluster: redistest.StartCluster(t)})
+	})
+}
+
+// client returns a new client of st, closed at the end of the test: a
+// *redis.ClusterClient on a Cluster.
+func (st fleetStore) client(t *testing.T) redis.UniversalClient {
+	if st.cluster != nil {
+		return st.cluster.Client(t)
+	}
+	c := redis.NewClient(&redis.Options{Addr: st.addr})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// flush deletes every key of st, on every master of a Cluster.
+func (st fleetStore) flush(t *testing.T) {
+	t.Helper()
+	require.NoError(t, forEachMaster(context.Background(), st.client(t), func(ctx context.Context, c *redis.Client) error {
+		return c.FlushAll(ctx).Err()
+	}))
+}
+
+// requireOneSlot fails the test unless every key a run left on a Cluster,
+// but the rules the processes publish (throttle:rules and its records), lies
+// in one hash slot: a rule's keys (its log and its lanes' or tenants' index)
+// must share its key's hash tag for a reservation to be one script call. It
+// does nothing on one redis-server.
+func (st fleetStore) requireOneSlot(t *testing.T) {
+	t.Helper()
+	if st.cluster == nil {
+		return
+	}
+	var mu sync.Mutex
+	slots := map[int][]string{}
+	require.NoError(t, forEachMaster(context.Background(), st.client(t), func(ctx context.Context, c *redis.Client) error {
+		keys, err := c.Keys(ctx, "*").Result()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, k := range keys {
+			if k != "throttle:rules" && !strings.HasPrefix(k, "throttle:rules:") {
+				slots[redistest.Slot(k)] = append(slots[redistest.Slot(k)], k)
+			}
+		}
+		return err
+	}))
+	require.Len(t, slots, 1, "the rule's keys by hash slot: %v", slots)
 }
 
 // quantile returns the q-quantile of sorted (nearest rank), 0 if empty.

@@ -31,24 +31,26 @@ import (
 // workers per backlogged tenant, so that each keeps 9 requests waiting at
 // all times. The two others send lightly: a fourth process sends a request
 // of each every 200ms. Each process is a Transport of its own, with its own
-// engine and Redis client, on one real redis-server, against a strict
+// engine and Redis client, on one real redis-server (subtest redis), then on
+// a Redis Cluster of three masters (subtest cluster), against a strict
 // sliding-window upstream enforcing the same limit. A second scenario runs
 // one backlogged tenant alone (weight 1, every other tenant idle).
 //
 // Logged per run, in the steady part (from the second second to the last
 // half second): Jain's fairness index of the backlogged tenants' sends over
 // their weights, the light tenants' waits (p50, p99, max), the share of the
-// limit used, the 429s and the script calls per request. Only the 429s and
-// failures are judged: none.
+// limit used, the 429s and the script calls per request. Judged: no 429, no
+// failed request and, on the Cluster, every key of the rule in one slot.
 //
-//	FLEET_TENANTS_REPS=3 go test -tags integration -run TestFleetTenants -v ./examples
+//	FLEET_TENANTS_REPS=3 FLEET_TENANTS_DURATION=10s go test -tags integration -run TestFleetTenants -v ./examples
 //
-// FLEET_TENANTS_DURATION sets a run's length (default 10s).
+// FLEET_TENANTS_DURATION sets a run's length (default 5s, to keep the
+// default run short).
 func TestFleetTenants(t *testing.T) {
 	if testing.Short() {
-		t.Skip("the tenants fleet runs for about 20s")
+		t.Skip("the tenants fleet runs for about 25s")
 	}
-	d := 10 * time.Second
+	d := 5 * time.Second
 	if v := os.Getenv("FLEET_TENANTS_DURATION"); v != "" {
 		var err error
 		d, err = time.ParseDuration(v)
@@ -61,11 +63,16 @@ func TestFleetTenants(t *testing.T) {
 		reps, err = strconv.Atoi(v)
 		require.NoError(t, err, "FLEET_TENANTS_REPS")
 	}
-	srv, rdb := startRedis(t)
+	forEachFleetStore(t, func(t *testing.T, st fleetStore) { fleetTenantsOn(t, st, d, reps) })
+}
+
+// fleetTenantsOn runs the tenants fleet on st reps times for d, with fair
+// shares and with one tenant alone, and logs the table.
+func fleetTenantsOn(t *testing.T, st fleetStore, d time.Duration, reps int) {
 	weights := map[string]int{"a": 1, "b": 1, "c": 1, "d": 2, "e": 5}
 
 	var table strings.Builder
-	fmt.Fprintf(&table, "\n100/s, weights a1 b1 c1 d2 e5; backlogged: 3 processes x 3 workers each; light: one request of each every 200ms; %s per run\n", d)
+	fmt.Fprintf(&table, "\n%s: 100/s, weights a1 b1 c1 d2 e5; backlogged: 3 processes x 3 workers each; light: one request of each every 200ms; %s per run\n", st.desc, d)
 	fmt.Fprintf(&table, "%-12s %-8s %-28s %-20s %-8s %-6s %-10s %s\n", "", "Jain", "sent/weight (backlogged)", "light wait p50/p99", "max", "used", "429s", "calls/req")
 	for _, tc := range []struct {
 		name              string
@@ -76,8 +83,8 @@ func TestFleetTenants(t *testing.T) {
 	} {
 		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
 			for range reps {
-				require.NoError(t, rdb.FlushAll(context.Background()).Err())
-				res := runTenantsFleet(t, srv.Addr, d, weights, tc.backlogged, tc.light)
+				st.flush(t)
+				res := runTenantsFleet(t, st, d, weights, tc.backlogged, tc.light)
 				var norm []string
 				for _, n := range tc.backlogged {
 					norm = append(norm, fmt.Sprintf("%s %.1f", n, float64(res.steady[n])/float64(weights[n])))
@@ -93,6 +100,7 @@ func TestFleetTenants(t *testing.T) {
 				}
 				require.Zero(t, res.rejected, "429s")
 				require.Zero(t, res.failed, "requests that failed")
+				st.requireOneSlot(t)
 			}
 		})
 	}
@@ -115,8 +123,8 @@ type tenantsResult struct {
 	perReq     float64
 }
 
-// runTenantsFleet runs the tenants fleet once for d and measures it.
-func runTenantsFleet(t *testing.T, redisAddr string, d time.Duration, weights map[string]int, backlogged, light []string) tenantsResult {
+// runTenantsFleet runs the tenants fleet once for d on st and measures it.
+func runTenantsFleet(t *testing.T, st fleetStore, d time.Duration, weights map[string]int, backlogged, light []string) tenantsResult {
 	const (
 		rate, procs, workers = 100, 3, 3
 		every                = 200 * time.Millisecond
@@ -143,16 +151,16 @@ func runTenantsFleet(t *testing.T, redisAddr string, d time.Duration, weights ma
 		Tenant:  func(r *http.Request) (string, error) { return r.Header.Get("X-Customer"), nil },
 		Weights: weights,
 	}
-	calls0 := scriptCalls(t, newRedisClient(t, redisAddr))
+	calls0 := scriptCalls(t, st.client(t))
 
 	var decisions []throttle.Decision // under mu
 	process := func(conns int) *http.Client {
-		st, err := store.NewRedis(newRedisClient(t, redisAddr)) // a Redis client per process
+		rs, err := store.NewRedis(st.client(t)) // a Redis client per process
 		require.NoError(t, err)
 		base := http.DefaultTransport.(*http.Transport).Clone()
 		base.MaxIdleConnsPerHost = conns
 		t.Cleanup(base.CloseIdleConnections)
-		tr, err := throttle.New(base, st, throttle.WithRule(rule), throttle.WithOnDecision(func(d throttle.Decision) {
+		tr, err := throttle.New(base, rs, throttle.WithRule(rule), throttle.WithOnDecision(func(d throttle.Decision) {
 			mu.Lock()
 			decisions = append(decisions, d)
 			mu.Unlock()
@@ -255,7 +263,7 @@ func runTenantsFleet(t *testing.T, redisAddr string, d time.Duration, weights ma
 		sum, sq = sum+x, sq+x*x
 	}
 	res.jain = sum * sum / (float64(len(backlogged)) * sq)
-	res.calls = scriptCalls(t, newRedisClient(t, redisAddr)) - calls0
+	res.calls = scriptCalls(t, st.client(t)) - calls0
 	res.perReq = float64(res.calls) / float64(max(1, res.sent))
 	return res
 }

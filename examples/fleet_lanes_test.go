@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/plot"
 	"github.com/throttle-go/throttle/store"
 	"github.com/throttle-go/throttle/throttletest"
 )
@@ -41,7 +42,8 @@ import (
 //
 //	FLEET_LANES_REPS=3 go test -tags integration -run TestFleetLanes -v ./examples
 //
-// FLEET_LANES_DURATION sets a run's length (default 10s).
+// FLEET_LANES_DURATION sets a run's length (default 10s); FLEET_LANES_SVG
+// names a file to draw each request's wait in, over time (docs/lanes-waits.svg).
 func TestFleetLanes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the lanes fleet runs for about 20s")
@@ -60,6 +62,7 @@ func TestFleetLanes(t *testing.T) {
 		require.NoError(t, err, "FLEET_LANES_REPS")
 	}
 	srv, rdb := startRedis(t)
+	pic := lanesPicture(d)
 
 	var table strings.Builder
 	fmt.Fprintf(&table, "\n100/s, 3 processes x 8 backfill workers + 1 interactive request every 200ms, %s per run\n", d)
@@ -76,6 +79,7 @@ func TestFleetLanes(t *testing.T) {
 			for range reps {
 				require.NoError(t, rdb.FlushAll(context.Background()).Err())
 				res := runLanesFleet(t, srv.Addr, d, tc.lanes)
+				pic.add(tc.name, res.asked)
 				w := res.waits
 				fmt.Fprintf(&table, "%-14s %-22s %-10s %-10s %-9d %-14s %-6d %-10.3f %d\n", tc.name,
 					fmt.Sprintf("%s / %s", quantile(w, 0.5).Round(time.Millisecond), quantile(w, 0.99).Round(time.Millisecond)),
@@ -91,6 +95,7 @@ func TestFleetLanes(t *testing.T) {
 		})
 	}
 	t.Log(table.String())
+	pic.write(t)
 }
 
 // lanesResult is what one run of the lanes fleet measured.
@@ -104,6 +109,7 @@ type lanesResult struct {
 	rejected  int             // 429s
 	calls     int64
 	perReq    float64
+	asked     map[string][]plot.Point // every request's wait by when it asked, by lane, for the picture
 
 	steady                            time.Duration // the steady part of the run
 	steadyInteractive, steadyBackfill int           // upstream arrivals in it
@@ -151,7 +157,8 @@ func runLanesFleet(t *testing.T, redisAddr string, d time.Duration, lanes int) l
 	calls0 := scriptCalls(t, newRedisClient(t, redisAddr))
 
 	var backfillD, interactiveD []throttle.Decision // under mu
-	process := func(conns int, into *[]throttle.Decision) *http.Client {
+	var asked waitLog
+	process := func(conns int, into *[]throttle.Decision, series string) *http.Client {
 		st, err := store.NewRedis(newRedisClient(t, redisAddr)) // a Redis client per process
 		require.NoError(t, err)
 		base := http.DefaultTransport.(*http.Transport).Clone()
@@ -161,6 +168,7 @@ func runLanesFleet(t *testing.T, redisAddr string, d time.Duration, lanes int) l
 			mu.Lock()
 			*into = append(*into, d)
 			mu.Unlock()
+			asked.add(series, d)
 		}))
 		require.NoError(t, err)
 		return &http.Client{Transport: tr}
@@ -199,7 +207,7 @@ func runLanesFleet(t *testing.T, redisAddr string, d time.Duration, lanes int) l
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range procs {
-		c := process(workers, &backfillD)
+		c := process(workers, &backfillD, "backfill")
 		for range workers {
 			wg.Go(func() {
 				for do(ctx, c, false) {
@@ -207,7 +215,7 @@ func runLanesFleet(t *testing.T, redisAddr string, d time.Duration, lanes int) l
 			})
 		}
 	}
-	ic := process(4, &interactiveD)
+	ic := process(4, &interactiveD, "interactive")
 	wg.Go(func() {
 		tick := time.NewTicker(every)
 		defer tick.Stop()
@@ -222,7 +230,7 @@ func runLanesFleet(t *testing.T, redisAddr string, d time.Duration, lanes int) l
 	})
 	wg.Wait()
 
-	res := lanesResult{failed: int(failed.Load()), rejected: int(rejected.Load())}
+	res := lanesResult{failed: int(failed.Load()), rejected: int(rejected.Load()), asked: asked.since(start)}
 	mu.Lock()
 	defer mu.Unlock()
 	var allowances []time.Duration

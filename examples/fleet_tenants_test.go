@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/plot"
 	"github.com/throttle-go/throttle/store"
 	"github.com/throttle-go/throttle/throttletest"
 )
@@ -43,7 +44,9 @@ import (
 //
 //	FLEET_TENANTS_REPS=3 go test -tags integration -run TestFleetTenants -v ./examples
 //
-// FLEET_TENANTS_DURATION sets a run's length (default 10s).
+// FLEET_TENANTS_DURATION sets a run's length (default 10s);
+// FLEET_TENANTS_SVG names a file to draw each request's wait in, over time
+// (docs/tenants-waits.svg).
 func TestFleetTenants(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the tenants fleet runs for about 20s")
@@ -63,6 +66,7 @@ func TestFleetTenants(t *testing.T) {
 	}
 	srv, rdb := startRedis(t)
 	weights := map[string]int{"a": 1, "b": 1, "c": 1, "d": 2, "e": 5}
+	pic := tenantsPicture(d)
 
 	var table strings.Builder
 	fmt.Fprintf(&table, "\n100/s, weights a1 b1 c1 d2 e5; backlogged: 3 processes x 3 workers each; light: one request of each every 200ms; %s per run\n", d)
@@ -78,6 +82,7 @@ func TestFleetTenants(t *testing.T) {
 			for range reps {
 				require.NoError(t, rdb.FlushAll(context.Background()).Err())
 				res := runTenantsFleet(t, srv.Addr, d, weights, tc.backlogged, tc.light)
+				pic.add(tc.name, res.asked)
 				var norm []string
 				for _, n := range tc.backlogged {
 					norm = append(norm, fmt.Sprintf("%s %.1f", n, float64(res.steady[n])/float64(weights[n])))
@@ -97,6 +102,7 @@ func TestFleetTenants(t *testing.T) {
 		})
 	}
 	t.Log(table.String())
+	pic.write(t)
 }
 
 // tenantsResult is what one run of the tenants fleet measured.
@@ -113,6 +119,7 @@ type tenantsResult struct {
 	sent       int
 	calls      int64
 	perReq     float64
+	asked      map[string][]plot.Point // every request's wait by when it asked, by tenant, for the picture
 }
 
 // runTenantsFleet runs the tenants fleet once for d and measures it.
@@ -146,6 +153,7 @@ func runTenantsFleet(t *testing.T, redisAddr string, d time.Duration, weights ma
 	calls0 := scriptCalls(t, newRedisClient(t, redisAddr))
 
 	var decisions []throttle.Decision // under mu
+	var asked waitLog
 	process := func(conns int) *http.Client {
 		st, err := store.NewRedis(newRedisClient(t, redisAddr)) // a Redis client per process
 		require.NoError(t, err)
@@ -156,6 +164,7 @@ func runTenantsFleet(t *testing.T, redisAddr string, d time.Duration, weights ma
 			mu.Lock()
 			decisions = append(decisions, d)
 			mu.Unlock()
+			asked.add(d.Tenant, d)
 		}))
 		require.NoError(t, err)
 		return &http.Client{Transport: tr}
@@ -219,7 +228,7 @@ func runTenantsFleet(t *testing.T, redisAddr string, d time.Duration, weights ma
 	}
 	wg.Wait()
 
-	res := tenantsResult{failed: int(failed.Load()), rejected: int(rejected.Load()), steady: map[string]int{}}
+	res := tenantsResult{failed: int(failed.Load()), rejected: int(rejected.Load()), steady: map[string]int{}, asked: asked.since(start)}
 	mu.Lock()
 	defer mu.Unlock()
 	for _, d := range decisions {

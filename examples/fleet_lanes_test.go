@@ -24,6 +24,7 @@ import (
 
 	"github.com/throttle-go/throttle"
 	"github.com/throttle-go/throttle/internal/redistest"
+	"github.com/throttle-go/throttle/internal/plot"
 	"github.com/throttle-go/throttle/store"
 	"github.com/throttle-go/throttle/throttletest"
 )
@@ -45,7 +46,9 @@ import (
 //	FLEET_LANES_REPS=3 FLEET_LANES_DURATION=10s go test -tags integration -run TestFleetLanes -v ./examples
 //
 // FLEET_LANES_DURATION sets a run's length (default 5s, to keep the
-// default run short).
+// default run short); FLEET_LANES_SVG names a file to draw each request's
+// wait in, over time, from the runs on one redis-server
+// (docs/lanes-waits.svg).
 func TestFleetLanes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the lanes fleet runs for about 25s")
@@ -63,12 +66,14 @@ func TestFleetLanes(t *testing.T) {
 		reps, err = strconv.Atoi(v)
 		require.NoError(t, err, "FLEET_LANES_REPS")
 	}
-	forEachFleetStore(t, func(t *testing.T, st fleetStore) { fleetLanesOn(t, st, d, reps) })
+	pic := lanesPicture(d)
+	forEachFleetStore(t, func(t *testing.T, st fleetStore) { fleetLanesOn(t, st, d, reps, pic) })
+	pic.write(t)
 }
 
 // fleetLanesOn runs the lanes fleet on st reps times for d, without lanes
-// and with them, and logs the table.
-func fleetLanesOn(t *testing.T, st fleetStore, d time.Duration, reps int) {
+// and with them, and logs the table; pic keeps the runs on one redis-server.
+func fleetLanesOn(t *testing.T, st fleetStore, d time.Duration, reps int, pic *waitsPicture) {
 	var table strings.Builder
 	fmt.Fprintf(&table, "\n%s: 100/s, 3 processes x 8 backfill workers + 1 interactive request every 200ms, %s per run\n", st.desc, d)
 	fmt.Fprintf(&table, "%-14s %-22s %-10s %-10s %-9s %-14s %-6s %-10s %s\n", "", "interactive wait", "max", "allowance", "sent", "backfill share", "429s", "calls/req", "bumps")
@@ -84,6 +89,9 @@ func fleetLanesOn(t *testing.T, st fleetStore, d time.Duration, reps int) {
 			for range reps {
 				st.flush(t)
 				res := runLanesFleet(t, st, d, tc.lanes)
+				if st.cluster == nil {
+					pic.add(tc.name, res.asked)
+				}
 				w := res.waits
 				fmt.Fprintf(&table, "%-14s %-22s %-10s %-10s %-9d %-14s %-6d %-10.3f %d\n", tc.name,
 					fmt.Sprintf("%s / %s", quantile(w, 0.5).Round(time.Millisecond), quantile(w, 0.99).Round(time.Millisecond)),
@@ -100,6 +108,7 @@ func fleetLanesOn(t *testing.T, st fleetStore, d time.Duration, reps int) {
 		})
 	}
 	t.Log(table.String())
+	pic.write(t)
 }
 
 // lanesResult is what one run of the lanes fleet measured.
@@ -113,6 +122,7 @@ type lanesResult struct {
 	rejected  int             // 429s
 	calls     int64
 	perReq    float64
+	asked     map[string][]plot.Point // every request's wait by when it asked, by lane, for the picture
 
 	steady                            time.Duration // the steady part of the run
 	steadyInteractive, steadyBackfill int           // upstream arrivals in it
@@ -160,7 +170,8 @@ func runLanesFleet(t *testing.T, st fleetStore, d time.Duration, lanes int) lane
 	calls0 := scriptCalls(t, st.client(t))
 
 	var backfillD, interactiveD []throttle.Decision // under mu
-	process := func(conns int, into *[]throttle.Decision) *http.Client {
+	var asked waitLog
+	process := func(conns int, into *[]throttle.Decision, series string) *http.Client {
 		rs, err := store.NewRedis(st.client(t)) // a Redis client per process
 		require.NoError(t, err)
 		base := http.DefaultTransport.(*http.Transport).Clone()
@@ -170,6 +181,7 @@ func runLanesFleet(t *testing.T, st fleetStore, d time.Duration, lanes int) lane
 			mu.Lock()
 			*into = append(*into, d)
 			mu.Unlock()
+			asked.add(series, d)
 		}))
 		require.NoError(t, err)
 		return &http.Client{Transport: tr}
@@ -208,7 +220,7 @@ func runLanesFleet(t *testing.T, st fleetStore, d time.Duration, lanes int) lane
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range procs {
-		c := process(workers, &backfillD)
+		c := process(workers, &backfillD, "backfill")
 		for range workers {
 			wg.Go(func() {
 				for do(ctx, c, false) {
@@ -216,7 +228,7 @@ func runLanesFleet(t *testing.T, st fleetStore, d time.Duration, lanes int) lane
 			})
 		}
 	}
-	ic := process(4, &interactiveD)
+	ic := process(4, &interactiveD, "interactive")
 	wg.Go(func() {
 		tick := time.NewTicker(every)
 		defer tick.Stop()
@@ -231,7 +243,7 @@ func runLanesFleet(t *testing.T, st fleetStore, d time.Duration, lanes int) lane
 	})
 	wg.Wait()
 
-	res := lanesResult{failed: int(failed.Load()), rejected: int(rejected.Load())}
+	res := lanesResult{failed: int(failed.Load()), rejected: int(rejected.Load()), asked: asked.since(start)}
 	mu.Lock()
 	defer mu.Unlock()
 	var allowances []time.Duration

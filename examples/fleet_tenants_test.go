@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/plot"
 	"github.com/throttle-go/throttle/store"
 	"github.com/throttle-go/throttle/throttletest"
 )
@@ -45,7 +46,9 @@ import (
 //	FLEET_TENANTS_REPS=3 FLEET_TENANTS_DURATION=10s go test -tags integration -run TestFleetTenants -v ./examples
 //
 // FLEET_TENANTS_DURATION sets a run's length (default 5s, to keep the
-// default run short).
+// default run short); FLEET_TENANTS_SVG names a file to draw each
+// request's wait in, over time, from the runs on one redis-server
+// (docs/tenants-waits.svg).
 func TestFleetTenants(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the tenants fleet runs for about 25s")
@@ -70,6 +73,7 @@ func TestFleetTenants(t *testing.T) {
 // shares and with one tenant alone, and logs the table.
 func fleetTenantsOn(t *testing.T, st fleetStore, d time.Duration, reps int) {
 	weights := map[string]int{"a": 1, "b": 1, "c": 1, "d": 2, "e": 5}
+	pic := tenantsPicture(d)
 
 	var table strings.Builder
 	fmt.Fprintf(&table, "\n%s: 100/s, weights a1 b1 c1 d2 e5; backlogged: 3 processes x 3 workers each; light: one request of each every 200ms; %s per run\n", st.desc, d)
@@ -85,6 +89,9 @@ func fleetTenantsOn(t *testing.T, st fleetStore, d time.Duration, reps int) {
 			for range reps {
 				st.flush(t)
 				res := runTenantsFleet(t, st, d, weights, tc.backlogged, tc.light)
+				if st.cluster == nil {
+					pic.add(tc.name, res.asked)
+				}
 				var norm []string
 				for _, n := range tc.backlogged {
 					norm = append(norm, fmt.Sprintf("%s %.1f", n, float64(res.steady[n])/float64(weights[n])))
@@ -105,6 +112,9 @@ func fleetTenantsOn(t *testing.T, st fleetStore, d time.Duration, reps int) {
 		})
 	}
 	t.Log(table.String())
+	if st.cluster == nil {
+		pic.write(t)
+	}
 }
 
 // tenantsResult is what one run of the tenants fleet measured.
@@ -121,6 +131,7 @@ type tenantsResult struct {
 	sent       int
 	calls      int64
 	perReq     float64
+	asked      map[string][]plot.Point // every request's wait by when it asked, by tenant, for the picture
 }
 
 // runTenantsFleet runs the tenants fleet once for d on st and measures it.
@@ -154,6 +165,7 @@ func runTenantsFleet(t *testing.T, st fleetStore, d time.Duration, weights map[s
 	calls0 := scriptCalls(t, st.client(t))
 
 	var decisions []throttle.Decision // under mu
+	var asked waitLog
 	process := func(conns int) *http.Client {
 		rs, err := store.NewRedis(st.client(t)) // a Redis client per process
 		require.NoError(t, err)
@@ -164,6 +176,7 @@ func runTenantsFleet(t *testing.T, st fleetStore, d time.Duration, weights map[s
 			mu.Lock()
 			decisions = append(decisions, d)
 			mu.Unlock()
+			asked.add(d.Tenant, d)
 		}))
 		require.NoError(t, err)
 		return &http.Client{Transport: tr}
@@ -227,7 +240,7 @@ func runTenantsFleet(t *testing.T, st fleetStore, d time.Duration, weights map[s
 	}
 	wg.Wait()
 
-	res := tenantsResult{failed: int(failed.Load()), rejected: int(rejected.Load()), steady: map[string]int{}}
+	res := tenantsResult{failed: int(failed.Load()), rejected: int(rejected.Load()), steady: map[string]int{}, asked: asked.since(start)}
 	mu.Lock()
 	defer mu.Unlock()
 	for _, d := range decisions {

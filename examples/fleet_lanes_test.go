@@ -23,8 +23,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle"
-	"github.com/throttle-go/throttle/internal/redistest"
 	"github.com/throttle-go/throttle/internal/plot"
+	"github.com/throttle-go/throttle/internal/redistest"
 	"github.com/throttle-go/throttle/store"
 	"github.com/throttle-go/throttle/throttletest"
 )

@@ -28,10 +28,10 @@ type memLanes struct {
 
 // laneSlot is a yielding reservation in the index.
 type laneSlot struct {
-	slot, entry int64
-	rank        int64 // the lane, or a tenant's start tag
-	cost        int
-	member      string
+	slot, entry, allowance int64
+	rank                   int64 // the lane, or a tenant's start tag
+	cost                   int
+	member                 string
 }
 
 // laneScan and tenantScan bound the members read to find one that fits
@@ -84,8 +84,10 @@ func (l *memLanes) drop(now int64) {
 // find is lane_find: the earliest slot after now + LaneGuard and at most
 // until of a lower lane (with same, or the same; tagged: of a larger start
 // tag than rank), of cost units; -1 if none among the first laneScan
-// (tagged: tenantScan). The caller sends within the slot's allowance.
-func (l *memLanes) find(now, until, rank int64, cost int, same, tagged bool) int {
+// (tagged: tenantScan). A new request sends within the slot's allowance,
+// whatever its own; a bumped waiter (same) takes only a slot recorded with
+// an allowance at least its own, else a slot at the end.
+func (l *memLanes) find(now, until, rank int64, cost int, allowance int64, same, tagged bool) int {
 	guard := now + contract.Micros(contract.LaneGuard)
 	scan := laneScan
 	if tagged {
@@ -108,7 +110,7 @@ func (l *memLanes) find(now, until, rank int64, cost int, same, tagged bool) int
 		if tagged {
 			later = s.rank > rank
 		}
-		if s.cost == cost && later {
+		if s.cost == cost && later && (!same || s.allowance >= allowance) {
 			if !tagged {
 				return i
 			}
@@ -233,9 +235,10 @@ func (m *Memory) reserveLanes(key string, req contract.Request, now, maxW int64,
 	maxWait := contract.MicrosDown(req.MaxWait)
 	i := -1
 	if req.Lane > 0 || same || ten {
-		i = l.find(now, now+maxWait, rank, req.Cost, same, ten)
+		i = l.find(now, now+maxWait, rank, req.Cost, contract.Micros(req.Allowance), same, ten)
 	}
 	req.Allowance = req.YieldAllowance() // from here on, the allowance it is recorded with
+	allowance := contract.Micros(req.Allowance)
 	var res contract.Reservation
 	if i >= 0 {
 		c := l.idx[i]
@@ -272,7 +275,7 @@ func (m *Memory) reserveLanes(key string, req contract.Request, now, maxW int64,
 		} else {
 			res.Yielded = contract.LaneMember(token, &req, res.Entry)
 		}
-		l.insert(laneSlot{res.Slot, res.Entry, rank, req.Cost, res.Yielded})
+		l.insert(laneSlot{res.Slot, res.Entry, allowance, rank, req.Cost, res.Yielded})
 	}
 	return res
 }

@@ -53,9 +53,11 @@ end
 -- waiter: after now) and at most until_,
 -- of a lower lane (or with same, of the same lane too; tagged: of a larger
 -- start tag than lane, see tenants), of cost units: its slot, entry and
--- member; nil if none. The caller sends within the slot's allowance (its
+-- member; nil if none. A new request sends within the slot's allowance (its
 -- entry less its slot), whatever its own: it takes the entry, and the time
--- a paced limit counted the slot at.
+-- a paced limit counted the slot at. A bumped waiter (same) takes only a
+-- slot recorded with an allowance at least its own, else one at the end:
+-- taking the next would move every waiter behind it once more.
 local function lane_find(idx, now, lane, cost, allowance, until_, same, tagged)
   local scan, near = LANE_SCAN, now + LANE_GUARD
   if tagged then scan = TENANT_SCAN end
@@ -68,11 +70,11 @@ local function lane_find(idx, now, lane, cost, allowance, until_, same, tagged)
   for i = 1, #got, 2 do
     local m, sl = got[i], tonumber(got[i + 1])
     if bs and sl > bs then break end
-    local l, c, e = string.match(m, ':(%d+):(%d+):%d+:(%d+)$')
-    l, c, e = tonumber(l), tonumber(c), tonumber(e)
+    local l, c, a, e = string.match(m, ':(%d+):(%d+):(%d+):(%d+)$')
+    l, c, a, e = tonumber(l), tonumber(c), tonumber(a), tonumber(e)
     local later
     if tagged then later = l and l > lane else later = l and (l < lane or same and l == lane) end
-    if later and c == cost then
+    if later and c == cost and (not same or a >= allowance) then
       if not tagged then return sl, e, m end
       -- Of a tenant's slots due at one time, the largest tag's: the
       -- waiter moved is the last in order.

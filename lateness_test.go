@@ -699,3 +699,95 @@ func TestRewriteOnANewConnection(t *testing.T) {
 		}
 	})
 }
+
+// TestLateProcessTakesABackfillSlot: an interactive process that learned
+// 8ms of lateness, more than the 5ms a yielding backfill slot is recorded
+// with, still takes one: it is held to that slot's allowance (a wake-up or
+// a write later than it retakes), instead of queuing behind the backfill.
+// Every window holds at most N sends.
+func TestLateProcessTakesABackfillSlot(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		st := newMemoryStore(t)
+		var mu sync.Mutex
+		var sent []time.Time
+		base := roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			if req.URL.Host == "api.example.com" {
+				mu.Lock()
+				sent = append(sent, time.Now())
+				mu.Unlock()
+			}
+			return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
+		})
+		lanes := Rule{Name: "lanes", Host: "api.example.com", Limits: []Limit{Per(10, time.Second)}, Key: Fixed("gw"),
+			NoDefaultPace: true, Lanes: 2, Lane: func(r *http.Request) int {
+				if r.Header.Get("X-Lane") == "1" {
+					return 1
+				}
+				return 0
+			}}
+		backfill, err := New(base, st, WithRule(lanes))
+		require.NoError(t, err)
+		backfill.eng.Sleep = func(ctx context.Context, d time.Duration) error { // 1ms late: its slots are recorded with 5ms
+			return engine.PreciseSleep(ctx, d+time.Millisecond)
+		}
+		var decisions []Decision
+		interactive, err := New(base, st, WithRule(lanes),
+			WithRule(Rule{Name: "other", Host: "other.example.com", Limits: []Limit{PerSecond(100)}, Key: Fixed("o"), NoDefaultPace: true}),
+			WithOnDecision(func(d Decision) {
+				mu.Lock()
+				decisions = append(decisions, d)
+				mu.Unlock()
+			}))
+		require.NoError(t, err)
+		Measured(interactive)
+		const late = 8 * time.Millisecond
+		wakes := 0
+		interactive.eng.Sleep = func(ctx context.Context, d time.Duration) error {
+			wakes++
+			if wakes <= 2 { // its first requests, elsewhere, wake 8ms late
+				d += late
+			}
+			return engine.PreciseSleep(ctx, d)
+		}
+		get := func(tr *Transport, url string, lane string) {
+			req, err := http.NewRequest(http.MethodGet, url, nil)
+			require.NoError(t, err)
+			if lane != "" {
+				req.Header.Set("X-Lane", lane)
+			}
+			resp, err := tr.RoundTrip(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+		}
+		get(interactive, "https://other.example.com/", "")
+		get(interactive, "https://other.example.com/", "")
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() { get(backfill, "https://api.example.com/x", "") })
+		}
+		synctest.Wait()
+		time.Sleep(50 * time.Millisecond)
+		start := time.Now()
+		get(interactive, "https://api.example.com/x", "1")
+		took := time.Since(start)
+		wg.Wait()
+
+		mu.Lock()
+		defer mu.Unlock()
+		d := decisions[len(decisions)-1]
+		require.Greater(t, decisions[1].Allowance, contract.LaneAllowance, "the interactive process learned its lateness")
+		assert.True(t, d.Took, "it took a backfill slot")
+		assert.Equal(t, contract.LaneAllowance, d.Allowance, "held to the slot's allowance")
+		assert.Less(t, took, 1500*time.Millisecond, "rather than queue behind the backfill")
+		for i := range sent {
+			n := 0
+			for _, u := range sent {
+				if !u.Before(sent[i]) && u.Before(sent[i].Add(time.Second)) {
+					n++
+				}
+			}
+			assert.LessOrEqual(t, n, 10)
+		}
+	})
+}

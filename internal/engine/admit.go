@@ -308,6 +308,12 @@ func (c *Engine) granted(ctx context.Context, a *Admission, g grant, req contrac
 	a.lease.take(c, p, g.from, res)
 	a.g = g
 	a.Verdict.Took = res.Took
+	// A slot taken from another waiter (a lower lane's, a later turn's)
+	// stands in the log at its entry, recorded with that waiter's
+	// allowance: the request sends within it, however late it asked to be.
+	if held := time.Duration(res.Entry-res.Slot) * time.Microsecond; res.Slot != 0 && res.Entry >= res.Slot && held < a.Verdict.Allowance {
+		a.Verdict.Allowance = held
+	}
 	a.Verdict.Delay += res.Delay
 	replied := c.Now()
 	a.slot, a.latest, a.storeSlot = a.asked.Add(res.Delay), replied.Add(res.Delay), 0

@@ -83,8 +83,10 @@ func (l *memLanes) drop(now int64) {
 
 // find is lane_find: the earliest slot after now + LaneGuard and at most
 // until of a lower lane (with same, or the same; tagged: of a larger start
-// tag than rank), of cost units, whose allowance is at least allowance; -1
-// if none among the first laneScan (tagged: tenantScan).
+// tag than rank), of cost units; -1 if none among the first laneScan
+// (tagged: tenantScan). A new request sends within the slot's allowance,
+// whatever its own; a bumped waiter (same) takes only a slot recorded with
+// an allowance at least its own, else a slot at the end.
 func (l *memLanes) find(now, until, rank int64, cost int, allowance int64, same, tagged bool) int {
 	guard := now + contract.Micros(contract.LaneGuard)
 	scan := laneScan
@@ -108,7 +110,7 @@ func (l *memLanes) find(now, until, rank int64, cost int, allowance int64, same,
 		if tagged {
 			later = s.rank > rank
 		}
-		if s.cost == cost && later && s.allowance >= allowance {
+		if s.cost == cost && later && (!same || s.allowance >= allowance) {
 			if !tagged {
 				return i
 			}

@@ -28,7 +28,8 @@ local YIELDED, TAKEN, CONFIRMED, TOOK = 1, 2, 4, 8
 -- members of idx read to find one that fits; LANE_ALLOWANCE is
 -- contract.LaneAllowance in microseconds: the least allowance a yielding
 -- reservation is recorded with (when it takes one), so that a higher lane
--- whose allowance is larger than the yielding waiter's fits in its slot.
+-- that takes its slot, and must send within that allowance, seldom has to
+-- take another for being late.
 local LANE_GUARD, LANE_SCAN, LANE_ALLOWANCE = 2000, 16, 5000
 -- TENANT_SCAN is LANE_SCAN for a tenant's request (see tenants): the
 -- waiters of a backlog are ordered by tag, and a request goes before all
@@ -51,10 +52,12 @@ end
 -- earliest slot in idx, more than LANE_GUARD after now (a tenant's bumped
 -- waiter: after now) and at most until_,
 -- of a lower lane (or with same, of the same lane too; tagged: of a larger
--- start tag than lane, see tenants), of cost units, and whose allowance is
--- at least the caller's (the caller sends within its own: by the entry,
--- and by the time a paced limit counted it at): its slot, entry and
--- member; nil if none.
+-- start tag than lane, see tenants), of cost units: its slot, entry and
+-- member; nil if none. A new request sends within the slot's allowance (its
+-- entry less its slot), whatever its own: it takes the entry, and the time
+-- a paced limit counted the slot at. A bumped waiter (same) takes only a
+-- slot recorded with an allowance at least its own, else one at the end:
+-- taking the next would move every waiter behind it once more.
 local function lane_find(idx, now, lane, cost, allowance, until_, same, tagged)
   local scan, near = LANE_SCAN, now + LANE_GUARD
   if tagged then scan = TENANT_SCAN end
@@ -71,7 +74,7 @@ local function lane_find(idx, now, lane, cost, allowance, until_, same, tagged)
     l, c, a, e = tonumber(l), tonumber(c), tonumber(a), tonumber(e)
     local later
     if tagged then later = l and l > lane else later = l and (l < lane or same and l == lane) end
-    if later and c == cost and a >= allowance then
+    if later and c == cost and (not same or a >= allowance) then
       if not tagged then return sl, e, m end
       -- Of a tenant's slots due at one time, the largest tag's: the
       -- waiter moved is the last in order.

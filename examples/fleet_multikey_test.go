@@ -40,7 +40,7 @@ func TestFleetPerTokenAndApp(t *testing.T) {
 			args: []string{
 				"-redis", addrs, "-tokens", strings.Join(tokens, ","),
 				"-rate", strconv.Itoa(n), "-app-rate", strconv.Itoa(appN), "-per", w.String(),
-				"-workers", strconv.Itoa(workersPerProc), "-mode", "wait",
+				"-workers", strconv.Itoa(workersPerProc), "-mode", "wait", "-margin", burstMargin,
 			},
 			procs:    procs,
 			duration: id,

@@ -242,6 +242,24 @@ var laneCases = []conformanceCase{
 		c = confirmPaced(t, s, key, with(laneReq(0, true, time.Second), time.Millisecond), low[5])
 		assert.True(t, c.Confirmed, "its slot stands")
 	}},
+	{"lanes: a bumped waiter later than the next slot's allowance goes to the end", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		// Taking the next waiter's slot would move every waiter behind it
+		// once more; a waiter whose allowance the next slot does not cover
+		// takes a slot at the end of the queue instead.
+		with := func(r contract.Request, a time.Duration) contract.Request { r.Allowance = a; return r }
+		var low []contract.Reservation
+		for range 6 {
+			low = append(low, reserve(t, s, key, with(laneReq(0, true, time.Second), time.Millisecond)))
+		}
+		res := reserve(t, s, key, with(laneReq(1, false, time.Second), time.Millisecond))
+		require.True(t, res.Took)
+		require.Equal(t, low[2].Slot, res.Slot)
+		clock.Advance(low[2].Delay)
+		c := confirmPaced(t, s, key, with(laneReq(0, true, time.Second), contract.LaneAllowance+time.Millisecond), low[2])
+		require.True(t, c.Allowed)
+		assert.False(t, c.Confirmed, "its slot was taken")
+		assert.Greater(t, c.Slot, low[5].Slot, "a slot at the end, no other waiter's")
+	}},
 	{"lanes: bad lanes are refused", func(t *testing.T, s store.Store, _ *fakeClock, key string) {
 		for _, r := range []contract.Request{
 			laneReq(contract.MaxLane+1, false, 0),

@@ -53,19 +53,7 @@ func TestFleetLanes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the lanes fleet runs for about 25s")
 	}
-	d := 5 * time.Second
-	if v := os.Getenv("FLEET_LANES_DURATION"); v != "" {
-		var err error
-		d, err = time.ParseDuration(v)
-		require.NoError(t, err, "FLEET_LANES_DURATION")
-		require.GreaterOrEqual(t, d, 3*time.Second, "FLEET_LANES_DURATION")
-	}
-	reps := 1
-	if v := os.Getenv("FLEET_LANES_REPS"); v != "" {
-		var err error
-		reps, err = strconv.Atoi(v)
-		require.NoError(t, err, "FLEET_LANES_REPS")
-	}
+	d, reps := fleetRunEnv(t, "LANES")
 	pic := lanesPicture(d)
 	forEachFleetStore(t, func(t *testing.T, st fleetStore) { fleetLanesOn(t, st, d, reps, pic) })
 	pic.write(t)
@@ -297,6 +285,25 @@ type fleetStore struct {
 	desc    string
 	cluster *redistest.Cluster // nil for one redis-server
 	addr    string             // the redis-server's, for one
+}
+
+// fleetRunEnv reads FLEET_<name>_DURATION, a run's length (default 5s, at
+// least 3s), and FLEET_<name>_REPS, the runs per scenario (default 1).
+func fleetRunEnv(t *testing.T, name string) (d time.Duration, reps int) {
+	t.Helper()
+	d, reps = 5*time.Second, 1
+	if v := os.Getenv("FLEET_" + name + "_DURATION"); v != "" {
+		var err error
+		d, err = time.ParseDuration(v)
+		require.NoError(t, err, "FLEET_%s_DURATION", name)
+		require.GreaterOrEqual(t, d, 3*time.Second, "FLEET_%s_DURATION", name)
+	}
+	if v := os.Getenv("FLEET_" + name + "_REPS"); v != "" {
+		var err error
+		reps, err = strconv.Atoi(v)
+		require.NoError(t, err, "FLEET_%s_REPS", name)
+	}
+	return d, reps
 }
 
 // forEachFleetStore runs fn in a subtest on one redis-server ("redis"),

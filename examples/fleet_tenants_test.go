@@ -9,9 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,27 +51,17 @@ func TestFleetTenants(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the tenants fleet runs for about 25s")
 	}
-	d := 5 * time.Second
-	if v := os.Getenv("FLEET_TENANTS_DURATION"); v != "" {
-		var err error
-		d, err = time.ParseDuration(v)
-		require.NoError(t, err, "FLEET_TENANTS_DURATION")
-		require.GreaterOrEqual(t, d, 3*time.Second, "FLEET_TENANTS_DURATION")
-	}
-	reps := 1
-	if v := os.Getenv("FLEET_TENANTS_REPS"); v != "" {
-		var err error
-		reps, err = strconv.Atoi(v)
-		require.NoError(t, err, "FLEET_TENANTS_REPS")
-	}
-	forEachFleetStore(t, func(t *testing.T, st fleetStore) { fleetTenantsOn(t, st, d, reps) })
+	d, reps := fleetRunEnv(t, "TENANTS")
+	pic := tenantsPicture(d)
+	forEachFleetStore(t, func(t *testing.T, st fleetStore) { fleetTenantsOn(t, st, d, reps, pic) })
+	pic.write(t)
 }
 
 // fleetTenantsOn runs the tenants fleet on st reps times for d, with fair
-// shares and with one tenant alone, and logs the table.
-func fleetTenantsOn(t *testing.T, st fleetStore, d time.Duration, reps int) {
+// shares and with one tenant alone, and logs the table; pic keeps the runs
+// on one redis-server.
+func fleetTenantsOn(t *testing.T, st fleetStore, d time.Duration, reps int, pic *waitsPicture) {
 	weights := map[string]int{"a": 1, "b": 1, "c": 1, "d": 2, "e": 5}
-	pic := tenantsPicture(d)
 
 	var table strings.Builder
 	fmt.Fprintf(&table, "\n%s: 100/s, weights a1 b1 c1 d2 e5; backlogged: 3 processes x 3 workers each; light: one request of each every 200ms; %s per run\n", st.desc, d)
@@ -112,9 +100,6 @@ func fleetTenantsOn(t *testing.T, st fleetStore, d time.Duration, reps int) {
 		})
 	}
 	t.Log(table.String())
-	if st.cluster == nil {
-		pic.write(t)
-	}
 }
 
 // tenantsResult is what one run of the tenants fleet measured.

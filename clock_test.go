@@ -185,11 +185,13 @@ func testStall(t *testing.T, stall time.Duration) {
 		}
 	}
 	t.Logf("stall %v: served per second from its end %v; largest allowance before %v, after %v; %d retakes after it", stall, perSecond, before, after, retaken)
-	// What it was before, to within a round trip, and a quarter more for
-	// the bounds' aging by the drift (1,000 ppm), which varies with the
-	// order in which the bubble runs the replies of one instant; before
-	// the fix, a stall of 0.9 s took it from 0.4 ms to 1.1 ms.
-	assert.LessOrEqual(t, after, before+rtt+rtt/4, "the allowance after the stall is what it was before")
+	// What it was before, to within two round trips: the clocks' bounds
+	// age by the drift (1,000 ppm) and narrow with the replies, and both
+	// vary with the order in which the bubble runs the replies of one
+	// instant (after less before: -186 to +142 µs in 180 runs, +278 µs
+	// once on a loaded machine). Learning the stall as lateness took it
+	// from 0.4 ms to 1.1 ms after a stall of 0.9 s.
+	assert.LessOrEqual(t, after, before+2*rtt, "the allowance after the stall is what it was before")
 	for i, n := range perSecond[1:] {
 		assert.GreaterOrEqual(t, n, 95, "second %d after the stall: the full rate", i+1)
 	}

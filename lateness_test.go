@@ -700,6 +700,73 @@ func TestRewriteOnANewConnection(t *testing.T) {
 	})
 }
 
+// TestRewriteAfterAWriteOnANewConnection: net/http's HTTP/1 transport also
+// writes an idempotent request again on a new connection when the one it
+// reused was closed after the request was written, before any byte of the
+// response. That write is checked too: the new connection's dial (50ms
+// here) is lateness, and no window holds more than N of the requests the
+// server read, the unanswered one included.
+func TestRewriteAfterAWriteOnANewConnection(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const n, w, dial = 2, time.Second, 50 * time.Millisecond
+		var mu sync.Mutex
+		var read []time.Time // when the server read each request
+		var conns int
+		var served sync.WaitGroup
+		base := &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
+			mu.Lock()
+			i := conns
+			conns++
+			mu.Unlock()
+			if i > 0 {
+				time.Sleep(dial)
+			}
+			cli, srv := net.Pipe()
+			served.Go(func() {
+				defer srv.Close()
+				br := bufio.NewReader(srv)
+				for k := 0; ; k++ {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					req.Body.Close()
+					mu.Lock()
+					read = append(read, time.Now())
+					mu.Unlock()
+					if i == 0 && k == 1 {
+						return // the second request on the first connection: closed unanswered
+					}
+					if _, err := io.WriteString(srv, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"); err != nil {
+						return
+					}
+				}
+			})
+			return cli, nil
+		}}
+		var decisions []Decision
+		tr, err := New(base, newMemoryStore(t), WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{Per(n, w)}, NoDefaultPace: true}),
+			WithOnDecision(func(d Decision) { decisions = append(decisions, d) }))
+		require.NoError(t, err)
+		for range 4 {
+			req, err := http.NewRequest(http.MethodGet, "http://pg.example/v1/charges", nil)
+			require.NoError(t, err)
+			resp, err := tr.RoundTrip(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+		}
+		base.CloseIdleConnections()
+		served.Wait()
+		assert.Len(t, decisions, 4, "one Decision a request")
+		assert.Equal(t, 2, conns, "the second request written again on a new connection")
+		require.Len(t, read, 5)
+		for i := n; i < len(read); i++ {
+			assert.GreaterOrEqual(t, read[i].Sub(read[i-n]), w, "read %d", i)
+		}
+	})
+}
+
 // TestLateProcessTakesABackfillSlot: an interactive process that learned
 // 8ms of lateness, more than the 5ms a yielding backfill slot is recorded
 // with, still takes one: it is held to that slot's allowance (a wake-up or

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle"
+	"github.com/throttle-go/throttle/internal/contract"
 	"github.com/throttle-go/throttle/internal/fakestore"
 	"github.com/throttle-go/throttle/internal/redistest"
 	"github.com/throttle-go/throttle/store"
@@ -402,4 +404,76 @@ func TestInFlightDefaultLeaseFor(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
 	assert.Equal(t, uint64(1), tr.Stats().Rules[0].Requests[throttle.Sent])
+}
+
+// downOnDemand is a store with leases whose Reserve fails while down is set.
+type downOnDemand struct {
+	store.Store
+	down atomic.Bool
+}
+
+func (s *downOnDemand) Reserve(ctx context.Context, key string, req contract.Request) (contract.Reservation, error) {
+	if s.down.Load() {
+		return contract.Reservation{}, errors.New("connection refused")
+	}
+	return s.Store.Reserve(ctx, key, req)
+}
+
+// TestInFlightRetakeOnTheWireKeepsItsLease: a request late on the wire
+// retakes its slot; the shared store fails then, and under FailLocal the
+// local limiter grants a slot with a lease of its own (the shared one given
+// back). When that retake ends unsent (here its context ends while it waits
+// for the new slot), the request goes on its old slot with the local lease:
+// closing its body gives it back, and the local cap is free for the next
+// request. (It used to go on with the shared lease, already given back,
+// while the local one stayed held for good.)
+func TestInFlightRetakeOnTheWireKeepsItsLease(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		st := &downOnDemand{Store: newMemory(t)}
+		var sends atomic.Int32
+		base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			if sends.Add(1) == 1 {
+				time.Sleep(50 * time.Millisecond) // a slow dial: late on the wire
+				st.down.Store(true)
+			}
+			if trace := httptrace.ContextClientTrace(r.Context()); trace != nil && trace.GotConn != nil {
+				trace.GotConn(httptrace.GotConnInfo{})
+			}
+			resp := okResponse(r)
+			resp.Body = io.NopCloser(strings.NewReader("ok"))
+			return resp, nil
+		})
+		var decisions decisionLog
+		tr := newTransport(t, base, st, throttle.WithRule(throttle.Rule{
+			Name: "gw", Host: "api.example.com", Limits: []throttle.Limit{throttle.Per(2, time.Second)},
+			Key: throttle.Fixed("gw"), MaxWait: 5 * time.Second, InFlight: 2, LeaseFor: time.Second, NoDefaultPace: true,
+		}), throttle.WithFailLocal(0.5), decisions.option())
+		held := func() int64 { return tr.Stats().Rules[0].InFlight.Held }
+
+		// The local share (1 a second) counts the shared send, so the
+		// retake's local slot is a second away; the context ends first.
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		time.AfterFunc(200*time.Millisecond, cancel)
+		req, _ := newRequest(t, ctx, http.MethodGet, testURL)
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err, "sent on its old slot")
+		assert.Equal(t, int64(1), held(), "in flight until its body is closed")
+		require.NoError(t, resp.Body.Close())
+		assert.Equal(t, int64(0), held(), "its lease given back with its body")
+
+		// The store still down, the next request takes the local cap's
+		// only lease at once.
+		time.Sleep(2 * time.Second)
+		req, _ = newRequest(t, context.Background(), http.MethodGet, testURL)
+		resp, err = tr.RoundTrip(req)
+		require.NoError(t, err)
+		d := decisions.last(t)
+		assert.True(t, d.Local)
+		assert.False(t, d.InFlight, "no wait for a lease")
+		assert.Zero(t, d.Queued)
+		require.NoError(t, resp.Body.Close())
+		assert.Equal(t, int64(0), held())
+	})
 }

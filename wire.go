@@ -30,7 +30,7 @@ type wire struct {
 	mu       sync.Mutex
 	a        engine.Admission
 	got      bool           // the base reported the connection
-	rewrite  bool           // a write failed: net/http may write it again on a new connection (gotConn)
+	wrote    bool           // written on it (written, which reports its Decision)
 	head     bool           // the first header field was written (header)
 	onWrite  bool           // the admission was checked as its request was written (header)
 	headers  bool           // the write's lateness was measured as its header fields went (wroteHeaders)
@@ -63,17 +63,27 @@ func (t *Transport) onWire(ctx context.Context, req *http.Request, r *rule, k ke
 }
 
 // gotConn is the trace's GotConn: the admission checks the connection (and
-// retakes its slot when late) before the request is written. A request
-// whose write failed, and that net/http writes again on a new connection
-// (the server closed the one it had), is checked again on that one: the
-// dial is lateness too.
+// retakes its slot when late) before the request is written. net/http
+// writes a request again on a new connection when the one it had was
+// closed, after a failed write or, for an idempotent request, before any
+// byte of the response (HTTP/2 likewise, on a refused stream), and reports
+// each connection: the request is checked again on each, for the dial is
+// lateness too.
 func (w *wire) gotConn(httptrace.GotConnInfo) {
 	w.mu.Lock()
-	if w.got && !w.rewrite || w.returned {
+	wrote := w.wrote
+	w.mu.Unlock()
+	if wrote {
+		// Written once already: its Decision, which written may have
+		// left to a goroutine, is reported before a new check starts.
+		w.report()
+	}
+	w.mu.Lock()
+	if w.returned {
 		w.mu.Unlock()
 		return
 	}
-	w.got, w.rewrite, w.head, w.headers = true, false, false, false
+	w.got, w.wrote, w.head, w.onWrite, w.headers = true, false, false, false, false
 	a := w.a
 	w.checked.Add(1)
 	w.mu.Unlock()
@@ -145,10 +155,10 @@ func (w *wire) written(info httptrace.WroteRequestInfo) {
 	if info.Err != nil {
 		// Not written: net/http may write it again on a new connection
 		// (gotConn), or return the error (sent reports).
-		w.rewrite = true
 		w.mu.Unlock()
 		return
 	}
+	w.wrote = true
 	a, measured, headers := w.a, w.onWrite, w.headers
 	w.mu.Unlock()
 	if measured {

@@ -214,7 +214,12 @@ func (c *Engine) settle(ctx context.Context, a *Admission) {
 	if prev := a.onWire; prev != nil {
 		a.onWire = nil
 		if a.Verdict.Outcome != Sent {
+			// The retake may have replaced the lease (another store's
+			// under FailLocal, or one the queue handed over), giving
+			// the old one back: the request goes on with the one held.
+			held := a.lease.held
 			*a = *prev
+			a.lease.held, a.Verdict.Lease = held, held
 			return
 		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)

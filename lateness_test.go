@@ -858,3 +858,73 @@ func TestLateProcessTakesABackfillSlot(t *testing.T) {
 		}
 	})
 }
+
+// lateKey marks the context of a request whose wake-up oversleeps.
+type lateKey struct{}
+
+// TestTenantRetakeKeepsItsPlace: a light tenant's request that wakes late
+// behind a backlog of a tenant of weight 5 gives its slot back and takes
+// the next one after its wake-up, with its start tag: it keeps its place
+// before the backlog's waiters, and is not charged a second time (which
+// would put it behind five of them).
+func TestTenantRetakeKeepsItsPlace(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		sent := map[string][]time.Time{}
+		var decisions []Decision
+		tr, err := New(roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			mu.Lock()
+			c := req.Header.Get("X-Customer")
+			sent[c] = append(sent[c], time.Now())
+			mu.Unlock()
+			return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
+		}), newMemoryStore(t),
+			WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{Per(1, 100*time.Millisecond)},
+				Tenant:  func(r *http.Request) (string, error) { return r.Header.Get("X-Customer"), nil },
+				Weights: map[string]int{"heavy": 5}}),
+			WithOnDecision(func(d Decision) {
+				mu.Lock()
+				decisions = append(decisions, d)
+				mu.Unlock()
+			}))
+		require.NoError(t, err)
+		Measured(tr)
+		const oversleep = 30 * time.Millisecond // beyond the allowance plus half the margin
+		tr.eng.Sleep = func(ctx context.Context, d time.Duration) error {
+			if once, ok := ctx.Value(lateKey{}).(*sync.Once); ok {
+				once.Do(func() { d += oversleep }) // its first wake-up only
+			}
+			return engine.PreciseSleep(ctx, d)
+		}
+		send := func(ctx context.Context, customer string) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://pg.example/v1/charges", nil)
+			require.NoError(t, err)
+			req.Header.Set("X-Customer", customer)
+			resp, err := tr.RoundTrip(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+		}
+		var wg sync.WaitGroup
+		for range 30 {
+			wg.Go(func() { send(context.Background(), "heavy") })
+			synctest.Wait()
+		}
+		time.Sleep(350 * time.Millisecond)
+		start := time.Now()
+		send(context.WithValue(context.Background(), lateKey{}, new(sync.Once)), "light")
+		took := time.Since(start)
+		wg.Wait()
+		var light Decision
+		for _, d := range decisions {
+			if d.Tenant == "light" {
+				light = d
+			}
+		}
+		require.Equal(t, 1, light.Retaken, "it woke late and took a slot again")
+		// Slots 105ms apart (the window and the margin): its slot at
+		// 420ms, its wake-up 30ms later, the next slot at 525ms.
+		assert.Equal(t, 175*time.Millisecond, took, "the slot after its wake-up: not behind the backlog")
+		assert.Len(t, sent["heavy"], 30)
+	})
+}

@@ -189,6 +189,95 @@ var tenantCases = []conformanceCase{
 		assert.Equal(t, "light", m.order()[1])
 		assert.Equal(t, 19, m.bumps, "each heavy waiter behind it went one slot later")
 	}},
+	{"tenants: a newcomer goes before the backlog's waiters whose tag is the virtual time", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		// Three backlogs of one weight: their waiters' tags tie three by
+		// three (0 0 0 1 1 1 2 2 2 ...). At 650ms the slot at 600ms came
+		// with tag 2; the waiters at 700ms and 800ms hold tag 2 too.
+		// Newcomers take their slots (ties of tags go to a newcomer).
+		m := newTenantSim(t, s, clock, key, lim(1, 100*time.Millisecond))
+		for _, n := range []string{"x", "y", "z"} {
+			for i := range 10 {
+				require.True(t, m.ask(n, 1, i, 10*time.Second))
+			}
+		}
+		m.run(650 * time.Millisecond)
+		require.Len(t, m.sent, 7)
+		clock.Advance(650*time.Millisecond - clock.Now().Sub(m.start))
+		require.True(t, m.ask("light", 1, 0, time.Second))
+		light := m.held[len(m.held)-1]
+		assert.True(t, light.res.Took, "it takes a backlog's slot")
+		assert.Equal(t, 50*time.Millisecond, light.res.Delay, "the next slot, not one behind the waiters of its tag")
+		// A second newcomer at once takes the slot after it, not its.
+		require.True(t, m.ask("other", 1, 0, time.Second))
+		assert.Equal(t, 150*time.Millisecond, m.held[len(m.held)-1].res.Delay)
+		m.run(0)
+		m.checkFIFO()
+		m.checkWindows()
+		assert.Equal(t, 32, len(m.sent))
+		assert.Equal(t, []string{"light", "other"}, m.order()[7:9])
+	}},
+	{"tenants: a request taken again keeps its tag, and its tenant is charged once", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		// A backlog of weight 5 (tags 0, 0.2, 0.4, ...); a light request
+		// takes its next slot; given back and taken again (its waiter woke
+		// late) with its tag, it goes before the backlog as before. The
+		// tenant's next request starts one step on, not two.
+		m := newTenantSim(t, s, clock, key, lim(1, 100*time.Millisecond))
+		for i := range 20 {
+			require.True(t, m.ask("heavy", 5, i, 10*time.Second))
+		}
+		m.run(250 * time.Millisecond)
+		clock.Advance(250*time.Millisecond - clock.Now().Sub(m.start))
+		rq := tenantReq("light", 1, time.Second, m.limits...)
+		res := reserve(t, s, key, rq)
+		require.True(t, res.Allowed && res.Took)
+		require.Equal(t, 50*time.Millisecond, res.Delay)
+		clock.Advance(60 * time.Millisecond) // it wakes 10ms late
+		require.NoError(t, s.Cancel(ctx, res))
+		again := rq
+		again.Again, again.Tag = true, res.Tag
+		res2 := reserve(t, s, key, again)
+		require.True(t, res2.Allowed)
+		assert.Equal(t, res.Tag, res2.Tag, "its tag")
+		assert.True(t, res2.Took, "it takes the backlog's next slot")
+		assert.Equal(t, 90*time.Millisecond, res2.Delay, "the slot at 400ms")
+		m.hold(simHeld{at: clock.Now().Add(res2.Delay), rq: rq, res: res2})
+		next := reserve(t, s, key, tenantReq("light", 1, time.Second, m.limits...))
+		require.True(t, next.Allowed)
+		assert.Equal(t, res.Tag+contract.TenantStep(1, 1), next.Tag, "charged once")
+		m.hold(simHeld{at: clock.Now().Add(next.Delay), rq: rq, res: next, seq: 1})
+		m.run(0)
+		m.checkFIFO()
+		m.checkWindows()
+		assert.Equal(t, 22, len(m.sent))
+	}},
+	{"tenants: a request taken again does not move its own tenant's waiters", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		// One tenant alone, ten waiting; its request at 200ms wakes late
+		// and is taken again: it takes a new slot at the end, rather than
+		// its next waiter's (which would move each of the seven behind it
+		// once more, to the same order).
+		m := newTenantSim(t, s, clock, key, lim(1, 100*time.Millisecond))
+		for i := range 10 {
+			require.True(t, m.ask("alone", 1, i, 10*time.Second))
+		}
+		late := m.held[1]
+		require.Equal(t, 200*time.Millisecond, late.at.Sub(m.start))
+		m.held = slices.Delete(m.held, 1, 2)
+		m.run(150 * time.Millisecond)
+		clock.Advance(210*time.Millisecond - clock.Now().Sub(m.start))
+		require.NoError(t, s.Cancel(ctx, late.res))
+		again := late.rq
+		again.Again, again.Tag = true, late.res.Tag
+		res := reserve(t, s, key, again)
+		require.True(t, res.Allowed)
+		assert.False(t, res.Took)
+		assert.Equal(t, late.res.Tag, res.Tag)
+		assert.Equal(t, time.Second-210*time.Millisecond, res.Delay, "after the last waiter (at 900ms): at 1s")
+		m.hold(simHeld{at: clock.Now().Add(res.Delay), rq: late.rq, res: res, seq: late.seq})
+		m.run(0)
+		m.checkWindows()
+		assert.Equal(t, 10, len(m.sent))
+		assert.Zero(t, m.bumps)
+	}},
 	{"tenants: weights 1:2, backlogged, get 1:2 of the slots, FIFO inside each", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		m := newTenantSim(t, s, clock, key, lim(1, 100*time.Millisecond))
 		for i := range 12 {
@@ -253,6 +342,8 @@ var tenantCases = []conformanceCase{
 			func(r *contract.Request) { r.Tenant = "a:b" },
 			func(r *contract.Request) { r.Tenant = "" },
 			func(r *contract.Request) { r.Algorithm = contract.FixedWindow },
+			func(r *contract.Request) { r.Tag = 5 },
+			func(r *contract.Request) { r.Again, r.Tag = true, -1 },
 		} {
 			r := ok
 			bad(&r)

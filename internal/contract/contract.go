@@ -192,6 +192,12 @@ type Request struct {
 	// Step is how far the tenant's finish tag moves (TenantStep: its cost
 	// over its weight), 1 to 2^32; required with Tenant.
 	Step int64
+	// Again, with Tenant, reserves once more for a reservation of the
+	// tenant given back (a retake: its waiter was late): with its start
+	// tag, Tag, so that it keeps its place among the key's waiters, and
+	// without moving the tenant's finish tag (it was charged once).
+	Again bool
+	Tag   int64
 }
 
 // A key should always be reserved with the same limits: a log is trimmed

@@ -40,16 +40,21 @@ func TenantStep(cost, w int) int64 {
 const maxStep = 1 << 32
 
 // tenanted reports whether r is a tenant's.
-func (r *Request) tenanted() bool { return r.Tenant != "" || r.Step != 0 }
+func (r *Request) tenanted() bool { return r.Tenant != "" || r.Step != 0 || r.Again || r.Tag != 0 }
 
 // tenantValid reports whether r's tenant fields are well formed: a tenant
 // of at most 64 bytes without ':' (a hashed name), a step from 1 to maxStep,
-// yielding, without a lane, on a sliding log without more keys or a cap.
+// yielding, without a lane, on a sliding log without more keys or a cap;
+// a tag only with Again, from 0 to maxTag.
 func (r *Request) tenantValid() bool {
 	return r.Tenant != "" && len(r.Tenant) <= 64 && !strings.ContainsRune(r.Tenant, ':') &&
 		r.Step >= 1 && r.Step <= maxStep && r.Yield && r.Lane == 0 &&
-		r.Algorithm == SlidingLog && r.Also == nil && r.InFlight == 0
+		r.Algorithm == SlidingLog && r.Also == nil && r.InFlight == 0 &&
+		(r.Again || r.Tag == 0) && r.Tag >= 0 && r.Tag <= maxTag
 }
+
+// maxTag bounds Request.Tag: exact in Lua's numbers.
+const maxTag = 1 << 53
 
 // tenantInvalid returns the error of a tenant field of r, nil if none.
 func (r *Request) tenantInvalid() error {
@@ -57,7 +62,7 @@ func (r *Request) tenantInvalid() error {
 		return nil
 	}
 	return fmt.Errorf("%w: tenant: a name of 1 to 64 bytes without ':' and a step of 1 to %d, yielding, "+
-		"in lane 0, on a sliding log without Also or InFlight", ErrInvalidRequest, int64(maxStep))
+		"in lane 0, on a sliding log without Also or InFlight; a tag of 0 to 2^53 only again", ErrInvalidRequest, int64(maxStep))
 }
 
 // TenantMember is the name of a tenant's yielding reservation in its key's
@@ -86,4 +91,25 @@ func MemberRank(m string) int64 {
 		return -1
 	}
 	return v
+}
+
+// TenantToken is the token of a tenant's yielding reservation, made of a
+// token (without ';' or ':') and its tenant: a request of the tenant taken
+// again (Request.Again) skips the slots of its own (MemberTenant). ';'
+// orders as ':' does against a token's characters, so members order in
+// the index as their tokens alone would.
+func TenantToken(token, tenant string) string { return token + ";" + tenant }
+
+// MemberTenant is the tenant of a member of the index made with
+// TenantToken; "" if none.
+func MemberTenant(m string) string {
+	end := strings.IndexByte(m, ':')
+	if end < 0 {
+		return ""
+	}
+	i := strings.IndexByte(m[:end], ';')
+	if i < 0 {
+		return ""
+	}
+	return m[i+1 : end]
 }

@@ -239,6 +239,13 @@ func (c *Engine) take(ctx context.Context, a *Admission) state {
 	}
 	p := a.p
 	req := c.request(ctx, a)
+	if p.Tenants && a.g.res.Allowed && a.g.from == c.policy.shared {
+		// A retake (a holds the slot it gave back) keeps its start tag:
+		// its place among the waiters, charged once. Only the shared
+		// store's tags mean anything there (policy.reserve drops it for
+		// the local limiter).
+		req.Again, req.Tag = true, a.g.res.Tag
+	}
 	a.Verdict.Allowance = req.Allowance
 	a.lease.ask(p, &req, a.Verdict.Queued)
 	g := c.policy.reserve(ctx, p, a.k.Key, req) // policy.go

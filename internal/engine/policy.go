@@ -173,6 +173,7 @@ func (p *policy) reserve(ctx context.Context, r *Plan, skey string, req contract
 			return grant{err: down, down: down, local: true}
 		}
 		req.Limits = s.limits
+		req.Again, req.Tag = false, 0 // a retake's tag is the shared store's
 		var ok bool
 		if req.Also, ok = s.alsoShare(req.Also, req.Cost); !ok {
 			down.Detail = fmt.Sprintf(" (and cost %d is above the local share of a limit of Also)", req.Cost)

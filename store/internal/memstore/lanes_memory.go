@@ -87,7 +87,7 @@ func (l *memLanes) drop(now int64) {
 // (tagged: tenantScan). A new request sends within the slot's allowance,
 // whatever its own; a bumped waiter (same) takes only a slot recorded with
 // an allowance at least its own, else a slot at the end.
-func (l *memLanes) find(now, until, rank int64, cost int, allowance int64, same, tagged bool) int {
+func (l *memLanes) find(now, until, rank int64, cost int, allowance int64, same, tagged bool, mine string) int {
 	guard := now + contract.Micros(contract.LaneGuard)
 	scan := laneScan
 	if tagged {
@@ -110,6 +110,9 @@ func (l *memLanes) find(now, until, rank int64, cost int, allowance int64, same,
 		if tagged {
 			later = s.rank > rank
 		}
+		if later && mine != "" && contract.MemberTenant(s.member) == mine {
+			later = false // a retake skips its tenant's slots (lanes.lua)
+		}
 		if s.cost == cost && later && (!same || s.allowance >= allowance) {
 			if !tagged {
 				return i
@@ -130,8 +133,9 @@ func (l *memLanes) came(now, tag int64) {
 	}
 }
 
-// virtual is tenant_v, last the log's last entry (0: none).
-func (l *memLanes) virtual(now, last int64) int64 {
+// virtual is tenant_v, last the log's last entry (0: none): V, bounded by
+// the front waiters' tags, and V as stored.
+func (l *memLanes) virtual(now, last int64) (int64, int64) {
 	alive := l.tensExpires > now
 	if !alive {
 		clear(l.tenants)
@@ -162,10 +166,11 @@ func (l *memLanes) virtual(now, last int64) int64 {
 	if alive {
 		l.v = v
 	}
+	u := v
 	for _, r := range front {
 		v = min(v, r)
 	}
-	return v
+	return v, u
 }
 
 // record is tenant_record: the tenants not past V dropped, the tenant's
@@ -223,19 +228,27 @@ func (m *Memory) reserveLanes(key string, req contract.Request, now, maxW int64,
 			l.virtual(now, m.lastEntry(key, now))
 		}
 	}
-	var v int64
-	if ten && !same {
-		v = l.virtual(now, m.lastEntry(key, now))
-		rank = v
-		if f, ok := l.tenants[req.Tenant]; ok {
-			rank = max(v, f)
+	var v, u int64
+	switch {
+	case ten && !same && req.Again: // a retake keeps its tag, charged once
+		l.virtual(now, m.lastEntry(key, now))
+		rank = req.Tag
+	case ten && !same:
+		v, u = l.virtual(now, m.lastEntry(key, now))
+		rank = max(min(v, u-1), 0) // a light tenant: just below V (lanes.lua)
+		if f, ok := l.tenants[req.Tenant]; ok && f > v {
+			rank = f
 		}
 	}
 	l.drop(now)
 	maxWait := contract.MicrosDown(req.MaxWait)
 	i := -1
 	if req.Lane > 0 || same || ten {
-		i = l.find(now, now+maxWait, rank, req.Cost, contract.Micros(req.Allowance), same, ten)
+		mine := ""
+		if ten && req.Again {
+			mine = req.Tenant
+		}
+		i = l.find(now, now+maxWait, rank, req.Cost, contract.Micros(req.Allowance), same, ten, mine)
 	}
 	req.Allowance = req.YieldAllowance() // from here on, the allowance it is recorded with
 	allowance := contract.Micros(req.Allowance)
@@ -264,13 +277,14 @@ func (m *Memory) reserveLanes(key string, req contract.Request, now, maxW int64,
 	}
 	if ten {
 		res.Tag = rank
-		if !same {
+		if !same && !req.Again {
 			l.record(req.Tenant, rank, req.Step, v, now, (res.Entry-now+maxW)/1000*1000+1000)
 		}
 	}
 	if req.Yield && res.Slot > now+contract.Micros(contract.LaneGuard) {
 		token := "m" + strconv.FormatUint(laneSeq.Add(1), 36)
 		if ten {
+			token = contract.TenantToken(token, req.Tenant)
 			res.Yielded = contract.TenantMember(token, rank, &req, res.Entry)
 		} else {
 			res.Yielded = contract.LaneMember(token, &req, res.Entry)

@@ -61,6 +61,9 @@ func (r *Redis) reserveLanes(ctx context.Context, key string, req contract.Reque
 	call, p := r.reserveCall(key, req)
 	idx, bumped := r.laneKeys(key)
 	token := laneToken()
+	if req.Tenant != "" {
+		token = contract.TenantToken(token, req.Tenant) // a retake skips its tenant's slots (lanes.lua)
+	}
 	yield := 0
 	if req.Yield {
 		yield = 1
@@ -77,7 +80,11 @@ func (r *Redis) reserveLanes(ctx context.Context, key string, req contract.Reque
 			call.script = tenantsPacedScript
 		}
 		call.keys = append(call.keys, r.tenantsKey(key))
-		call.args = append(call.args, req.Tenant, req.Step)
+		var again any = ""
+		if req.Again {
+			again = req.Tag
+		}
+		call.args = append(call.args, req.Tenant, req.Step, again)
 	}
 	reply, err := r.runReserve(ctx, key, req, call, false)
 	if err != nil {

@@ -48,7 +48,7 @@ local function lane_member(token, lane, cost, allowance, entry)
   return string.format('%s:%.0f:%.0f:%.0f:%.0f', token, lane, cost, allowance, entry)
 end
 
--- lane_find(idx, now, lane, cost, allowance, until_, same, tagged) is the
+-- lane_find(idx, now, lane, cost, allowance, until_, same, tagged, mine) is the
 -- earliest slot in idx, more than LANE_GUARD after now (a tenant's bumped
 -- waiter: after now) and at most until_,
 -- of a lower lane (or with same, of the same lane too; tagged: of a larger
@@ -57,8 +57,11 @@ end
 -- entry less its slot), whatever its own: it takes the entry, and the time
 -- a paced limit counted the slot at. A bumped waiter (same) takes only a
 -- slot recorded with an allowance at least its own, else one at the end:
--- taking the next would move every waiter behind it once more.
-local function lane_find(idx, now, lane, cost, allowance, until_, same, tagged)
+-- taking the next would move every waiter behind it once more. A tenant's
+-- request taken again skips its own tenant's slots (a tenant's member's
+-- token ends with ';' and its tenant, mine): it would move each of them
+-- once more, and alone it would only trade places with them.
+local function lane_find(idx, now, lane, cost, allowance, until_, same, tagged, mine)
   local scan, near = LANE_SCAN, now + LANE_GUARD
   if tagged then scan = TENANT_SCAN end
   -- A tenant's bumped waiter, awake at its slot, takes a slot due at once
@@ -74,6 +77,7 @@ local function lane_find(idx, now, lane, cost, allowance, until_, same, tagged)
     l, c, a, e = tonumber(l), tonumber(c), tonumber(a), tonumber(e)
     local later
     if tagged then later = l and l > lane else later = l and (l < lane or same and l == lane) end
+    if later and mine and string.match(m, '^[^;:]*;([^:]*):') == mine then later = false end
     if later and c == cost and (not same or a >= allowance) then
       if not tagged then return sl, e, m end
       -- Of a tenant's slots due at one time, the largest tag's: the
@@ -91,12 +95,14 @@ end
 
 -- tenants: fair shares between the tenants of one key (docs/tenants.md),
 -- start-time fair queueing over the same index. A tenant's request has a
--- start tag S = max(V, F), F the tenant's last finish tag and V the key's
--- virtual time, and moves F to S + step (its cost over its weight). It
+-- start tag S = F, F the tenant's last finish tag, when F is past V, the
+-- key's virtual time; else (a light tenant) S is just below V: below the
+-- stored V, and not above the waiters' smallest tag, so that it goes before
+-- the backlog's waiters whose tag is V (ties go to a newcomer) and not before
+-- another newcomer's. It moves F to S + step (its cost over its weight). It
 -- takes the earliest waiting slot whose start tag is larger than its own,
 -- as a higher lane takes a lower one's (rank: its tag); a bumped waiter
--- keeps its tag. A tenant's tags grow, so FIFO inside a tenant holds; a
--- light tenant's request (S = V) goes before every backlog.
+-- keeps its tag. A tenant's tags grow, so FIFO inside a tenant holds.
 --
 -- tens    a ZSET beside the log (same hash tag): the active tenants'
 --         finish tags, each under its hashed name, and V under '~v' (no
@@ -118,7 +124,7 @@ end
 -- finish tag: the end of a busy spell, whoever comes next starts afresh,
 -- and every tenant is dropped. Returned: that, but never past the smallest
 -- tag among the first TENANT_FRONT waiters (a slot that came out of order
--- does not put a newcomer behind the queue).
+-- does not put a newcomer behind the queue); and the stored V.
 local function tenant_v(tens, idx, key, now)
   local guard = string.format('%.0f', now + LANE_GUARD)
   local stored = tonumber(redis.call('ZSCORE', tens, '~v'))
@@ -133,8 +139,9 @@ local function tenant_v(tens, idx, key, now)
     v = math.max(v, tonumber(top[2]) or 0)
   end
   if stored and stored < v then redis.call('ZADD', tens, string.format('%.0f', v), '~v') end
+  local u = v
   for i = 1, #front do v = math.min(v, lane_rank(front[i])) end
-  return v
+  return v, u
 end
 
 -- tenant_record(ten, s, ttl) drops the tenants whose finish tag is not
@@ -162,8 +169,8 @@ end
 -- log_reserve's arguments, without more keys) reserves as log_reserve
 -- does, over the lanes (see the header), and returns its values, the flags
 -- and a tenant's start tag. ten is nil, or a tenant's request: { key = tens,
--- member = its hashed name, step = its step } (see tenants), whose rank is
--- its start tag instead of lane.
+-- member = its hashed name, step = its step, again, tag: a retake's } (see
+-- tenants), whose rank is its start tag instead of lane.
 local function lane_reserve(idx, bumped, lane, yield, token, held, ten,
                             now, cost, max_wait, server_wait, key, fb, pace_key, seen, allowance, limits, pace)
   local UPSTREAM = 3
@@ -179,18 +186,27 @@ local function lane_reserve(idx, bumped, lane, yield, token, held, ten,
       lane = lane_rank(held)
       tenant_v(ten.key, idx, key, now)
     end
+  elseif ten and ten.again then -- a retake keeps its tag, charged once
+    lane = ten.tag
+    tenant_v(ten.key, idx, key, now)
   elseif ten then
-    ten.v = tenant_v(ten.key, idx, key, now)
-    lane = math.max(ten.v, tonumber(redis.call('ZSCORE', ten.key, ten.member)) or 0)
+    local u
+    ten.v, u = tenant_v(ten.key, idx, key, now)
+    local f = tonumber(redis.call('ZSCORE', ten.key, ten.member))
+    if f and f > ten.v then lane = f else lane = math.max(math.min(ten.v, u - 1), 0) end
   end
   local max_w = 0
   for i = 2, #limits, 2 do max_w = math.max(max_w, limits[i]) end
   -- A new tenant's request moves its tenant's tag when it is allowed.
-  local rec = ten and not same
+  local rec = ten and not same and not ten.again
   local tag
   if ten then tag = lane end
   local s, e, m
-  if lane > 0 or same or ten then s, e, m = lane_find(idx, now, lane, cost, allowance, now + max_wait, same, ten ~= nil) end
+  local mine
+  if ten and ten.again then mine = ten.member end
+  if lane > 0 or same or ten then
+    s, e, m = lane_find(idx, now, lane, cost, allowance, now + max_wait, same, ten ~= nil, mine)
+  end
   -- From here on, the allowance it is recorded with (contract.YieldAllowance).
   if yield and allowance > 0 then allowance = math.max(allowance, LANE_ALLOWANCE) end
   if s then

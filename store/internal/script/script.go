@@ -86,12 +86,14 @@ for _ = 1, 4 do table.remove(ARGV) end
 
 // tenantsMain is the main of the log's reserve script for a tenant's
 // request (lanes.lua, tenants): KEYS the lanes' six, then the tenants' set;
-// ARGV the lanes', then the tenant's hashed name and its step.
+// ARGV the lanes', then the tenant's hashed name, its step, and a retake's
+// tag ("" for a new request).
 func tenantsMain(paced bool) string {
 	return `local nargs = #ARGV
-local yield, token, held = ARGV[nargs - 4] == '1', ARGV[nargs - 3], ARGV[nargs - 2]
-local ten = { key = KEYS[7], member = ARGV[nargs - 1], step = ARGV[nargs] + 0 }
-for _ = 1, 6 do table.remove(ARGV) end
+local yield, token, held = ARGV[nargs - 5] == '1', ARGV[nargs - 4], ARGV[nargs - 3]
+local ten = { key = KEYS[7], member = ARGV[nargs - 2], step = ARGV[nargs - 1] + 0,
+  again = ARGV[nargs] ~= '', tag = tonumber(ARGV[nargs]) }
+for _ = 1, 7 do table.remove(ARGV) end
 ` + parse("log", "allowance", paced, false, false) +
 		"return lane_reply(lane_reserve(KEYS[5], KEYS[6], 0, yield, token, held, ten,\n" +
 		"  now, cost, max_wait, server_wait, key, fb, pace_key, seen, allowance, limits, pace))"

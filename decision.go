@@ -64,7 +64,8 @@ type Decision struct {
 	// stricter pace after the slot was placed (at most 2 more).
 	Retaken int
 	// Allowance is how late after its slot this process may send: the
-	// largest lateness it measured in the last second or two. The log
+	// largest lateness it measured in the last second or two, and at least
+	// 5ms for a slot of Lanes or Tenant that others may take. The log
 	// records the request that much after its slot. Before the process has
 	// measured anything it is a cautious 100ms. Zero for the counting
 	// algorithms and with NoMargin.

@@ -190,3 +190,56 @@ func TestLimiterRefusesLanes(t *testing.T) {
 		assert.Contains(t, err.Error(), "a Limiter", name)
 	}
 }
+
+// TestLanesBumpsStayFew: 24 backfill workers keep a paced 100 per second
+// busy while an interactive request every 200ms takes one of their slots,
+// for 5s on a fake clock. Each interactive request moves the backfill
+// waiters behind it one slot later, each at most once or twice: waiters
+// bumped onto one slot used to take it from each other at every slot, and
+// the bumps grew to more than ten per request.
+func TestLanesBumpsStayFew(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		r := laneRule(2)
+		r.Limits, r.Margin, r.NoDefaultPace = []throttle.Limit{throttle.PerSecond(100)}, 0, false
+		var mu sync.Mutex
+		sent, bumps := 0, 0
+		var sl sendLog
+		tr := newTransport(t, sl.base(), nil, throttle.WithRule(r), throttle.WithOnDecision(func(d throttle.Decision) {
+			mu.Lock()
+			defer mu.Unlock()
+			if d.Outcome == throttle.Sent {
+				sent++
+				bumps += d.Bumped
+			}
+		}))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		send := func(lane string) bool {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://api.example.com/x", nil)
+			req.Header.Set("X-Lane", lane)
+			resp, err := tr.RoundTrip(req)
+			if err == nil {
+				_ = resp.Body.Close()
+			}
+			return err == nil
+		}
+		var wg sync.WaitGroup
+		for range 24 {
+			wg.Go(func() {
+				for send("0") {
+				}
+			})
+		}
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				time.Sleep(200 * time.Millisecond)
+				send("1")
+			}
+		})
+		wg.Wait()
+		require.Greater(t, sent, 400)
+		t.Logf("%d bumps in %d sends", bumps, sent)
+		assert.Less(t, float64(bumps)/float64(sent), 5.0, "bumps per request: %d in %d sends", bumps, sent)
+	})
+}

@@ -928,3 +928,40 @@ func TestTenantRetakeKeepsItsPlace(t *testing.T) {
 		assert.Len(t, sent["heavy"], 30)
 	})
 }
+
+// TestYieldingSlotKeepsItsAllowance: a slot that yields to higher lanes is
+// recorded with at least contract.LaneAllowance, more than this process's
+// own allowance: a request that wakes later than its own allowance plus the
+// retake threshold, but within the slot's, sends on it rather than taking
+// another (and a late request that took one also sends within the slot's).
+func TestYieldingSlotKeepsItsAllowance(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		r := &recorder{t: t}
+		tr, err := New(roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			r.sent = append(r.sent, time.Now())
+			return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
+		}), newMemoryStore(t),
+			WithRule(Rule{Host: "pg.example", Key: Fixed("pg1"), Limits: []Limit{Per(1, 100*time.Millisecond)},
+				Lanes: 2, Lane: func(*http.Request) int { return 0 }}),
+			WithOnDecision(func(d Decision) { r.decisions = append(r.decisions, d) }))
+		require.NoError(t, err)
+		Measured(tr)
+		r.tr = tr
+		const late = contract.LaneAllowance + time.Millisecond
+		extra := []time.Duration{time.Millisecond, late}
+		tr.eng.Sleep = func(ctx context.Context, d time.Duration) error {
+			if len(extra) > 0 {
+				d += extra[0]
+				extra = extra[1:]
+			}
+			return engine.PreciseSleep(ctx, d)
+		}
+		r.send() // at once, 1ms late: its allowance is now 1ms
+		r.send() // its slot yields (lane 0, 100ms away); it wakes 6ms late
+		require.Len(t, r.decisions, 2)
+		d := r.decisions[1]
+		assert.Equal(t, contract.LaneAllowance, d.Allowance, "the yielding slot's")
+		assert.Zero(t, d.Retaken, "within the slot's allowance plus half the margin")
+	})
+}

@@ -114,6 +114,40 @@ var laneCases = []conformanceCase{
 		clock.Advance(100 * time.Millisecond)
 		assert.True(t, reserve(t, s, key, one(0, held[4].Yielded)).Confirmed)
 	}},
+	{"lanes: two waiters bumped onto one slot go on in their order", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+		one := func(lane int, c string) contract.Request {
+			r := req(1, time.Second, lim(1, 100*time.Millisecond))
+			r.Lane, r.Yield, r.Confirm = lane, lane == 0, c
+			return r
+		}
+		// Lane 0 holds 0, 100, ..., 500ms (w0 to w5). A higher request
+		// takes 100ms; w1 moves to 200ms; another higher request takes
+		// 200ms from w1 again: at 200ms both w1 and w2 find their slot
+		// taken.
+		w := make([]contract.Reservation, 6)
+		for i := range w {
+			w[i] = reserve(t, s, key, one(0, ""))
+			require.Equal(t, time.Duration(i)*100*time.Millisecond, w[i].Delay)
+		}
+		require.Equal(t, 100*time.Millisecond, reserve(t, s, key, one(1, "")).Delay)
+		clock.Advance(100 * time.Millisecond)
+		w[1] = reserve(t, s, key, one(0, w[1].Yielded))
+		require.Equal(t, 100*time.Millisecond, w[1].Delay, "w1 bumped to 200ms")
+		clock.Advance(50 * time.Millisecond)
+		require.Equal(t, 50*time.Millisecond, reserve(t, s, key, one(1, "")).Delay, "200ms, w1's again")
+		clock.Advance(50 * time.Millisecond)
+		// w1 first takes 300ms; w2, behind it in line, does not take it
+		// back (they would take it from each other at every slot) but
+		// goes to 400ms.
+		w[1] = reserve(t, s, key, one(0, w[1].Yielded))
+		require.False(t, w[1].Confirmed)
+		assert.Equal(t, 100*time.Millisecond, w[1].Delay, "w1 at 300ms")
+		w[2] = reserve(t, s, key, one(0, w[2].Yielded))
+		require.False(t, w[2].Confirmed)
+		assert.Equal(t, 200*time.Millisecond, w[2].Delay, "w2 at 400ms, after w1")
+		clock.Advance(100 * time.Millisecond)
+		assert.True(t, reserve(t, s, key, one(0, w[1].Yielded)).Confirmed, "w1's slot stands")
+	}},
 	{"lanes: a bumped waiter that moves onto a lower lane's slot took it", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		one := func(lane int, c string) contract.Request {
 			r := req(1, time.Second, lim(1, 100*time.Millisecond))

@@ -93,3 +93,31 @@ func member(token string, rank int64, r *Request, entry int64) string {
 	}
 	return b.String()
 }
+
+// LaneToken is the token of a lane's yielding reservation: a token
+// (without '=', ';' or ':') and since, where its waiter stands in its
+// lane's line: the slot it first held, kept as it is bumped along the line
+// (a bumped waiter takes only the slots of its lane's waiters behind it).
+// lanes.lua builds the same string. '=' orders as ':' does against a
+// token's characters, so members order in the index as their tokens alone
+// would.
+func LaneToken(token string, since int64) string {
+	return token + "=" + strconv.FormatInt(since, 10)
+}
+
+// MemberSince is the since of a member made with LaneToken; -1 if none.
+func MemberSince(m string) int64 {
+	end := strings.IndexByte(m, ':')
+	if end < 0 {
+		return -1
+	}
+	i := strings.IndexByte(m[:end], '=')
+	if i < 0 {
+		return -1
+	}
+	v, err := strconv.ParseInt(m[i+1:end], 10, 64)
+	if err != nil || v < 0 {
+		return -1
+	}
+	return v
+}

@@ -320,11 +320,19 @@ func (c *Engine) granted(ctx context.Context, a *Admission, g grant, req contrac
 	a.lease.take(c, p, g.from, res)
 	a.g = g
 	a.Verdict.Took = res.Took
-	// A slot taken from another waiter (a lower lane's, a later turn's)
-	// stands in the log at its entry, recorded with that waiter's
-	// allowance: the request sends within it, however late it asked to be.
-	if held := time.Duration(res.Entry-res.Slot) * time.Microsecond; res.Slot != 0 && res.Entry >= res.Slot && held < a.Verdict.Allowance {
-		a.Verdict.Allowance = held
+	// The slot stands in the log at its entry, recorded with an allowance:
+	// the one asked for, raised to contract.LaneAllowance for a slot that
+	// yields or was taken from a waiter who yielded (a lower lane's, a
+	// later turn's), whose allowance it then is. The request sends within
+	// it, however late it asked to be, and need not send sooner. (An
+	// entry may lie further out, after another process's: that is no
+	// allowance.)
+	if req.Allowance > 0 && res.Slot != 0 && res.Entry >= res.Slot {
+		recorded := req.Allowance
+		if res.Yielded != "" || res.Took {
+			recorded = max(recorded, contract.LaneAllowance)
+		}
+		a.Verdict.Allowance = min(time.Duration(res.Entry-res.Slot)*time.Microsecond, recorded)
 	}
 	a.Verdict.Delay += res.Delay
 	replied := c.Now()

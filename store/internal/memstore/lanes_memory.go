@@ -87,7 +87,7 @@ func (l *memLanes) drop(now int64) {
 // (tagged: tenantScan). A new request sends within the slot's allowance,
 // whatever its own; a bumped waiter (same) takes only a slot recorded with
 // an allowance at least its own, else a slot at the end.
-func (l *memLanes) find(now, until, rank int64, cost int, allowance int64, same, tagged bool, mine string) int {
+func (l *memLanes) find(now, until, rank int64, cost int, allowance int64, same, tagged bool, mine string, behind int64) int {
 	guard := now + contract.Micros(contract.LaneGuard)
 	scan := laneScan
 	if tagged {
@@ -112,6 +112,11 @@ func (l *memLanes) find(now, until, rank int64, cost int, allowance int64, same,
 		}
 		if later && mine != "" && contract.MemberTenant(s.member) == mine {
 			later = false // a retake skips its tenant's slots (lanes.lua)
+		}
+		if later && behind >= 0 && s.rank == rank {
+			if since := contract.MemberSince(s.member); since >= 0 && since <= behind {
+				later = false // not behind it in its lane's line (lanes.lua)
+			}
 		}
 		if s.cost == cost && later && (!same || s.allowance >= allowance) {
 			if !tagged {
@@ -248,7 +253,11 @@ func (m *Memory) reserveLanes(key string, req contract.Request, now, maxW int64,
 		if ten && req.Again {
 			mine = req.Tenant
 		}
-		i = l.find(now, now+maxWait, rank, req.Cost, contract.Micros(req.Allowance), same, ten, mine)
+		behind := int64(-1)
+		if same && !ten {
+			behind = contract.MemberSince(req.Confirm)
+		}
+		i = l.find(now, now+maxWait, rank, req.Cost, contract.Micros(req.Allowance), same, ten, mine, behind)
 	}
 	req.Allowance = req.YieldAllowance() // from here on, the allowance it is recorded with
 	allowance := contract.Micros(req.Allowance)
@@ -287,7 +296,11 @@ func (m *Memory) reserveLanes(key string, req contract.Request, now, maxW int64,
 			token = contract.TenantToken(token, req.Tenant)
 			res.Yielded = contract.TenantMember(token, rank, &req, res.Entry)
 		} else {
-			res.Yielded = contract.LaneMember(token, &req, res.Entry)
+			since := res.Slot // where it stands in its lane's line (lanes.lua)
+			if s := contract.MemberSince(req.Confirm); s >= 0 {
+				since = s
+			}
+			res.Yielded = contract.LaneMember(contract.LaneToken(token, since), &req, res.Entry)
 		}
 		l.insert(laneSlot{res.Slot, res.Entry, allowance, rank, req.Cost, res.Yielded})
 	}

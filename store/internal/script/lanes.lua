@@ -48,7 +48,7 @@ local function lane_member(token, lane, cost, allowance, entry)
   return string.format('%s:%.0f:%.0f:%.0f:%.0f', token, lane, cost, allowance, entry)
 end
 
--- lane_find(idx, now, lane, cost, allowance, until_, same, tagged, mine) is the
+-- lane_find(idx, now, lane, cost, allowance, until_, same, tagged, mine, behind) is the
 -- earliest slot in idx, more than LANE_GUARD after now (a tenant's bumped
 -- waiter: after now) and at most until_,
 -- of a lower lane (or with same, of the same lane too; tagged: of a larger
@@ -60,8 +60,12 @@ end
 -- taking the next would move every waiter behind it once more. A tenant's
 -- request taken again skips its own tenant's slots (a tenant's member's
 -- token ends with ';' and its tenant, mine): it would move each of them
--- once more, and alone it would only trade places with them.
-local function lane_find(idx, now, lane, cost, allowance, until_, same, tagged, mine)
+-- once more, and alone it would only trade places with them. A bumped
+-- waiter of a lane (behind: where it stands in its lane's line, see
+-- lane_since) takes a slot of its own lane only from a waiter behind it:
+-- two waiters bumped to one slot would otherwise take it from each other
+-- at every slot, in a storm that grows with each bump.
+local function lane_find(idx, now, lane, cost, allowance, until_, same, tagged, mine, behind)
   local scan, near = LANE_SCAN, now + LANE_GUARD
   if tagged then scan = TENANT_SCAN end
   -- A tenant's bumped waiter, awake at its slot, takes a slot due at once
@@ -78,6 +82,10 @@ local function lane_find(idx, now, lane, cost, allowance, until_, same, tagged, 
     local later
     if tagged then later = l and l > lane else later = l and (l < lane or same and l == lane) end
     if later and mine and string.match(m, '^[^;:]*;([^:]*):') == mine then later = false end
+    if later and behind and l == lane then
+      local since = tonumber(string.match(m, '^[^=:]*=(%d+):'))
+      if since and since <= behind then later = false end
+    end
     if later and c == cost and (not same or a >= allowance) then
       if not tagged then return sl, e, m end
       -- Of a tenant's slots due at one time, the largest tag's: the
@@ -154,6 +162,13 @@ local function tenant_record(ten, s, ttl)
   lane_ttl(ten.key, ttl)
 end
 
+-- lane_since(held) is where the waiter of the member held stands in its
+-- lane's line: the slot it first held (its token ends with '=' and it, see
+-- contract.LaneToken), kept as it is bumped along the line; nil if none.
+local function lane_since(held)
+  return tonumber(string.match(held, '^[^=:]*=(%d+):'))
+end
+
 -- lane_yield(idx, token, lane, cost, allowance, slot, entry, now, max_w)
 -- records a yielding reservation in idx, drops the slots there that are
 -- past (their waiters confirmed, canceled or died: none can be taken), and keeps both keys a
@@ -202,10 +217,17 @@ local function lane_reserve(idx, bumped, lane, yield, token, held, ten,
   local tag
   if ten then tag = lane end
   local s, e, m
-  local mine
+  local mine, since
   if ten and ten.again then mine = ten.member end
+  if same and not ten then since = lane_since(held) end
+  -- A lane's yielding member's token says where it stands in line: the
+  -- slot it first held (kept when bumped).
+  local function tok(slot)
+    if ten then return token end
+    return token .. '=' .. string.format('%.0f', since or slot)
+  end
   if lane > 0 or same or ten then
-    s, e, m = lane_find(idx, now, lane, cost, allowance, now + max_wait, same, ten ~= nil, mine)
+    s, e, m = lane_find(idx, now, lane, cost, allowance, now + max_wait, same, ten ~= nil, mine, since)
   end
   -- From here on, the allowance it is recorded with (contract.YieldAllowance).
   if yield and allowance > 0 then allowance = math.max(allowance, LANE_ALLOWANCE) end
@@ -222,7 +244,7 @@ local function lane_reserve(idx, bumped, lane, yield, token, held, ten,
     if a ~= false then
       local flag = 0
       if a == true and yield and sl > now + LANE_GUARD then
-        flag = lane_yield(idx, token, lane, cost, allowance, sl, en, now, max_w)
+        flag = lane_yield(idx, tok(sl), lane, cost, allowance, sl, en, now, max_w)
       end
       if a == true and rec then tenant_record(ten, tag, math.floor((en - now + max_w) / 1000) + 1) end
       return a, w, sl, li, ca, en, tat, sp, mv, flag, tag
@@ -233,7 +255,7 @@ local function lane_reserve(idx, bumped, lane, yield, token, held, ten,
       lane_ttl(bumped, math.floor((e - now + max_w) / 1000) + 1)
       local flag = TAKEN
       if ten and not same or not ten and lane_rank(m) < lane then flag = flag + TOOK end
-      if yield then flag = flag + lane_yield(idx, token, lane, cost, allowance, s, e, now, max_w) end
+      if yield then flag = flag + lane_yield(idx, tok(s), lane, cost, allowance, s, e, now, max_w) end
       if rec then tenant_record(ten, tag, math.floor((e - now + max_w) / 1000) + 1) end
       return true, s - now, s, 0, 1, e, nil, nil, nil, flag, tag -- cause ORDER: the lane's order set it
     end
@@ -243,7 +265,7 @@ local function lane_reserve(idx, bumped, lane, yield, token, held, ten,
     allowance, limits, pace)
   local flag = 0
   if a == true and yield and sl > now + LANE_GUARD then
-    flag = lane_yield(idx, token, lane, cost, allowance, sl, en, now, max_w)
+    flag = lane_yield(idx, tok(sl), lane, cost, allowance, sl, en, now, max_w)
   end
   if a == true and rec then tenant_record(ten, tag, math.floor((en - now + max_w) / 1000) + 1) end
   return a, w, sl, li, ca, en, tat, sp, mv, flag, tag

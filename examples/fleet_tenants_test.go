@@ -90,6 +90,10 @@ func fleetTenantsOn(t *testing.T, st fleetStore, d time.Duration, reps int, pic 
 					quantile(w, 1).Round(time.Millisecond), fmt.Sprintf("%.1f%%", 100*res.used), res.rejected, res.perReq)
 				t.Logf("steady arrivals by tenant %v in %s (%.1f%% of the limit); light sends %d; bumps %d; 429s %d; script calls %d (%.2f per request)",
 					res.steady, res.span, 100*res.used, len(w), res.bumped, res.rejected, res.calls, res.perReq)
+				if f := res.firstWaits; len(f) > 0 {
+					t.Logf("light requests asked together: the first sent of each pair waited p50 %s, p99 %s",
+						quantile(f, 0.5).Round(time.Millisecond), quantile(f, 0.99).Round(time.Millisecond))
+				}
 				if len(res.slow) > 0 {
 					t.Logf("light waits beyond 20ms: %s", strings.Join(res.slow, "; "))
 				}
@@ -109,6 +113,7 @@ type tenantsResult struct {
 	jain       float64         // Jain's index of the backlogged tenants' steady arrivals over their weights
 	used       float64         // all steady arrivals over the limit
 	lightWaits []time.Duration // the light tenants' waits, sorted
+	firstWaits []time.Duration // of each pair of light requests asked together, the one sent first's wait, sorted
 	slow       []string        // the light tenants' waits beyond two spacings, and why
 	bumped     int
 	failed     int
@@ -228,6 +233,7 @@ func runTenantsFleet(t *testing.T, st fleetStore, d time.Duration, weights map[s
 	res := tenantsResult{failed: int(failed.Load()), rejected: int(rejected.Load()), steady: map[string]int{}, asked: asked.since(start)}
 	mu.Lock()
 	defer mu.Unlock()
+	var pair []time.Duration // the light requests of one tick, in the order they were sent
 	for _, d := range decisions {
 		if d.Outcome != throttle.Sent {
 			continue
@@ -236,6 +242,10 @@ func runTenantsFleet(t *testing.T, st fleetStore, d time.Duration, weights map[s
 		res.bumped += d.Bumped
 		if slices.Contains(light, d.Tenant) {
 			res.lightWaits = append(res.lightWaits, d.Delay)
+			if pair = append(pair, d.Delay); len(pair) == len(light) {
+				res.firstWaits = append(res.firstWaits, slices.Min(pair))
+				pair = pair[:0]
+			}
 			if d.Delay > 20*time.Millisecond {
 				res.slow = append(res.slow, fmt.Sprintf("%s (allowance %s, took %v, bumped %d)",
 					d.Delay.Round(time.Millisecond), d.Allowance.Round(100*time.Microsecond), d.Took, d.Bumped))
@@ -243,6 +253,7 @@ func runTenantsFleet(t *testing.T, st fleetStore, d time.Duration, weights map[s
 		}
 	}
 	slices.Sort(res.lightWaits)
+	slices.Sort(res.firstWaits)
 	from, to := start.Add(time.Second), start.Add(d-500*time.Millisecond)
 	res.span = to.Sub(from)
 	all := 0

@@ -194,9 +194,10 @@ func TestLimiterRefusesLanes(t *testing.T) {
 // TestLanesBumpsStayFew: 24 backfill workers keep a paced 100 per second
 // busy while an interactive request every 200ms takes one of their slots,
 // for 5s on a fake clock. Each interactive request moves the backfill
-// waiters behind it one slot later, each at most once or twice: waiters
-// bumped onto one slot used to take it from each other at every slot, and
-// the bumps grew to more than ten per request.
+// waiters queued behind it one slot later, once: about 24 moves per 20
+// requests. Waiters bumped onto one slot used to take it from each other at
+// every slot (more than ten moves per request), and the line of moves ran on
+// through the requests that queued after the take (3.4 per request).
 func TestLanesBumpsStayFew(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -240,6 +241,6 @@ func TestLanesBumpsStayFew(t *testing.T) {
 		wg.Wait()
 		require.Greater(t, sent, 400)
 		t.Logf("%d bumps in %d sends", bumps, sent)
-		assert.Less(t, float64(bumps)/float64(sent), 5.0, "bumps per request: %d in %d sends", bumps, sent)
+		assert.Less(t, float64(bumps)/float64(sent), 1.5, "bumps per request: %d in %d sends", bumps, sent)
 	})
 }

@@ -77,14 +77,15 @@ var laneCases = []conformanceCase{
 		assert.False(t, res.Took, "its own slot (100ms) is not later than the lower one: a tie leaves the waiter its slot")
 		assert.Equal(t, 100*time.Millisecond, res.Delay)
 	}},
-	{"lanes: each bumped waiter takes the next slot of its lane (FIFO), the last a new one", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
+	{"lanes: each bumped waiter takes the next slot of its lane (FIFO), the last the slot kept for it", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		one := func(lane int, c string) contract.Request {
 			r := req(1, time.Second, lim(1, 100*time.Millisecond))
 			r.Lane, r.Yield, r.Confirm = lane, lane == 0, c
 			return r
 		}
 		// Lane 0 holds 0, 100, 200 and 300ms; the higher request takes
-		// 100ms; a lane-0 request arriving after it queues at 400ms.
+		// 100ms, and keeps 400ms for the end of the line it moves: a
+		// lane-0 request arriving after it queues at 500ms.
 		held := make([]contract.Reservation, 5)
 		for i := range 4 {
 			held[i] = reserve(t, s, key, one(0, ""))
@@ -94,12 +95,13 @@ var laneCases = []conformanceCase{
 		require.True(t, high.Took)
 		require.Equal(t, 100*time.Millisecond, high.Delay)
 		held[4] = reserve(t, s, key, one(0, ""))
-		require.Equal(t, 400*time.Millisecond, held[4].Delay)
+		require.Equal(t, 500*time.Millisecond, held[4].Delay)
 		// At each slot its waiter finds it taken and takes the next one of
 		// its lane, whose waiter does the same at the next slot: each goes
-		// one slot later, in the order they came; the last takes a new
-		// slot, at 500ms.
-		for i := 1; i <= 4; i++ {
+		// one slot later, in the order they came; the last takes the slot
+		// kept for it, at 400ms, and the request queued after the take
+		// does not move.
+		for i := 1; i <= 3; i++ {
 			clock.Advance(100 * time.Millisecond)
 			c := reserve(t, s, key, one(0, held[i].Yielded))
 			require.True(t, c.Allowed, "waiter %d", i)
@@ -112,7 +114,9 @@ var laneCases = []conformanceCase{
 			}
 		}
 		clock.Advance(100 * time.Millisecond)
-		assert.True(t, reserve(t, s, key, one(0, held[4].Yielded)).Confirmed)
+		assert.True(t, reserve(t, s, key, one(0, held[3].Yielded)).Confirmed, "waiter 3 at the kept slot")
+		clock.Advance(100 * time.Millisecond)
+		assert.True(t, reserve(t, s, key, one(0, held[4].Yielded)).Confirmed, "the later request, not moved")
 	}},
 	{"lanes: two waiters bumped onto one slot go on in their order", func(t *testing.T, s store.Store, clock *fakeClock, key string) {
 		one := func(lane int, c string) contract.Request {
@@ -186,9 +190,11 @@ var laneCases = []conformanceCase{
 		require.True(t, h.Took)
 		require.Equal(t, 100*time.Millisecond, h.Delay)
 		require.NoError(t, s.Cancel(ctx, a))
-		// The entry at 100ms is the higher request's: still counted.
+		// The entry at 100ms is the higher request's: still counted; and
+		// 300ms was kept for the end of the line a was in (a gave up its
+		// place in it: that slot goes unsent).
 		n := reserve(t, s, key, one(0, false))
-		assert.Equal(t, 300*time.Millisecond, n.Delay)
+		assert.Equal(t, 400*time.Millisecond, n.Delay)
 		// A waiter not bumped gives its slot back: no higher lane finds it.
 		require.NoError(t, s.Cancel(ctx, b))
 		h2 := reserve(t, s, key, one(1, false))

@@ -113,6 +113,9 @@ func (l *memLanes) find(now, until, rank int64, cost int, allowance int64, same,
 		if later && mine != "" && contract.MemberTenant(s.member) == mine {
 			later = false // a retake skips its tenant's slots (lanes.lua)
 		}
+		if later && !(same && !tagged && s.rank == rank) && isGap(s.member) {
+			later = false // a gap is for its own line alone (lanes.lua)
+		}
 		if later && behind >= 0 && s.rank == rank {
 			if since := contract.MemberSince(s.member); since >= 0 && since <= behind {
 				later = false // not behind it in its lane's line (lanes.lua)
@@ -272,8 +275,13 @@ func (m *Memory) reserveLanes(key string, req contract.Request, now, maxW int64,
 		}
 		if !res.Allowed && i >= 0 {
 			l.idx = slices.Delete(l.idx, i, i+1)
-			l.bumped[c.member] = struct{}{}
-			l.expires = max(l.expires, now+(c.entry-now+maxW)/1000*1000+1000)
+			if !isGap(c.member) { // a gap has no waiter to bump
+				l.bumped[c.member] = struct{}{}
+				l.expires = max(l.expires, now+(c.entry-now+maxW)/1000*1000+1000)
+			}
+			if !ten && c.rank < int64(req.Lane) {
+				m.laneGap(l, key, c, req, now, maxW, paced)
+			}
 			res = contract.Reservation{Allowed: true, Cause: contract.CauseOrder, Key: key, Cost: int32(req.Cost),
 				Delay: contract.FromMicros(c.slot - now), Slot: c.slot, Entry: c.entry,
 				Took: ten && !same || !ten && c.rank < int64(req.Lane)} // lanes.lua's TOOK
@@ -338,4 +346,27 @@ func (m *Memory) cancelLanes(res contract.Reservation) bool {
 	}
 	l.remove(res.Yielded)
 	return true
+}
+
+// gapToken starts the token of a gap (lanes.lua's GAP).
+const gapToken = "gap~"
+
+// isGap reports whether member is a gap's.
+func isGap(member string) bool { return strings.HasPrefix(member, gapToken) }
+
+// laneGap is lane_gap: when a higher lane took c's slot, a slot for the end
+// of c's line is reserved at once at the end of the log, recorded as a gap
+// (a member without a waiter) that the line's last mover takes; m.mu is
+// held.
+func (m *Memory) laneGap(l *memLanes, key string, c laneSlot, req contract.Request, now, maxW int64, paced bool) {
+	g := req
+	g.Cost, g.Allowance, g.MaxWait = c.cost, contract.FromMicros(c.allowance), contract.FromMicros(4*maxW)
+	g.Lane, g.Yield, g.Confirm = int(c.rank), false, ""
+	res := m.logReserve(key, g, now, maxW, paced)
+	if !res.Allowed || res.Slot <= now+contract.Micros(contract.LaneGuard) {
+		return
+	}
+	token := gapToken + "m" + strconv.FormatUint(laneSeq.Add(1), 36)
+	member := contract.LaneMember(contract.LaneToken(token, res.Slot), &g, res.Entry)
+	l.insert(laneSlot{res.Slot, res.Entry, c.allowance, c.rank, c.cost, member})
 }

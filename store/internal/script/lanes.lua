@@ -37,6 +37,16 @@ local LANE_GUARD, LANE_SCAN, LANE_ALLOWANCE = 2000, 16, 5000
 -- the virtual time its bound (tenant_v).
 local TENANT_SCAN, TENANT_FRONT = 64, 8
 
+-- lane_gap_token(token) is the token of a gap (lane_gap) made from token;
+-- lane_is_gap(m) reports whether the member m is a gap's.
+local function lane_gap_token(token)
+  return 'gap~' .. token
+end
+
+local function lane_is_gap(m)
+  return string.sub(m, 1, 4) == 'gap~'
+end
+
 -- lane_ttl(k, ttl) keeps a TTL of at least ttl ms on k.
 local function lane_ttl(k, ttl)
   if redis.call('PTTL', k) < ttl then redis.call('PEXPIRE', k, ttl) end
@@ -82,6 +92,8 @@ local function lane_find(idx, now, lane, cost, allowance, until_, same, tagged, 
     local later
     if tagged then later = l and l > lane else later = l and (l < lane or same and l == lane) end
     if later and mine and string.match(m, '^[^;:]*;([^:]*):') == mine then later = false end
+    -- A gap is for its own line alone (lane_gap).
+    if later and not (same and l == lane) and lane_is_gap(m) then later = false end
     if later and behind and l == lane then
       local since = tonumber(string.match(m, '^[^=:]*=(%d+):'))
       if since and since <= behind then later = false end
@@ -169,6 +181,32 @@ local function lane_since(held)
   return tonumber(string.match(held, '^[^=:]*=(%d+):'))
 end
 
+-- A gap: when a higher lane takes a lower lane's slot, the line behind it
+-- moves one slot on, each waiter at its wake-up onto the next one's slot.
+-- The line ends with the waiters queued when the slot was taken: a slot
+-- for its last one is reserved at once at the end of the log (a gap), so
+-- that the requests that queue after the take go after it, and the moves
+-- stop there, rather than run on through every request that keeps joining
+-- the queue. A gap is a member of idx with no waiter: its token starts with
+-- 'gap~' (lane_gap_token), and it is taken without a bump. One no waiter reaches (the line
+-- ended sooner: a waiter gave its slot back) goes unsent.
+
+-- lane_gap(idx, m, token, now, server_wait, key, fb, pace_key, seen, limits,
+-- pace, max_w) reserves the gap of the line of m, the member whose slot a
+-- higher lane took: a slot at the end of the log, with m's lane, cost and
+-- allowance, recorded in idx. Nothing when none comes within a few windows
+-- (the line then runs to its end as before).
+local function lane_gap(idx, m, token, now, server_wait, key, fb, pace_key, seen, limits, pace, max_w)
+  local l, c, a = string.match(m, ':(%d+):(%d+):(%d+):%d+$')
+  l, c, a = tonumber(l), tonumber(c), tonumber(a)
+  if not l then return end
+  local ok, _, sl, _, _, en = log_reserve(now, c, 4 * max_w, server_wait, key, fb, pace_key, seen, a, limits, pace)
+  if ok ~= true or sl <= now + LANE_GUARD then return end
+  local g = lane_gap_token(token) .. '=' .. string.format('%.0f', sl)
+  redis.call('ZADD', idx, sl, lane_member(g, l, c, a, en))
+  lane_ttl(idx, math.floor((en - now + max_w) / 1000) + 1)
+end
+
 -- lane_yield(idx, token, lane, cost, allowance, slot, entry, now, max_w)
 -- records a yielding reservation in idx, drops the slots there that are
 -- past (their waiters confirmed, canceled or died: none can be taken), and keeps both keys a
@@ -251,10 +289,15 @@ local function lane_reserve(idx, bumped, lane, yield, token, held, ten,
     end
     if s then
       redis.call('ZREM', idx, m)
-      redis.call('SADD', bumped, m)
-      lane_ttl(bumped, math.floor((e - now + max_w) / 1000) + 1)
+      if not lane_is_gap(m) then -- a gap has no waiter to bump
+        redis.call('SADD', bumped, m)
+        lane_ttl(bumped, math.floor((e - now + max_w) / 1000) + 1)
+      end
       local flag = TAKEN
-      if ten and not same or not ten and lane_rank(m) < lane then flag = flag + TOOK end
+      if ten and not same or not ten and lane_rank(m) < lane then
+        flag = flag + TOOK
+        if not ten then lane_gap(idx, m, token, now, server_wait, key, fb, pace_key, seen, limits, pace, max_w) end
+      end
       if yield then flag = flag + lane_yield(idx, tok(s), lane, cost, allowance, s, e, now, max_w) end
       if rec then tenant_record(ten, tag, math.floor((e - now + max_w) / 1000) + 1) end
       return true, s - now, s, 0, 1, e, nil, nil, nil, flag, tag -- cause ORDER: the lane's order set it

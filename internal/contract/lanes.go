@@ -105,6 +105,18 @@ func LaneToken(token string, since int64) string {
 	return token + "=" + strconv.FormatInt(since, 10)
 }
 
+// LineMember is the member of r's yielding reservation of a lane at slot:
+// LaneMember with LaneToken(token, since), since the place in line of the
+// member r confirms (a bumped waiter keeps its place), else slot. The
+// stores build it as lanes.lua does.
+func LineMember(token string, r *Request, slot, entry int64) string {
+	since := slot
+	if s := MemberSince(r.Confirm); s >= 0 {
+		since = s
+	}
+	return LaneMember(LaneToken(token, since), r, entry)
+}
+
 // MemberSince is the since of a member made with LaneToken; -1 if none.
 func MemberSince(m string) int64 {
 	end := strings.IndexByte(m, ':')

@@ -304,11 +304,7 @@ func (m *Memory) reserveLanes(key string, req contract.Request, now, maxW int64,
 			token = contract.TenantToken(token, req.Tenant)
 			res.Yielded = contract.TenantMember(token, rank, &req, res.Entry)
 		} else {
-			since := res.Slot // where it stands in its lane's line (lanes.lua)
-			if s := contract.MemberSince(req.Confirm); s >= 0 {
-				since = s
-			}
-			res.Yielded = contract.LaneMember(contract.LaneToken(token, since), &req, res.Entry)
+			res.Yielded = contract.LineMember(token, &req, res.Slot, res.Entry)
 		}
 		l.insert(laneSlot{res.Slot, res.Entry, allowance, rank, req.Cost, res.Yielded})
 	}

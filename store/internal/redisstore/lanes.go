@@ -134,13 +134,10 @@ func (r *Redis) reserveLanes(ctx context.Context, key string, req contract.Reque
 		res.Tag = tag
 	}
 	if flags&laneYielded != 0 {
-		since := res.Slot // where it stands in its lane's line (lanes.lua)
-		if s := contract.MemberSince(req.Confirm); s >= 0 {
-			since = s
-		}
-		res.Yielded = contract.LaneMember(contract.LaneToken(token, since), &req, res.Entry)
 		if req.Tenant != "" {
 			res.Yielded = contract.TenantMember(token, tag, &req, res.Entry)
+		} else {
+			res.Yielded = contract.LineMember(token, &req, res.Slot, res.Entry)
 		}
 	}
 	return res, nil

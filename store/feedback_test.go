@@ -145,12 +145,32 @@ var feedbackCases = []feedbackCase{
 		assert.True(t, reserve(t, s, key, r).Allowed)
 		assert.False(t, reserve(t, s, key, r).Allowed)
 	}},
-	{"a learned limit with a window longer than the request's is ignored", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
-		learn(t, fb, key, contract.Learned{Limit: lim(1, time.Hour), LimitTTL: time.Hour})
+	{"a learned limit with a window and an N above the request's is ignored", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
+		learn(t, fb, key, contract.Learned{Limit: lim(4, time.Hour), LimitTTL: time.Hour})
 		r := req(1, 0, lim(3, time.Second))
 		for i := range 3 {
 			assert.True(t, reserve(t, s, key, r).Allowed, "request %d", i)
 		}
+		clock.Advance(time.Second)
+		for i := range 3 {
+			assert.True(t, reserve(t, s, key, r).Allowed, "request %d a second later", i)
+		}
+	}},
+	{"a learned limit over a longer window counts when its N is at most the request's, and the log keeps that window", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
+		learn(t, fb, key, contract.Learned{Limit: lim(2, 10*time.Second), LimitTTL: time.Minute})
+		r := req(1, 0, lim(3, time.Second))
+		assert.True(t, reserve(t, s, key, r).Allowed)
+		assert.True(t, reserve(t, s, key, r).Allowed)
+		res := reserve(t, s, key, r)
+		assert.False(t, res.Allowed)
+		assert.Equal(t, contract.CauseLearned, res.Cause)
+		assert.Equal(t, 10*time.Second, res.RetryAfter)
+		clock.Advance(5 * time.Second)
+		res = reserve(t, s, key, r)
+		assert.False(t, res.Allowed, "the entries are kept past the request's own window")
+		assert.Equal(t, 5*time.Second, res.RetryAfter)
+		clock.Advance(5 * time.Second)
+		assert.True(t, reserve(t, s, key, r).Allowed)
 	}},
 	{"a learned limit expires", func(t *testing.T, s store.Store, fb contract.Feedback, clock *fakeClock, key string) {
 		learn(t, fb, key, contract.Learned{Limit: lim(1, time.Second), LimitTTL: 2 * time.Second})
@@ -328,6 +348,32 @@ func TestFeedbackKeyExpires(t *testing.T) {
 	assert.Greater(t, ttl, 9*time.Second, "never shortened")
 }
 
+// TestLearnedWindowKeepsTheLog checks on a real redis-server that a learned
+// limit over a longer window than the request's keeps the log and its seen
+// mark for that window, also when an entry written before it was learned set
+// them for the request's own.
+func TestLearnedWindowKeepsTheLog(t *testing.T) {
+	c := realRedis(t)
+	s, err := redisstore.NewRedis(c)
+	require.NoError(t, err)
+	key := uniqueKey(t)
+	r := contract.Request{Limits: []contract.Limit{lim(5, 100*time.Millisecond)}, Cost: 1}
+	res, err := s.Reserve(ctx, key, r)
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	require.NoError(t, s.Learn(ctx, key, contract.Learned{Limit: lim(2, 5*time.Second), LimitTTL: time.Minute}))
+	res, err = s.Reserve(ctx, key, r)
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	assert.Greater(t, c.PTTL(ctx, s.RedisKey(key)).Val(), 4*time.Second, "the log lives for the learned window")
+	assert.Greater(t, c.PTTL(ctx, s.RedisKey(key)+":seen").Val(), 4*time.Second, "and its mark")
+	time.Sleep(300 * time.Millisecond) // past the request's window and the TTL it set
+	res, err = s.Reserve(ctx, key, r)
+	require.NoError(t, err)
+	assert.False(t, res.Allowed, "the learned window still holds both entries")
+	assert.Equal(t, contract.CauseLearned, res.Cause)
+}
+
 // TestFeedbackMemory logs what a key's feedback hash costs on redis-server,
 // with every field set: go test -run TestFeedbackMemory -v ./store/
 func TestFeedbackMemory(t *testing.T) {
@@ -377,8 +423,8 @@ func TestFeedbackDifferential(t *testing.T) {
 						switch op := rng.IntN(20); op {
 						case 0:
 							l.Pause = time.Duration(rng.IntN(1500)) * time.Millisecond
-						case 1, 2:
-							l.Limit = lim(1+rng.IntN(6), time.Duration(500+rng.IntN(6000))*time.Millisecond)
+						case 1, 2: // over windows longer than the limits' too, held or not by N
+							l.Limit = lim(1+rng.IntN(25), time.Duration(500+rng.IntN(6000))*time.Millisecond)
 							l.LimitTTL = time.Duration(1+rng.IntN(8)) * time.Second
 						case 3:
 							l.Remaining, l.Reset = rng.IntN(10), time.Duration(rng.IntN(5000))*time.Millisecond

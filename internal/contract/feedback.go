@@ -55,8 +55,11 @@ type Learned struct {
 	// Limit, if N > 0, is applied beside the request's limits for LimitTTL
 	// (then forgotten, unless learned again). The latest learned limit
 	// replaces an earlier one. Reserve ignores a learned limit whose window
-	// is longer than the request's longest, so a key's log never grows
-	// beyond what its configured limits keep.
+	// is longer than the request's longest unless its N is at most the
+	// request's largest (the log keeps that many entries): SlidingLog then
+	// keeps the learned window, so a key's log never holds more entries
+	// than its configured limits keep or its window's reservations; the
+	// counting algorithms ignore it.
 	Limit    Limit
 	LimitTTL time.Duration
 	// Pace, if N > 0, is a paced limit (Paced set; N per Per with Burst)

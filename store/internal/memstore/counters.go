@@ -206,7 +206,7 @@ func reserveCounts(st *counterState, key string, req contract.Request, now int64
 		for _, l := range req.Limits {
 			maxW = max(maxW, window(req.Algorithm, l))
 		}
-		if ln, lw, ok := f.learned(now, maxW); ok {
+		if ln, lw, ok := f.learned(now, maxW, 0); ok {
 			tightened = make([]bool, len(limits))
 			for i, l := range limits {
 				// The same float64 steps as the scripts, so both round alike.

@@ -178,9 +178,10 @@ func (f *memFeedback) hold(now, cost, serverWait int64) memHold {
 }
 
 // learned returns the learned limit of n per w µs, if one holds at now and
-// its window is at most maxW (hold.lua's rule: a longer one is ignored).
-func (f *memFeedback) learned(now, maxW int64) (n, w int64, ok bool) {
-	if f.until > now && f.w <= maxW {
+// its window is at most maxW, or its n at most maxN (log.lua's rule: the log
+// then keeps its window; the counting algorithms pass 0).
+func (f *memFeedback) learned(now, maxW, maxN int64) (n, w int64, ok bool) {
+	if f.until > now && (f.w <= maxW || f.n <= maxN) {
 		return f.n, f.w, true
 	}
 	return 0, 0, false

@@ -111,7 +111,7 @@ func (m *Memory) countsUsage(u *contract.Usage, key string, req contract.Request
 		if h.until > now {
 			start, cause = h.until, contract.CauseUpstream
 		}
-		if ln, lw, ok := f.learned(now, maxW); ok {
+		if ln, lw, ok := f.learned(now, maxW, 0); ok {
 			tightened = make([]bool, len(limits))
 			for i, l := range limits {
 				n := max(int(float64(ln)*float64(window(req.Algorithm, l))/float64(lw)), 1)

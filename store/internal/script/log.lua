@@ -158,10 +158,12 @@ local function log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key, 
   -- request; a learned pace is reserved on the key's paced state, as the
   -- request's own paced limit would be, with the larger spacing and the
   -- smaller burst when the request has one; a learned margin widens every
-  -- window limit (and the trim and TTL keep the wider window).
+  -- window limit (and the trim and TTL keep the wider window, as for a
+  -- learned limit's longer window).
   local budget, active = nil, false
   local held, moved = 0, nil -- the end of a pause that holds the slot; when the pace last moved
   local wide = max_w -- the longest window, with a learned margin: what the log must keep
+  local renew = false -- a learned limit's window is longer still (see write)
   if fb and marked then
     local bad, till, n, w, pt, pb, xm
     bad, till, budget, n, w, active, pt, pb, moved, xm = hold(fb, now, cost)
@@ -182,7 +184,11 @@ local function log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key, 
         end
       end
     end
-    if n and w <= max_w then
+    -- A learned limit over a longer window than the request's counts too
+    -- when its N is at most the largest (the trim keeps the newest max_n
+    -- entries whatever their age), and the log then keeps its window.
+    if n and (w <= max_w or n <= max_n) then
+      if w > wide then wide, renew = w, true end
       local e, _, bad = log_after(key, last, n, w, cost)
       if bad then return bad end
       if e and e > s then s, limit, cause = e, 0, LEARNED end
@@ -251,6 +257,6 @@ local function log_reserve(now, cost, max_wait, server_wait, key, fb, pace_key, 
   -- the newest entry (see write).
   local entry = rec
   if active then entry = -rec end
-  log_write(key, entry, rec, cost, max_n, wide, last, now, seen)
+  log_write(key, entry, rec, cost, max_n, wide, last, now, seen, renew)
   return true, wait, s, limit, cause, rec, tat, spacing, moved
 end

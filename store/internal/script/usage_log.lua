@@ -80,7 +80,9 @@ local function usage_log(v, now, cost, max_wait, key, fb, pace_key, _, pace, n, 
       end
     end
   end
-  if hn and hw <= max_w then
+  local max_n = 0
+  for i = 1, #n do max_n = math.max(max_n, n[i]) end
+  if hn and (hw <= max_w or hn <= max_n) then -- as log counts it
     local e, _, bad = log_after(key, newest, hn, hw, cost)
     if bad then return bad end
     if e and e > s then s, limit, cause = e, 0, LEARNED end

@@ -13,12 +13,15 @@
 -- expired, and log assumes the worst of it. A Cancel never empties a log
 -- (see cancel), so no other way leaves a mark without its log.
 
--- log_write(key, entry, rec, cost, max_n, max_w, last, now, seen) records
--- cost entries of value entry (rec, or -rec when marked) at now in key, the
--- log of limits of at most max_n units over at most max_w microseconds,
--- whose last entry before the write was last (nil: the log was new); seen
--- is the log's seen mark (nil: none, as for more keys' logs).
-local function log_write(key, entry, rec, cost, max_n, max_w, last, now, seen)
+-- log_write(key, entry, rec, cost, max_n, max_w, last, now, seen, renew)
+-- records cost entries of value entry (rec, or -rec when marked) at now in
+-- key, the log of limits of at most max_n units over at most max_w
+-- microseconds, whose last entry before the write was last (nil: the log
+-- was new); seen is the log's seen mark (nil: none, as for more keys'
+-- logs); renew says that a learned limit widened max_w beyond the
+-- request's own windows (see log), so that the TTL is renewed on every
+-- write.
+local function log_write(key, entry, rec, cost, max_n, max_w, last, now, seen, renew)
   -- Push, in chunks: unpack of a large table overflows the Lua stack.
   local len
   if cost == 1 then
@@ -75,12 +78,17 @@ local function log_write(key, entry, rec, cost, max_n, max_w, last, now, seen)
   -- pays for a PEXPIRE (an idle log lives at most 1.5 windows); a TTL is
   -- never shortened (GT): another caller's longer window may need it. The
   -- seen mark is set then too, to the period's end: every entry recorded
-  -- until the next period's first lies before it.
+  -- until the next period's first lies before it. While a learned limit
+  -- widens the window (renew), every write renews both: the entries before
+  -- it may have set them for the narrower window, in what is now the same
+  -- period. (A learned margin widens it too, by a few milliseconds, and
+  -- does not: a log idle from the write after the margin was learned until
+  -- a window after it could expire up to half a window early.)
   local period = max_w / 2
   if period < 1000 then period = 1000 end
   period = period - period % 1
   local start = rec - rec % period -- the period's start
-  if not last or last - last % period < start then
+  if renew or not last or last - last % period < start then
     local ttl = start + period + max_w - now
     ttl = (ttl - ttl % 1000) / 1000 + 1
     if seen then redis.call('SET', seen, string.format('%.0f', start + period), 'PX', ttl) end

@@ -148,7 +148,7 @@ func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Res
 		// Not recorded, but a retry still waits for it.
 		return heard{refused: sig.Refused, pause: l.Pause}
 	}
-	// A pace the headers state (a route bucket's, learned at its first
+	// A limit the headers state (a route bucket's, learned at its first
 	// response) is no move: the slots placed before it fall in the
 	// bucket's first window, and taking them anew only delays them.
 	move := false
@@ -159,6 +159,11 @@ func (t *Transport) listen(ctx context.Context, r *rule, k keyed, resp *http.Res
 	case !s.complied || !sig.Refused || resp.StatusCode == http.StatusServiceUnavailable:
 	case s.edge:
 		t.fb.widen(r, k.skey, s.due, now, &l) // margin.go: the path needs a wider margin
+	case sig.Bucket != "":
+		// A route bucket's refusal: the bucket says how it counts (its
+		// limit, learned from its first response, and the wait it
+		// states). A pace would not keep its window, and the waiters it
+		// moves would take slots in the bucket's next window.
 	default:
 		move = t.fb.reshape(r, k.skey, sig, s.due, now, s.paced, &l) // shape.go
 	}

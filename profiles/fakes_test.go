@@ -177,13 +177,7 @@ func TestProfilesAgainstFakes(t *testing.T) {
 		{"Discord, its documented figures", func() (burst, error) {
 			up, err := throttletest.NewDiscord(throttletest.Config{Now: now2026})
 			return burst{profiles.Discord(), up, http.MethodPost, "https://discord.com/api/v10/channels/1/messages", [2]string{"Authorization", "Bot t"}, time.Minute}, err
-		}, 5 * time.Second, func(first, end time.Time) int { return windows(5, 5*time.Second, first, end) },
-			// The route's bucket is learned as a pace without a burst
-			// from its first answer: 55 to 57 of the 60 sends the bucket
-			// allows, as the workers of one instant run in one order or
-			// another (docs/profiles.md); 0 refusals after the first
-			// window in every order.
-			0, 0.9},
+		}, 5 * time.Second, func(first, end time.Time) int { return windows(5, 5*time.Second, first, end) }, 0, 0},
 		{"Google Maps, 300 per minute", func() (burst, error) {
 			up, err := throttletest.NewGoogleMaps(throttletest.Config{N: 300, Window: time.Minute, Now: now2026})
 			return burst{profiles.GoogleMaps(300, 0), up, http.MethodGet, "https://maps.googleapis.com/maps/api/geocode/json?key=k&address=x", [2]string{}, 5 * time.Minute}, err

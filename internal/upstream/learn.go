@@ -92,9 +92,9 @@ func (d *Dialect) Learn(sig Said) contract.Learned {
 		case sig.Remaining == 0:
 			l.Pause = sig.Reset
 		case sig.Bucket != "":
-			// A route bucket's window is held by the pace learned
-			// from its first response (below); a budget would count
-			// the sends already placed under that pace twice.
+			// A route bucket's window is held by what its first
+			// response taught (below); a budget would count the
+			// sends already placed under it twice.
 		case !d.implied(sig.Remaining, sig.Reset):
 			l.Remaining, l.Reset = sig.Remaining, sig.Reset
 		}
@@ -112,7 +112,7 @@ func (d *Dialect) Learn(sig Said) contract.Learned {
 	if sig.Refused {
 		switch until := sig.Exhausted(); {
 		case sig.HasRetryAfter:
-			l.Pause = max(l.Pause, sig.RetryAfter)
+			l.Pause = max(l.Pause, sig.retryAfter())
 		case until > 0:
 			// The budget that has nothing left: a 429 on tokens waits
 			// for the tokens' reset, not the requests'.
@@ -150,12 +150,22 @@ func (d *Dialect) Learn(sig Said) contract.Learned {
 		consider(sig.Limit, longest.Per)
 	}
 	// A route bucket seen at its first request (Discord): its limit and
-	// window, learned at once for the whole fleet as a pace without a
-	// burst, which no window of the bucket's length can overfill,
-	// however the bucket's windows are placed.
+	// window, learned at once for the whole fleet. No window of the
+	// bucket's length then holds more than its limit, however the
+	// bucket's windows are placed: as a learned limit, which the key's log
+	// keeps over the bucket's window, when the log keeps that many entries
+	// (the limit at most the rule's largest window N); else as a pace
+	// without a burst, which pays the allowance on every send.
 	if sig.Window > 0 && sig.Limit > 0 && !d.implied(sig.Limit, sig.Window) {
-		l.Pace = contract.Limit{N: sig.Limit, Per: sig.Window + d.margin, Paced: true}
-		l.PaceTTL = HeldFor(l.Pace.Per)
+		if sig.Limit <= d.maxN() {
+			cand := contract.Limit{N: sig.Limit, Per: sig.Window + d.margin}
+			if l.Limit.N == 0 || float64(cand.N)/float64(cand.Per) < float64(l.Limit.N)/float64(l.Limit.Per) {
+				l.Limit = cand
+			}
+		} else {
+			l.Pace = contract.Limit{N: sig.Limit, Per: sig.Window + d.margin, Paced: true}
+			l.PaceTTL = HeldFor(l.Pace.Per)
+		}
 	}
 
 	var usage contract.Limit
@@ -188,6 +198,20 @@ func (d *Dialect) Learn(sig Said) contract.Learned {
 	return l
 }
 
+// retryAfter is the wait a refusal states: Retry-After, or the exact reset
+// of the route bucket it exhausted (Discord's X-RateLimit-Reset-After, in
+// seconds with a fraction) when Retry-After is only that reset rounded up to
+// the whole second. Paused a second too long, the requests already placed
+// in the bucket's next window would take new slots, a window later.
+func (s *Said) retryAfter() time.Duration {
+	ceil := (s.Reset + time.Second - 1).Truncate(time.Second)
+	if s.Bucket != "" && !s.Global && s.HasBudget && s.Remaining == 0 && s.Reset > 0 &&
+		s.RetryAfter > s.Reset && s.RetryAfter <= max(time.Second, ceil) {
+		return s.Reset
+	}
+	return s.RetryAfter
+}
+
 // limitIsWindow reports whether X-RateLimit-Limit n may be read as a limit
 // over the rule's longest window, whose limit is longest. The field names no
 // window, and a GCRA or token bucket sends its burst there, not a rate:
@@ -200,6 +224,19 @@ func (d *Dialect) Learn(sig Said) contract.Learned {
 // configured somewhat above its upstream's real limit.
 func limitIsWindow(n int, longest contract.Limit) bool {
 	return n > 0 && 2*n >= longest.N
+}
+
+// maxN is the largest N of the rule's window limits (0: it has none, and
+// keeps no log): the store honours a learned limit over a window longer than
+// the rule's when its N is at most this.
+func (d *Dialect) maxN() int {
+	n := 0
+	for _, lim := range d.limits {
+		if !lim.Paced {
+			n = max(n, lim.N)
+		}
+	}
+	return n
 }
 
 // implied reports whether the rule's own limits already allow no more than n

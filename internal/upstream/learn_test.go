@@ -112,23 +112,47 @@ func TestLearnUsage(t *testing.T) {
 }
 
 // A Discord route's bucket is learned from its first response (remaining
-// one below its limit, Reset-After its whole window) as a pace the whole
-// fleet keeps; later responses of the bucket add no budget, which would
-// count the sends placed under the pace twice, but an empty one pauses.
+// one below its limit, Reset-After its whole window) as a limit the whole
+// fleet keeps, over the bucket's window; later responses of the bucket add
+// no budget, which would count the sends placed under it twice, but an
+// empty one pauses. A bucket larger than the rule's log keeps is learned
+// as a pace.
 func TestLearnRouteBucket(t *testing.T) {
 	r := New([]contract.Limit{{N: 50, Per: time.Second}}, testMargin, nil, nil)
-	bucket := func(remaining, resetAfter string) http.Header {
-		return http.Header{"X-Ratelimit-Limit": {"5"}, "X-Ratelimit-Remaining": {remaining},
+	bucket := func(limit, remaining, resetAfter string) http.Header {
+		return http.Header{"X-Ratelimit-Limit": {limit}, "X-Ratelimit-Remaining": {remaining},
 			"X-Ratelimit-Reset-After": {resetAfter}, "X-Ratelimit-Bucket": {"abcd"}}
 	}
-	l := r.Learn(ReadHeaders(bucket("4", "5.000"), refTime))
-	assert.Equal(t, contract.Limit{N: 5, Per: 5*time.Second + testMargin, Paced: true}, l.Pace)
-	assert.Equal(t, 10*time.Minute, l.PaceTTL)
+	l := r.Learn(ReadHeaders(bucket("5", "4", "5.000"), refTime))
+	assert.Equal(t, contract.Limit{N: 5, Per: 5*time.Second + testMargin}, l.Limit)
+	assert.Equal(t, 10*time.Minute, l.LimitTTL)
+	assert.Zero(t, l.Pace)
 	assert.Zero(t, l.Reset, "no budget")
 
-	l = r.Learn(ReadHeaders(bucket("2", "3.5"), refTime))
+	l = r.Learn(ReadHeaders(bucket("60", "59", "5.000"), refTime))
+	assert.Equal(t, contract.Limit{N: 60, Per: 5*time.Second + testMargin, Paced: true}, l.Pace, "more than the log keeps: a pace")
+	assert.Equal(t, 10*time.Minute, l.PaceTTL)
+	assert.Zero(t, l.Limit)
+	bucket5 := func(remaining, resetAfter string) http.Header { return bucket("5", remaining, resetAfter) }
+
+	l = r.Learn(ReadHeaders(bucket5("2", "3.5"), refTime))
 	assert.Equal(t, contract.Learned{}, l, "a later response: nothing new")
 
-	l = r.Learn(ReadHeaders(bucket("0", "3.5"), refTime))
+	refused := func(retryAfter, resetAfter string, global bool) Said {
+		h := bucket5("0", resetAfter)
+		h.Set("Retry-After", retryAfter)
+		if global {
+			h.Set("X-Ratelimit-Global", "true")
+		}
+		sig := ReadHeaders(h, refTime)
+		sig.Refused = true
+		return sig
+	}
+	assert.Equal(t, 2780*time.Millisecond, r.Learn(refused("3", "2.780", false)).Pause, "a 429: the bucket's exact reset, not Retry-After rounded up")
+	assert.Equal(t, 300*time.Millisecond, r.Learn(refused("1", "0.300", false)).Pause)
+	assert.Equal(t, 5*time.Second, r.Learn(refused("5", "2.780", false)).Pause, "a longer wait than the bucket's is kept")
+	assert.Equal(t, 3*time.Second, r.Learn(refused("3", "2.780", true)).Pause, "a global limit's is kept")
+
+	l = r.Learn(ReadHeaders(bucket5("0", "3.5"), refTime))
 	assert.Equal(t, contract.Learned{Pause: 3500 * time.Millisecond}, l, "empty: a pause to its reset")
 }

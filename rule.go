@@ -194,8 +194,11 @@ type rule struct {
 	// retake is how much later than its allowance a request may wake and
 	// still send: half the margin, or half a paced limit's slack in its
 	// spacing, Margin/N, which is all a strict-spacing upstream leaves.
-	retake time.Duration
-	stats  *ruleStats // the counters of its name (metrics.go)
+	// The default pace is no limit the rule states, and sets only
+	// pacedRetake, for a slot placed under a learned pace (a learned pace
+	// is the default pace's shape, stricter).
+	retake, pacedRetake time.Duration
+	stats               *ruleStats // the counters of its name (metrics.go)
 	// plan is what the engine needs of the rule (internal/engine), built
 	// from the fields above when they are; Leases is its stats'.
 	plan engine.Plan
@@ -256,7 +259,7 @@ func compile(r Rule, isDefault bool) (*rule, error) {
 	}
 	c.counts = len(c.units) > 0 || c.alsoUnits("") // cost.go, multikey.go
 	c.plan = engine.Plan{Lanes: c.plan.Lanes, Tenants: c.plan.Tenants, Name: c.Name, Scope: c.scope, Limits: limits(c.eff), Auto: c.auto, Algorithm: contract.Algorithm(c.Algorithm),
-		Margin: c.Margin, Retake: c.retake, MaxWait: c.maxWait, MaxServerWait: c.maxServerWait,
+		Margin: c.Margin, Retake: c.retake, PacedRetake: c.pacedRetake, MaxWait: c.maxWait, MaxServerWait: c.maxServerWait,
 		InFlight: c.InFlight, LeaseFor: c.LeaseFor}
 	return c, nil
 }
@@ -345,9 +348,15 @@ func (c *rule) compileShape() error {
 		c.eff = append(c.eff, e)
 	}
 	c.retake = c.Margin / 2
-	for _, l := range c.Limits {
-		if l.Paced {
-			c.retake = min(c.retake, c.Margin/time.Duration(2*l.N))
+	c.pacedRetake = c.retake
+	for i, l := range c.Limits {
+		if !l.Paced {
+			continue
+		}
+		r := c.Margin / time.Duration(2*l.N)
+		c.pacedRetake = min(c.pacedRetake, r)
+		if i != c.auto {
+			c.retake = min(c.retake, r)
 		}
 	}
 	return nil

@@ -286,7 +286,8 @@ func TestDefaultPace(t *testing.T) {
 			want.Per += DefaultMargin
 			assert.Equal(t, want, r.eff[r.auto])
 			assert.Equal(t, r.eff[:r.auto], r.windows())
-			assert.Equal(t, DefaultMargin/time.Duration(2*c.want.N), r.retake, "a pace's retake")
+			assert.Equal(t, DefaultMargin/2, r.retake, "the default pace states no limit")
+			assert.Equal(t, DefaultMargin/time.Duration(2*c.want.N), r.pacedRetake, "a pace's retake, under a learned pace")
 		})
 	}
 }

@@ -147,6 +147,15 @@ func (a *Admission) Measured() bool { return !a.due.IsZero() }
 // the last check measured it; zero when not measured.
 func (a *Admission) Due() time.Time { return a.due }
 
+// retake is how much later than its allowance a may send on its slot: its
+// plan's Retake, or PacedRetake for a slot placed under a learned pace.
+func (a *Admission) retake() time.Duration {
+	if a.Paced() > 0 {
+		return min(a.p.Retake, a.p.PacedRetake)
+	}
+	return a.p.Retake
+}
+
 // Paced returns the spacing of the learned pace a's slot was reserved
 // under; zero when none held.
 func (a *Admission) Paced() time.Duration {
@@ -404,7 +413,7 @@ func (c *Engine) await(ctx context.Context, a *Admission) state {
 	// clock.go) feeds the allowance of later reservations.
 	late := woke.Sub(a.slot)
 	c.late.observe(woke, a.own(woke, late), a.Verdict.Allowance, false)
-	if late <= a.Verdict.Allowance+p.Retake || a.Verdict.Retaken-a.stale >= MaxRetakes {
+	if late <= a.Verdict.Allowance+a.retake() || a.Verdict.Retaken-a.stale >= MaxRetakes {
 		return c.sent(a)
 	}
 	c.giveBack(ctx, a)

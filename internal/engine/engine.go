@@ -32,8 +32,9 @@ type Plan struct {
 	Algorithm contract.Algorithm
 	Margin    time.Duration
 	// Retake is how much later than its allowance a request may wake and
-	// still send on its slot.
-	Retake time.Duration
+	// still send on its slot; PacedRetake, on a slot placed under a learned
+	// pace.
+	Retake, PacedRetake time.Duration
 	// MaxWait is the longest a request waits for its slot (0: FailFast);
 	// MaxServerWait the longest for a wait the upstream imposed.
 	MaxWait, MaxServerWait time.Duration

@@ -234,7 +234,7 @@ func (c *Engine) wired(ctx context.Context, a *Admission) state {
 	a.due = a.slot
 	late := now.Sub(a.due)
 	c.late.observe(now, a.own(now, late), a.Verdict.Allowance, true)
-	if !c.late.guarded.Load() || late <= a.Verdict.Allowance+a.p.Retake || a.Verdict.Retaken-a.stale >= MaxRetakes {
+	if !c.late.guarded.Load() || late <= a.Verdict.Allowance+a.retake() || a.Verdict.Retaken-a.stale >= MaxRetakes {
 		return decided
 	}
 	prev := *a

@@ -169,6 +169,31 @@ func TestPauseAfter429(t *testing.T) {
 	}
 }
 
+// A route bucket's 429 (Discord) pauses until the bucket's exact reset, not
+// its Retry-After rounded up to the second, and does not move the key to a
+// pace: the bucket says how it counts.
+func TestRouteBucket429KeepsTheShape(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		refused := answer(429, "", "Retry-After", "3", "X-RateLimit-Limit", "5", "X-RateLimit-Remaining", "0",
+			"X-RateLimit-Reset-After", "2.780", "X-RateLimit-Bucket", "abcd")
+		up := &scripted{answers: []func(*http.Request) *http.Response{refused, ok200}}
+		var fbs feedbackLog
+		tr := newTransport(t, up, nil, fbs.option(), rule(nil))
+		_, err := do(t, tr, context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, 2780*time.Millisecond, elapsed(func() {
+			_, err := do(t, tr, context.Background())
+			require.NoError(t, err)
+		}), "the next request waits for the bucket's reset")
+		got := fbs.all()
+		require.NotEmpty(t, got)
+		assert.Equal(t, 2780*time.Millisecond, got[0].Pause)
+		assert.Zero(t, got[0].Paced, "no pace")
+		assert.Zero(t, tr.Stats().Total().Upstream.Reshapes)
+	})
+}
+
 func TestNoPauseWithoutThrottling(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {

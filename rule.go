@@ -194,9 +194,9 @@ type rule struct {
 	// retake is how much later than its allowance a request may wake and
 	// still send: half the margin, or half a paced limit's slack in its
 	// spacing, Margin/N, which is all a strict-spacing upstream leaves.
-	// The default pace is no limit the rule states, and sets only
-	// pacedRetake, for a slot placed under a learned pace (a learned pace
-	// is the default pace's shape, stricter).
+	// The default pace is no limit the rule states: its Margin/2N counts
+	// only in pacedRetake, which a slot placed under a learned pace (no
+	// burst) takes.
 	retake, pacedRetake time.Duration
 	stats               *ruleStats // the counters of its name (metrics.go)
 	// plan is what the engine needs of the rule (internal/engine), built

@@ -14,8 +14,8 @@ import (
 // parameter: the id after channels, guilds or webhooks), whose bucket is
 // learned from the route's first response (X-RateLimit-Limit per
 // X-RateLimit-Reset-After) and kept by the whole fleet: no window of the
-// bucket's length holds more than its limit. Routes that share a bucket (X-RateLimit-Bucket) are still keyed
-// apart. Discord bans for an hour an IP address that gets 10,000 invalid
+// bucket's length holds more than its limit. Routes that share a bucket
+// (X-RateLimit-Bucket) are still keyed apart. Discord bans for an hour an IP address that gets 10,000 invalid
 // responses (401, 403 or 429) in 10 minutes: the token's global key counts
 // the invalid responses of all its routes (a unit, "invalid", estimated at
 // 0 and settled to 1 on such a response by Actual.Status) and stops them

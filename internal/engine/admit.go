@@ -365,18 +365,13 @@ func (c *Engine) granted(ctx context.Context, a *Admission, g grant, req contrac
 // late, or its key was paused or moved to a stricter pace since, and gave
 // this one back.
 func (c *Engine) await(ctx context.Context, a *Admission) state {
-	p, res := a.p, a.g.res
+	p := a.p
 	if err := c.sleepTo(ctx, a); err != nil {
 		// The slot will not be used: give it back so that others may.
 		// The caller must not wait for the store, so Cancel runs on
 		// its own goroutine with a detached context; it is best effort
 		// (a failed Cancel only leaves the slot unused).
-		from := a.g.from // not a: a closure over it would move it to the heap
-		go func() {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
-			defer cancel()
-			_ = from.Cancel(cctx, res)
-		}()
+		go cancelDetached(ctx, a.g.from, a.g.res)
 		return a.end(Canceled, err)
 	}
 	// A slot that yields to higher lanes: confirmed, or taken by one and
@@ -419,6 +414,15 @@ func (c *Engine) await(ctx context.Context, a *Admission) state {
 	c.giveBack(ctx, a)
 	a.Verdict.Retaken++
 	return taking
+}
+
+// cancelDetached gives res back to from, on a context detached from ctx's
+// end. Its arguments are copied when the go statement runs: a closure over
+// them would move the reservation to the heap on every wait.
+func cancelDetached(ctx context.Context, from contract.Store, res contract.Reservation) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+	defer cancel()
+	_ = from.Cancel(cctx, res)
 }
 
 // confirm confirms at its wake-up the slot a holds that yields to higher

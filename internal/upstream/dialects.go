@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"net/http"
+	"net/textproto"
 	"strings"
 	"time"
 )
@@ -59,6 +60,32 @@ type Budget struct {
 	Refills bool
 }
 
+// dimFields names the headers of one dimension: its Budget's name and its
+// limit, remaining and reset fields, in canonical form.
+type dimFields struct{ dim, limit, remaining, reset string }
+
+// fieldsOf builds the dimFields of each dimension in dims, name giving a
+// field's header: built once, for every response reads them, and a name
+// built per response, not in canonical form, costs Header.Get two
+// allocations.
+func fieldsOf(dims []string, name func(dim, field string) string) []dimFields {
+	out := make([]dimFields, len(dims))
+	for i, d := range dims {
+		c := func(field string) string { return textproto.CanonicalMIMEHeaderKey(name(d, field)) }
+		out[i] = dimFields{d, c("Limit"), c("Remaining"), c("Reset")}
+	}
+	return out
+}
+
+var (
+	openAIFields = fieldsOf([]string{"requests", "tokens"},
+		func(d, f string) string { return "X-Ratelimit-" + f + "-" + d })
+	anthropicFields = fieldsOf([]string{"requests", "tokens", "input-tokens", "output-tokens"},
+		func(d, f string) string { return "Anthropic-Ratelimit-" + d + "-" + f })
+	xDayFields = fieldsOf([]string{"user-24hour", "app-24hour"},
+		func(d, f string) string { return "X-" + strings.TrimSuffix(d, "-24hour") + "-Limit-24hour-" + f })
+)
+
 // maxDims bounds the budgets read from one response.
 const maxDims = 8
 
@@ -84,34 +111,33 @@ func readDialects(h http.Header, s *Said, ref func() time.Time) {
 
 	// OpenAI (and Azure OpenAI): requests are the key's budget, tokens a
 	// dimension of their own.
-	for _, dim := range [...]string{"requests", "tokens"} {
-		lim, _ := parseCount(h.Get("X-Ratelimit-Limit-" + dim))
-		rem, okR := parseRemaining(h.Get("X-Ratelimit-Remaining-" + dim))
-		reset, okT := parseDuration(h.Get("X-Ratelimit-Reset-" + dim))
+	for _, f := range openAIFields {
+		lim, _ := parseCount(h.Get(f.limit))
+		rem, okR := parseRemaining(h.Get(f.remaining))
+		reset, okT := parseDuration(h.Get(f.reset))
 		if okR && okT {
-			s.budget(dim, lim, rem, reset, true)
+			s.budget(f.dim, lim, rem, reset, true)
 		}
 	}
 
 	// Anthropic: the same, with resets as RFC 3339 times.
-	for _, dim := range [...]string{"requests", "tokens", "input-tokens", "output-tokens"} {
-		lim, _ := parseCount(h.Get("Anthropic-Ratelimit-" + dim + "-Limit"))
-		rem, okR := parseRemaining(h.Get("Anthropic-Ratelimit-" + dim + "-Remaining"))
-		reset, okT := parseDate(h.Get("Anthropic-Ratelimit-"+dim+"-Reset"), ref)
+	for _, f := range anthropicFields {
+		lim, _ := parseCount(h.Get(f.limit))
+		rem, okR := parseRemaining(h.Get(f.remaining))
+		reset, okT := parseDate(h.Get(f.reset), ref)
 		if okR && okT {
-			s.budget(dim, lim, rem, reset, true)
+			s.budget(f.dim, lim, rem, reset, true)
 		}
 	}
 
 	// X: its 24-hour limits, per user and per app, beside the 15-minute
 	// window of x-rate-limit-* (budgetFields).
-	for _, who := range [...]string{"user", "app"} {
-		p := "X-" + who + "-Limit-24hour-"
-		lim, _ := parseCount(h.Get(p + "Limit"))
-		rem, okR := parseRemaining(h.Get(p + "Remaining"))
-		reset, okT := parseReset(h.Get(p+"Reset"), ref, true)
+	for _, f := range xDayFields {
+		lim, _ := parseCount(h.Get(f.limit))
+		rem, okR := parseRemaining(h.Get(f.remaining))
+		reset, okT := parseReset(h.Get(f.reset), ref, true)
 		if okR && okT {
-			s.dim(Budget{Name: who + "-24hour", Limit: lim, Remaining: rem, Reset: reset})
+			s.dim(Budget{Name: f.dim, Limit: lim, Remaining: rem, Reset: reset})
 		}
 	}
 

@@ -177,3 +177,17 @@ func (r Request) ServerWait() time.Duration {
 	}
 	return r.MaxWait
 }
+
+// MaxN is the largest N of the window limits among limits (paced ones
+// left out; 0 when none, and no log is kept): SlidingLog counts a learned
+// limit whose window is longer than the request's longest when its N is at
+// most this, since the log keeps that many entries anyway (log.lua).
+func MaxN(limits []Limit) int {
+	n := 0
+	for _, l := range limits {
+		if !l.Paced {
+			n = max(n, l.N)
+		}
+	}
+	return n
+}

@@ -157,7 +157,7 @@ func (d *Dialect) Learn(sig Said) contract.Learned {
 	// (the limit at most the rule's largest window N); else as a pace
 	// without a burst, which pays the allowance on every send.
 	if sig.Window > 0 && sig.Limit > 0 && !d.implied(sig.Limit, sig.Window) {
-		if sig.Limit <= d.maxN() {
+		if sig.Limit <= contract.MaxN(d.limits) {
 			cand := contract.Limit{N: sig.Limit, Per: sig.Window + d.margin}
 			if l.Limit.N == 0 || float64(cand.N)/float64(cand.Per) < float64(l.Limit.N)/float64(l.Limit.Per) {
 				l.Limit = cand
@@ -224,19 +224,6 @@ func (s *Said) retryAfter() time.Duration {
 // configured somewhat above its upstream's real limit.
 func limitIsWindow(n int, longest contract.Limit) bool {
 	return n > 0 && 2*n >= longest.N
-}
-
-// maxN is the largest N of the rule's window limits (0: it has none, and
-// keeps no log): the store honours a learned limit over a window longer than
-// the rule's when its N is at most this.
-func (d *Dialect) maxN() int {
-	n := 0
-	for _, lim := range d.limits {
-		if !lim.Paced {
-			n = max(n, lim.N)
-		}
-	}
-	return n
 }
 
 // implied reports whether the rule's own limits already allow no more than n

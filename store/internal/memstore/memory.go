@@ -286,7 +286,7 @@ func (c *logCall) reserve(res *contract.Reservation, paced bool) {
 	if f != nil {
 		c.xm = f.margin(c.now)
 		c.wide += c.xm // the log keeps the window a learned margin widens
-		if _, w, ok := f.learned(c.now, c.maxW, c.maxN()); ok {
+		if _, w, ok := f.learned(c.now, c.maxW, int64(contract.MaxN(c.req.Limits))); ok {
 			c.wide = max(c.wide, w) // and a learned limit's longer window
 		}
 	}
@@ -334,17 +334,6 @@ func (c *logCall) ownPace() {
 	}
 }
 
-// maxN is the largest N of the request's window limits (log.lua's max_n).
-func (c *logCall) maxN() int64 {
-	var n int64
-	for _, l := range c.req.Limits {
-		if !l.Paced {
-			n = max(n, int64(l.N))
-		}
-	}
-	return n
-}
-
 // paceSlot raises the slot to the pace's theoretical arrival time, less its
 // tolerance, plus the spacing of all but one unit (pace.lua), when it has a
 // TAT.
@@ -379,7 +368,7 @@ func (c *logCall) feedback(f *memFeedback, res *contract.Reservation) bool {
 			}
 		}
 	}
-	if n, w, ok := f.learned(c.now, c.maxW, c.maxN()); ok {
+	if n, w, ok := f.learned(c.now, c.maxW, int64(contract.MaxN(c.req.Limits))); ok {
 		c.s.raise(c.lg.admits(n, w, c.req.Cost), 0, 0, contract.CauseLearned)
 	}
 	pt, pb, ok := f.pace(c.now)

@@ -23,10 +23,13 @@ import (
 // tightens: one that would raise a limit of this process's rule is ignored
 // (and logged).
 //
-// The override is not read in the reservation's own store call: on a Redis
+// The override is not read in the reservation's own script: on a Redis
 // Cluster a rule-wide key cannot be read in the same script as every rate
-// key. So a change reaches a process at most overrideEvery (plus one store
-// call) after it is set, at its next request.
+// key. A store that can (contract.OverridesRider: store.Redis) reads it in
+// the same round trip instead, pipelined with the next reservation, so a
+// poll costs no call of its own; others are polled on their own. So a
+// change reaches a process at most overrideEvery (plus one store call)
+// after it is set, from its next request on.
 
 const (
 	overrideEvery   = time.Second
@@ -107,8 +110,9 @@ func (c *rule) override(ls []Limit) (*overridden, error) {
 
 // overrider polls the overrides of a Transport's or a Limiter's rules.
 type overrider struct {
-	src       contract.Overrides // nil: the store keeps none
-	inProcess bool               // poll in the caller: no I/O to wait for
+	src       contract.Overrides      // nil: the store keeps none
+	rider     contract.OverridesRider // nil: the store polls only on its own
+	inProcess bool                    // poll in the caller: no I/O to wait for
 	rules     []*rule
 	names     []string
 	now       func() time.Time
@@ -129,6 +133,7 @@ func newOverrider(st store.Store, rules []*rule, now func() time.Time, logger *s
 		return o
 	}
 	o.src, o.inProcess = src, st.Caps().InProcess
+	o.rider, _ = st.(contract.OverridesRider)
 	seen := map[string]bool{}
 	for _, r := range rules {
 		if !seen[r.Name] {
@@ -140,9 +145,9 @@ func newOverrider(st store.Store, rules []*rule, now func() time.Time, logger *s
 }
 
 // touch polls when it is due: in the caller for a store in this process,
-// else on a goroutine of its own, one at a time, bounded by
-// overrideTimeout. A failed poll changes nothing: the rules keep what they
-// last read.
+// with the next reservation for a store that can (rode), else on a
+// goroutine of its own, one at a time, bounded by overrideTimeout. A
+// failed poll changes nothing: the rules keep what they last read.
 func (o *overrider) touch() {
 	if o == nil || o.src == nil {
 		return
@@ -154,21 +159,33 @@ func (o *overrider) touch() {
 		return
 	}
 	o.busy, o.last = true, now
-	o.done.Add(1)
 	o.mu.Unlock()
-	if o.inProcess {
+	switch {
+	case o.inProcess:
+		o.done.Add(1)
 		o.poll()
-		return
+	case o.rider != nil && o.rider.RideOverrides(o.names, o.rode):
+		// Nothing waits for it: a ride that no reservation takes (an
+		// idle process, or one closed) is simply never read.
+	default:
+		o.done.Add(1)
+		go o.poll()
 	}
-	go o.poll()
 }
 
 func (o *overrider) poll() {
 	defer o.done.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), overrideTimeout)
 	defer cancel()
-	docs, err := o.src.Overrides(ctx, o.names)
-	if err == nil && o.apply(docs) && o.changed != nil {
+	o.rode(o.src.Overrides(ctx, o.names))
+}
+
+// rode applies docs, the overrides read (a poll's, or a ride's).
+func (o *overrider) rode(docs map[string][]byte, err error) {
+	o.mu.Lock()
+	closed := o.closed
+	o.mu.Unlock()
+	if err == nil && !closed && o.apply(docs) && o.changed != nil {
 		o.changed()
 	}
 	o.mu.Lock()

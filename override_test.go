@@ -2,15 +2,19 @@ package throttle_test
 
 import (
 	"context"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/throttle-go/throttle"
 	"github.com/throttle-go/throttle/internal/contract"
+	"github.com/throttle-go/throttle/internal/redistest"
 	"github.com/throttle-go/throttle/operator"
 	"github.com/throttle-go/throttle/store"
 )
@@ -141,4 +145,71 @@ func TestOverrideOnlyTightens(t *testing.T) {
 		time.Sleep(2 * time.Second)
 		assert.Equal(t, 10, allowed(t, l, "k", 20), "the rule's own 10/1s")
 	})
+}
+
+// callCounter counts the round trips of a go-redis client: one per
+// command sent alone, one per pipeline but a new connection's handshake.
+type callCounter struct{ n *atomic.Int64 }
+
+func (c callCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() != "hello" {
+			c.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (c callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && cmds[0].Name() != "hello" && cmds[0].Name() != "client" {
+			c.n.Add(1) // not a new connection's handshake
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestOverridePollRidesWithTheReservations: on Redis, a process reads the
+// operator's overrides once a second in the round trip of one of its
+// reservations, not in a call of its own: over 1.5 s of requests it makes
+// one call per request, and one more to publish the override it then
+// honours.
+func TestOverridePollRidesWithTheReservations(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.Shared(t)
+	prefix := "ride-" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+	client := srv.Client(t)
+	calls := &atomic.Int64{}
+	client.AddHook(callCounter{calls})
+	st, err := store.NewRedis(client, store.WithPrefix(prefix))
+	require.NoError(t, err)
+	admin, err := store.NewRedis(srv.Client(t), store.WithPrefix(prefix))
+	require.NoError(t, err)
+	l, err := throttle.NewLimiter(st, throttle.Rule{Name: "api", Limits: []throttle.Limit{throttle.PerSecond(1000)}, Margin: throttle.NoMargin, NoDefaultPace: true, FailFast: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+
+	ok, err := l.Allow(ctx, "k", 1) // publishes the rule, polls the overrides
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Eventually(t, func() bool {
+		ps, err := operator.Published(ctx, admin)
+		return err == nil && len(ps) == 1
+	}, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, operator.SetLimits(ctx, admin, "api", operator.Override{Limits: []throttle.Limit{throttle.PerSecond(500)}, By: "alice"}))
+
+	calls.Store(0)
+	sent := 0
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); sent++ {
+		ok, err := l.Allow(ctx, "k", 1)
+		require.NoError(t, err)
+		require.True(t, ok)
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.Eventually(t, func() bool {
+		ps, err := operator.Published(ctx, admin)
+		return err == nil && len(ps) == 1 && len(ps[0].Rules[0].Override) == 1
+	}, 5*time.Second, 10*time.Millisecond, "the process honours the override, and says so")
+	assert.Equal(t, int64(sent+1), calls.Load(), "one call per request, and one to publish the override honoured")
 }

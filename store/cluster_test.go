@@ -119,3 +119,24 @@ func TestClusterScriptFlush(t *testing.T) {
 		}
 	}
 }
+
+// TestRideOverridesOnACluster: on a Redis Cluster the reads ride in the
+// reservation's pipeline, which the client splits by node (the override's
+// key and the rate key are in different slots).
+func TestRideOverridesOnACluster(t *testing.T) {
+	c := redistest.SharedCluster(t).Client(t)
+	s, err := redisstore.NewRedis(c, redisstore.WithPrefix("ride-"+uniqueKey(t)+":"))
+	require.NoError(t, err)
+	rule := "api"
+	require.NoError(t, s.SetOverride(ctx, rule, []byte(`{"limits":[]}`), time.Minute, []byte("set")))
+	for i := range 8 {
+		key := uniqueKey(t)
+		got := rideOn(t, s, rule)
+		res, err := s.Reserve(ctx, key, req(1, 0, lim(10, time.Second)))
+		require.NoError(t, err)
+		assert.True(t, res.Allowed)
+		r := rideAnswer(t, got)
+		require.NoError(t, r.err, "ride %d", i)
+		assert.Equal(t, map[string][]byte{rule: []byte(`{"limits":[]}`)}, r.docs)
+	}
+}

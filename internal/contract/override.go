@@ -9,7 +9,8 @@ import (
 // at runtime for a rule, fleet-wide, and their history: one record per rule
 // name, opaque to the store, that expires with its TTL or when cleared.
 // Plain commands, no script: the processes poll it (see throttle's
-// override.go), they do not read it in the reservation.
+// override.go), in the reservation's round trip (OverridesRider) but not
+// in its script.
 type Overrides interface {
 	// SetOverride records doc as the override of rule for ttl (0: until
 	// cleared), replacing any, and adds entry to the rule's history, in
@@ -24,6 +25,19 @@ type Overrides interface {
 	// OverrideHistory returns the history of rule, newest first: at most
 	// MaxOverrideHistory entries.
 	OverrideHistory(ctx context.Context, rule string) ([][]byte, error)
+}
+
+// OverridesRider is a store that can read overrides in the round trip of
+// its next reservation rather than in one of their own: a process polls
+// them once a second, which at a few requests a second would add a call to
+// the store for every few requests.
+type OverridesRider interface {
+	// RideOverrides asks that the overrides of rules be read (as
+	// Overrides reads them) with the next Reserve call that reaches the
+	// store, and done be called with them, or with the error that call
+	// met, once. It reports false, and keeps nothing, when this store
+	// cannot: then the caller reads them itself.
+	RideOverrides(rules []string, done func(map[string][]byte, error)) bool
 }
 
 // MaxOverrideDoc bounds an override's record and a history entry.

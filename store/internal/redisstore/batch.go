@@ -48,7 +48,7 @@ func WithBatching(max int) RedisOption {
 		if !ok {
 			return fmt.Errorf("store: WithBatching needs a client with pipelines, not %T", r.client)
 		}
-		r.batch = &batcher{client: p, max: max, abandon: r.abandon}
+		r.batch = &batcher{client: p, max: max, abandon: r.abandon, pipelined: r.pipelined}
 		return nil
 	}
 }
@@ -79,6 +79,9 @@ type batcher struct {
 	client  pipeliner
 	max     int
 	abandon func(key string, req contract.Request, call scriptCall, reply []any)
+	// pipelined sends a batch's commands, with the overrides waiting to
+	// ride along (ride.go).
+	pipelined func(ctx context.Context, p pipeliner, cmds []*redis.Cmd, first bool) (deliver func())
 
 	mu      sync.Mutex
 	queue   []*pending
@@ -160,13 +163,17 @@ func (b *batcher) run(ctx context.Context, batch []*pending) {
 	for i, p := range batch {
 		calls[i] = p.call
 	}
+	first := true
+	var deliver func()
 	cmds := evalSHA(ctx, calls, func(cmds []*redis.Cmd) {
-		pipe := b.client.Pipeline()
-		for _, c := range cmds {
-			_ = pipe.Process(ctx, c)
+		if d := b.pipelined(ctx, b.client, cmds, first); d != nil {
+			deliver = d
 		}
-		_, _ = pipe.Exec(ctx) // errors are per command
+		first = false
 	})
+	if deliver != nil {
+		deliver()
+	}
 	for i, p := range batch {
 		reply, err := cmds[i].Slice()
 		if p.state.CompareAndSwap(0, 2) {

@@ -106,17 +106,7 @@ func (r *Redis) Overrides(ctx context.Context, rules []string) (map[string][]byt
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("store: redis overrides: %w", err)
 	}
-	for i, cmd := range cmds {
-		b, err := cmd.Bytes()
-		switch {
-		case errors.Is(err, redis.Nil):
-			continue
-		case err != nil:
-			return nil, fmt.Errorf("store: redis overrides: %w", err)
-		}
-		out[rules[i]] = b
-	}
-	return out, nil
+	return overridesOf(rules, cmds) // ride.go
 }
 
 // OverrideHistory implements contract.Overrides.

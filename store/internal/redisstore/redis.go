@@ -71,6 +71,10 @@ type Redis struct {
 	// trip is a recent round trip of a call in a reservation over several
 	// Cluster slots, in nanoseconds (slots.go).
 	trip atomic.Int64
+	// rides are the overrides to read with the next reservation (ride.go),
+	// in a pipeline of pipes: the client, when it has pipelines.
+	rides rides
+	pipes pipeliner
 }
 
 // ErrReplicaAck is matched, with errors.Is, by the error of a reservation
@@ -177,6 +181,7 @@ func newRedis(client redis.Scripter, opts []RedisOption, fromURL bool) (*Redis, 
 		return nil, fmt.Errorf("store: NewRedis: nil client (%T)", client)
 	}
 	r := &Redis{client: client, prefix: DefaultPrefix}
+	r.pipes, _ = client.(pipeliner)
 	r.evict.first, r.evict.now = make(chan struct{}), time.Now
 	if rl, ok := client.(interface{ ReloadState(context.Context) }); ok {
 		r.reloader = rl
@@ -284,6 +289,20 @@ func (r *Redis) runReserve(ctx context.Context, key string, req contract.Request
 			return r.reserveAcked(ctx, call)
 		case batched:
 			return r.batch.do(ctx, call, key, req)
+		case r.pipes != nil && r.rides.waiting.Load():
+			// The overrides waiting go in the same round trip (ride.go).
+			first := true
+			var deliver func()
+			cmd := evalSHA(ctx, []scriptCall{call}, func(cmds []*redis.Cmd) {
+				if d := r.pipelined(ctx, r.pipes, cmds, first); d != nil {
+					deliver = d
+				}
+				first = false
+			})[0]
+			if deliver != nil {
+				deliver()
+			}
+			return cmd.Slice()
 		default:
 			return call.script.Run(ctx, r.client, call.keys, call.args...).Slice()
 		}

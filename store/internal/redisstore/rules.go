@@ -45,19 +45,20 @@ func (r *Redis) PublishRules(ctx context.Context, process string, doc []byte, tt
 	}
 	now := time.Now()
 	idx := r.rulesIndex()
-	if err := c.Set(ctx, r.rulesKey(process), doc, ttl).Err(); err != nil {
-		return fmt.Errorf("store: redis publish rules: %w", err)
-	}
-	if err := c.HSet(ctx, idx, process, now.Add(ttl).UnixMilli()).Err(); err != nil {
-		return fmt.Errorf("store: redis publish rules: %w", err)
-	}
-	if err := c.PExpire(ctx, idx, ttl).Err(); err != nil {
-		return fmt.Errorf("store: redis publish rules: %w", err)
-	}
-	all, err := c.HGetAll(ctx, idx).Result()
+	// One round trip (one per Cluster node): a record, its place in the
+	// index, and the index, to drop the processes gone.
+	var index *redis.MapStringStringCmd
+	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, r.rulesKey(process), doc, ttl)
+		p.HSet(ctx, idx, process, now.Add(ttl).UnixMilli())
+		p.PExpire(ctx, idx, ttl)
+		index = p.HGetAll(ctx, idx)
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("store: redis publish rules: %w", err)
 	}
+	all := index.Val()
 	var stale []string
 	for p, v := range all {
 		if ms, err := strconv.ParseInt(v, 10, 64); err != nil || ms < now.Add(-ttl).UnixMilli() {

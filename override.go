@@ -159,16 +159,20 @@ func (o *overrider) touch() {
 		return
 	}
 	o.busy, o.last = true, now
+	// A ride is answered on the store's goroutine, never from within
+	// RideOverrides: it may be asked for under o.mu. Nothing waits for it
+	// (close): a ride that no reservation takes (an idle process, or one
+	// closed) is simply never read.
+	rides := !o.inProcess && o.rider != nil && o.rider.RideOverrides(o.names, o.rode)
+	if !rides {
+		o.done.Add(1)
+	}
 	o.mu.Unlock()
 	switch {
+	case rides:
 	case o.inProcess:
-		o.done.Add(1)
 		o.poll()
-	case o.rider != nil && o.rider.RideOverrides(o.names, o.rode):
-		// Nothing waits for it: a ride that no reservation takes (an
-		// idle process, or one closed) is simply never read.
 	default:
-		o.done.Add(1)
 		go o.poll()
 	}
 }

@@ -35,8 +35,9 @@ type OverridesRider interface {
 	// RideOverrides asks that the overrides of rules be read (as
 	// Overrides reads them) with the next Reserve call that reaches the
 	// store, and done be called with them, or with the error that call
-	// met, once. It reports false, and keeps nothing, when this store
-	// cannot: then the caller reads them itself.
+	// met, once, never from within RideOverrides, and without holding up
+	// the reservation. It reports false, and keeps nothing, when this
+	// store cannot: then the caller reads them itself.
 	RideOverrides(rules []string, done func(map[string][]byte, error)) bool
 }
 

@@ -48,7 +48,7 @@ func WithBatching(max int) RedisOption {
 		if !ok {
 			return fmt.Errorf("store: WithBatching needs a client with pipelines, not %T", r.client)
 		}
-		r.batch = &batcher{client: p, max: max, abandon: r.abandon, pipelined: r.pipelined}
+		r.batch = &batcher{client: p, max: max, abandon: r.abandon, eval: r.evalRiding}
 		return nil
 	}
 }
@@ -79,9 +79,9 @@ type batcher struct {
 	client  pipeliner
 	max     int
 	abandon func(key string, req contract.Request, call scriptCall, reply []any)
-	// pipelined sends a batch's commands, with the overrides waiting to
+	// eval sends a batch's script calls, with the overrides waiting to
 	// ride along (ride.go).
-	pipelined func(ctx context.Context, p pipeliner, cmds []*redis.Cmd, first bool) (deliver func())
+	eval func(ctx context.Context, p pipeliner, calls []scriptCall) []*redis.Cmd
 
 	mu      sync.Mutex
 	queue   []*pending
@@ -157,23 +157,13 @@ func (b *batcher) next() {
 
 // run sends one batch as a pipeline of EVALSHA, sends again with EVAL the
 // calls whose script the server did not have (NOSCRIPT: nothing ran), and
-// answers every caller.
+// answers every caller (eval).
 func (b *batcher) run(ctx context.Context, batch []*pending) {
 	calls := make([]scriptCall, len(batch))
 	for i, p := range batch {
 		calls[i] = p.call
 	}
-	first := true
-	var deliver func()
-	cmds := evalSHA(ctx, calls, func(cmds []*redis.Cmd) {
-		if d := b.pipelined(ctx, b.client, cmds, first); d != nil {
-			deliver = d
-		}
-		first = false
-	})
-	if deliver != nil {
-		deliver()
-	}
+	cmds := b.eval(ctx, b.client, calls)
 	for i, p := range batch {
 		reply, err := cmds[i].Slice()
 		if p.state.CompareAndSwap(0, 2) {

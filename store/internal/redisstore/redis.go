@@ -291,18 +291,7 @@ func (r *Redis) runReserve(ctx context.Context, key string, req contract.Request
 			return r.batch.do(ctx, call, key, req)
 		case r.pipes != nil && r.rides.waiting.Load():
 			// The overrides waiting go in the same round trip (ride.go).
-			first := true
-			var deliver func()
-			cmd := evalSHA(ctx, []scriptCall{call}, func(cmds []*redis.Cmd) {
-				if d := r.pipelined(ctx, r.pipes, cmds, first); d != nil {
-					deliver = d
-				}
-				first = false
-			})[0]
-			if deliver != nil {
-				deliver()
-			}
-			return cmd.Slice()
+			return r.evalRiding(ctx, r.pipes, []scriptCall{call})[0].Slice()
 		default:
 			return call.script.Run(ctx, r.client, call.keys, call.args...).Slice()
 		}

@@ -96,18 +96,22 @@ func overridesOf(rules []string, gets []*redis.StringCmd) (map[string][]byte, er
 	return out, nil
 }
 
-// pipelined sends cmds in one pipeline on p, with the reads of the rides
-// waiting when first (the first send of a reservation's script calls; a
-// resend after a NOSCRIPT goes alone), and returns what delivers their
-// results (nil when none went).
-func (r *Redis) pipelined(ctx context.Context, p pipeliner, cmds []*redis.Cmd, first bool) (deliver func()) {
-	pipe := p.Pipeline()
-	for _, c := range cmds {
-		_ = pipe.Process(ctx, c)
+// evalRiding sends calls as evalSHA does, each send one pipeline on p, and
+// takes along the reads of the rides waiting, then delivers their results.
+func (r *Redis) evalRiding(ctx context.Context, p pipeliner, calls []scriptCall) []*redis.Cmd {
+	var deliver func()
+	cmds := evalSHA(ctx, calls, func(cmds []*redis.Cmd) {
+		pipe := p.Pipeline()
+		for _, c := range cmds {
+			_ = pipe.Process(ctx, c)
+		}
+		if deliver == nil {
+			deliver = r.aboard(ctx, pipe)
+		}
+		_, _ = pipe.Exec(ctx) // errors are per command
+	})
+	if deliver != nil {
+		deliver()
 	}
-	if first {
-		deliver = r.aboard(ctx, pipe)
-	}
-	_, _ = pipe.Exec(ctx) // errors are per command
-	return deliver
+	return cmds
 }
